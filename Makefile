@@ -1,0 +1,53 @@
+# flexatt — common tasks. `make help` lists them.
+#
+# The environment is a virtualenv in .venv. PyTorch is installed FIRST and pinned (CPU build
+# 2.13.0), so that no dependency pulls a multi-GB CUDA build; elsewhere, point pip at the CPU
+# wheels, e.g. `make TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/cpu" venv`.
+
+PYTHON ?= python3
+VENV ?= .venv
+TORCH ?= torch==2.13.0
+TORCH_PIP_ARGS ?=
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.flexatt-installed
+# Stages run `python` and `dvc` from the virtualenv.
+export PATH := $(abspath $(BIN)):$(PATH)
+# W&B stays offline unless you have configured an API key.
+export WANDB_MODE ?= $(if $(WANDB_API_KEY),online,offline)
+
+.PHONY: help venv test test-slow repro smoke params clean
+
+help:
+	@echo "make repro      create .venv and run the pipeline (dvc repro) on the default corpus"
+	@echo "make test       create .venv and run the test suite (fast tests)"
+	@echo "make test-slow  run the slow tests too"
+	@echo "make smoke      run the pipeline on the tiny synthetic 'smoke' profile in a scratch copy"
+	@echo "make params     recompose params.yaml from conf/ (PROFILE=smoke|default|paper)"
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet $(TORCH_PIP_ARGS) "$(TORCH)"
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $@
+
+venv: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m slow
+
+repro: $(STAMP)
+	$(BIN)/dvc repro
+	$(BIN)/dvc metrics show
+
+params: $(STAMP)
+	$(BIN)/flexatt params $(if $(PROFILE),profile=$(PROFILE),)
+
+smoke: $(STAMP)
+	$(BIN)/python scripts/smoke.py
+
+clean:
+	rm -rf artifacts multirun outputs .pytest_cache

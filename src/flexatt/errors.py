@@ -1,0 +1,35 @@
+"""Errors that a user can fix: a bad config value or a bad input file.
+
+Stages catch :class:`FlexattError`, print its message (which names the key, or the
+file and line) and exit with status 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+
+class FlexattError(Exception):
+    """Base class of the errors reported to the user as one clear line."""
+
+
+class ConfigError(FlexattError):
+    """A configuration value is missing, of the wrong type or out of range.
+
+    The message starts with the dotted key, e.g. ``filter.dev_size: must be > 0 (got -1)``.
+    """
+
+    def __init__(self, key: str, message: str):
+        self.key = key
+        super().__init__(f"{key}: {message}")
+
+
+class DataError(FlexattError):
+    """An input file is missing, empty, undecodable or misaligned.
+
+    The message names the file and, where it applies, the 1-based line number.
+    """
+
+    def __init__(self, path: object, message: str, line: int | None = None):
+        self.path = str(path)
+        self.line = line
+        where = f"{path}:{line}" if line is not None else f"{path}"
+        super().__init__(f"{where}: {message}")
