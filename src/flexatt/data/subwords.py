@@ -11,6 +11,7 @@ so loading 30k sentences is two array reads, not 30k Python lists.
 from __future__ import annotations
 
 import os
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,7 +147,7 @@ class EncodedSplit:
                 split = EncodedSplit(*(data[k] for k in ("src_ids", "src_offsets", "tgt_ids", "tgt_offsets")))
         except FileNotFoundError as exc:
             raise DataError(path, "encoded split not found (run the tokenize stage)") from exc
-        except (OSError, ValueError, KeyError) as exc:
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
             raise DataError(path, f"not a valid encoded split: {exc}") from exc
         for side in ("src", "tgt"):
             offsets, ids = getattr(split, f"{side}_offsets"), getattr(split, f"{side}_ids")

@@ -1,0 +1,41 @@
+"""Shared fixtures: the repository root, and a scratch folder with a composed params.yaml."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def root() -> Path:
+    return ROOT
+
+
+def compose_params(dest: Path, *overrides: str) -> Path:
+    """Write ``dest/params.yaml`` composed from the repository's ``conf/`` with ``overrides``."""
+    from flexatt.cli import write_params
+
+    dest.mkdir(parents=True, exist_ok=True)
+    write_params(list(overrides), dest / "params.yaml", ROOT / "conf")
+    return dest / "params.yaml"
+
+
+def run_module(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """Run ``python -m module ARGS`` in ``cwd`` as a user would; output captured as text."""
+    env = {**os.environ, "WANDB_MODE": "offline"}
+    env.pop("FLEXATT_PARAMS", None)
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, text=True,
+                          capture_output=True, timeout=600)
+
+
+@pytest.fixture
+def smoke_dir(tmp_path: Path) -> Path:
+    """A scratch folder holding params.yaml of the smoke profile."""
+    compose_params(tmp_path, "profile=smoke")
+    return tmp_path

@@ -1,0 +1,70 @@
+"""params.yaml is the composition of conf/; profiles compose; stages refuse bad values by key."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from omegaconf import OmegaConf
+
+from conftest import run_module
+from flexatt import config as C
+from flexatt.errors import ConfigError
+
+
+def test_params_yaml_is_in_sync_with_conf(root):
+    """params.yaml must be exactly what `dvc exp run` composes from conf/ (never hand-edited)."""
+    composed = OmegaConf.to_container(C.compose([], root / "conf"))
+    committed = yaml.safe_load((root / "params.yaml").read_text())
+    assert committed == composed, "params.yaml differs from conf/: run `make params` and commit it"
+
+
+@pytest.mark.parametrize("profile", ["smoke", "default", "paper"])
+def test_every_profile_composes(root, profile):
+    cfg = C.compose([f"profile={profile}"], root / "conf")
+    assert cfg.profile == profile
+    assert cfg.filter.max_len == 50
+
+
+def test_smoke_profile_uses_synthetic_data(root):
+    cfg = C.compose(["profile=smoke"], root / "conf")
+    assert cfg.data.synthetic is not None and cfg.data.tsv is None
+
+
+def test_load_params_overrides_and_unknown_keys(smoke_dir):
+    cfg = C.load_params(smoke_dir / "params.yaml", ["filter.dev_size=7"])
+    assert cfg.filter.dev_size == 7
+    with pytest.raises(ConfigError, match="filter.nope"):
+        C.load_params(smoke_dir / "params.yaml", ["filter.nope=1"])
+
+
+@pytest.mark.parametrize(
+    "check, value, message",
+    [
+        (lambda c: C.check_int(c, "a", minimum=1), 0, "a: must be >= 1"),
+        (lambda c: C.check_int(c, "a"), 1.5, "a: must be an integer"),
+        (lambda c: C.check_int(c, "a"), True, "a: must be an integer"),
+        (lambda c: C.check_float(c, "a", gt=0), 0.0, "a: must be > 0"),
+        (lambda c: C.check_float(c, "a"), float("nan"), "a: must be a finite number"),
+        (lambda c: C.check_choice(c, "a", ["x", "y"]), "z", "a: must be one of x, y"),
+        (lambda c: C.check_bool(c, "a"), "yes", "a: must be true or false"),
+        (lambda c: C.check_str(c, "a"), "", "a: must be a non-empty string"),
+        (lambda c: C.check_file(c, "a"), "/no/such/file", "a: file not found"),
+    ],
+)
+def test_value_checks_name_the_key(check, value, message):
+    with pytest.raises(ConfigError) as info:
+        check(OmegaConf.create({"a": value}))
+    assert str(info.value).startswith(message)
+
+
+def test_stage_refuses_unknown_key_and_bad_value(smoke_dir):
+    bad_key = run_module("flexatt.stages.filter", "filter.dev_sise=3", cwd=smoke_dir)
+    assert bad_key.returncode != 0 and "filter.dev_sise" in bad_key.stderr
+    bad_value = run_module("flexatt.stages.filter", "filter.on_invalid=ignore", cwd=smoke_dir)
+    assert bad_value.returncode == 2
+    assert "filter.on_invalid: must be one of error, skip (got 'ignore')" in bad_value.stderr
+
+
+def test_stage_without_params_file_says_so(tmp_path):
+    result = run_module("flexatt.stages.filter", cwd=tmp_path)
+    assert result.returncode != 0 and "params file not found" in result.stderr
