@@ -1,0 +1,116 @@
+"""Batches of sentence pairs, grouped by length, for training and decoding.
+
+As in the papers (SPEC §5): pairs are sorted by length, cut into batches of ``batch_size`` pairs,
+and the order of the batches is shuffled every epoch (seeded, so a run repeats exactly, and
+each data-parallel rank takes every ``world_size``-th batch of the same order).
+
+Tensor layout of a :class:`Batch`::
+
+    src      batch x S   source ids followed by EOS, right-padded with PAD
+    src_len  batch       true source lengths (EOS included)
+    tgt_in   batch x T   BOS followed by the target ids (the decoder's feedback input)
+    tgt_out  batch x T   the target ids followed by EOS (what the decoder predicts)
+    index    batch       each pair's position in its split
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, Sampler
+
+from flexatt.data.subwords import BOS_ID, EOS_ID, PAD_ID, EncodedSplit
+
+
+@dataclass
+class Batch:
+    src: torch.Tensor
+    src_len: torch.Tensor
+    tgt_in: torch.Tensor
+    tgt_out: torch.Tensor
+    index: torch.Tensor
+
+    @property
+    def n_tgt_tokens(self) -> int:
+        """Target tokens to predict (EOS included, padding excluded)."""
+        return int((self.tgt_out != PAD_ID).sum())
+
+    def to(self, device: torch.device | str) -> Batch:
+        return Batch(*(t.to(device) for t in (self.src, self.src_len, self.tgt_in, self.tgt_out, self.index)))
+
+    def __len__(self) -> int:
+        return self.src.size(0)
+
+
+class ParallelData(Dataset):
+    """An :class:`EncodedSplit` as a dataset of ``(src ids, tgt ids, index)`` items."""
+
+    def __init__(self, split: EncodedSplit):
+        self.split = split
+
+    def __len__(self) -> int:
+        return len(self.split)
+
+    def __getitem__(self, i: int) -> tuple[np.ndarray, np.ndarray, int]:
+        return self.split.src(i), self.split.tgt(i), i
+
+
+def collate(items: Sequence[tuple[np.ndarray, np.ndarray, int]]) -> Batch:
+    """Pad a list of items into a :class:`Batch` (EOS appended to the source, BOS/EOS to the target)."""
+    n = len(items)
+    s_max = max(len(s) for s, _, _ in items) + 1
+    t_max = max(len(t) for _, t, _ in items) + 1
+    src = torch.full((n, s_max), PAD_ID, dtype=torch.long)
+    tgt_in = torch.full((n, t_max), PAD_ID, dtype=torch.long)
+    tgt_out = torch.full((n, t_max), PAD_ID, dtype=torch.long)
+    src_len = torch.empty(n, dtype=torch.long)
+    for row, (s, t, _) in enumerate(items):
+        ls, lt = len(s), len(t)
+        src[row, :ls] = torch.from_numpy(s.astype(np.int64))
+        src[row, ls] = EOS_ID
+        src_len[row] = ls + 1
+        tgt_in[row, 0] = BOS_ID
+        tgt_in[row, 1:lt + 1] = torch.from_numpy(t.astype(np.int64))
+        tgt_out[row, :lt] = tgt_in[row, 1:lt + 1]
+        tgt_out[row, lt] = EOS_ID
+    index = torch.tensor([i for _, _, i in items], dtype=torch.long)
+    return Batch(src, src_len, tgt_in, tgt_out, index)
+
+
+class LengthGroupedBatches(Sampler[list[int]]):
+    """Batches of similar-length pairs; batch order shuffled per epoch (or kept, for decoding).
+
+    Args:
+        src_lengths, tgt_lengths: lengths of every pair in the split.
+        batch_size: pairs per batch.
+        shuffle: shuffle the batch order, with ``seed + epoch`` (see :meth:`set_epoch`).
+        world_size, rank: for data-parallel training: rank ``r`` takes batches ``r, r + W, …`` of
+            the shuffled order, truncated so that every rank has the same number of batches.
+    """
+
+    def __init__(self, src_lengths: np.ndarray, tgt_lengths: np.ndarray, batch_size: int,
+                 shuffle: bool = True, seed: int = 0, world_size: int = 1, rank: int = 0):
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        order = np.lexsort((np.arange(len(src_lengths)), tgt_lengths, src_lengths))  # stable
+        self.batches = [order[i:i + batch_size].tolist() for i in range(0, len(order), batch_size)]
+        self.shuffle, self.seed, self.epoch = shuffle, seed, 0
+        self.world_size, self.rank = world_size, rank
+
+    def set_epoch(self, epoch: int) -> None:
+        """Called by Lightning at the start of each epoch."""
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batches = list(self.batches)
+        if self.shuffle:
+            random.Random(self.seed + self.epoch).shuffle(batches)
+        usable = len(batches) - len(batches) % self.world_size if self.world_size > 1 else len(batches)
+        return iter(batches[self.rank:usable:self.world_size])
+
+    def __len__(self) -> int:
+        return len(self.batches) // self.world_size if self.world_size > 1 else len(self.batches)

@@ -1,0 +1,136 @@
+"""One-layer LSTM decoder with attention, Bahdanau style (SPEC §2).
+
+At step t (1-based), with previous state h_{t-1} and feedback embedding i_t = E[y_{t-1}]:
+
+1. a_t, c_t = attention(query = h_{t-1}, feedback = i_t)           (``attention.py``)
+2. h_t = LSTM([i_t; c_t], h_{t-1})
+3. o_t = tanh(W_o [h_t; c_t; i_t] + b_o),  logits_t = W_s o_t     (readout, paper: 600 units)
+
+``forward`` runs teacher forcing over a whole target by calling the very same step
+function that ``step`` (greedy / beam search) uses. Dropout is applied to the feedback
+embeddings i_t and to o_t before W_s.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import torch
+from torch import Tensor, nn
+
+from flexatt.attention import Attention, AttentionCache, AttentionState, AttentionStats
+from flexatt.encoders import EncoderOutput
+
+
+class DecoderState(NamedTuple):
+    """All recurrent state of the decoder between two steps; reorder with
+    :meth:`index_select` (beam search: expand with ``arange(B).repeat_interleave(k)``,
+    then select the surviving hypotheses' origins at every step)."""
+
+    hidden: Tensor  # batch x H           h_{t-1}
+    cell: Tensor  # batch x H             LSTM cell
+    attention: AttentionState  # p_{t-1}, c̃_{t-1}, steps taken
+
+    def index_select(self, index: Tensor) -> "DecoderState":
+        return DecoderState(
+            self.hidden.index_select(0, index),
+            self.cell.index_select(0, index),
+            self.attention.index_select(index),
+        )
+
+
+def reorder(state: DecoderState, index: Tensor) -> DecoderState:
+    """Functional alias of :meth:`DecoderState.index_select`."""
+    return state.index_select(index)
+
+
+class RecurrentDecoder(nn.Module):
+    """Bahdanau-style attentional LSTM decoder.
+
+    :param attention: any :class:`flexatt.attention.Attention` (query size = ``hidden_size``,
+        key/context size = ``ctx_size``, feedback size = ``emb_size``).
+    """
+
+    def __init__(
+        self,
+        vocab_size: int,
+        emb_size: int,
+        hidden_size: int,
+        ctx_size: int,
+        readout_size: int,
+        attention: Attention,
+        dropout: float = 0.0,
+        pad_id: int = 0,
+    ):
+        super().__init__()
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.embed = nn.Embedding(vocab_size, emb_size, padding_idx=pad_id)
+        self.dropout = nn.Dropout(dropout)
+        self.attention = attention
+        self.rnn = nn.LSTMCell(emb_size + ctx_size, hidden_size)
+        self.W_o = nn.Linear(hidden_size + ctx_size + emb_size, readout_size)
+        self.W_s = nn.Linear(readout_size, vocab_size)
+
+    def init_state(self, enc: EncoderOutput) -> tuple[AttentionCache, DecoderState]:
+        """Cache the attention keys and build the state before step 1 (p_0 = 1,
+        c̃_0 = mean h̄, h_0/c_0 from the encoder)."""
+        cache = self.attention.precompute(enc.states, enc.mask)
+        att_state = self.attention.init_state(cache, enc.summary)
+        return cache, DecoderState(enc.hidden, enc.cell, att_state)
+
+    def _step(
+        self, i_t: Tensor, state: DecoderState, cache: AttentionCache, tau: Optional[float]
+    ) -> tuple[Tensor, DecoderState, Tensor, AttentionStats]:
+        """One step from an (already dropped-out) feedback embedding i_t: batch x E."""
+        context, weights, att_state, stats = self.attention(
+            state.hidden, i_t, cache, state.attention, tau
+        )  # batch x 2H, batch x S
+        h_t, c_t = self.rnn(torch.cat([i_t, context], dim=-1), (state.hidden, state.cell))
+        o_t = torch.tanh(self.W_o(torch.cat([h_t, context, i_t], dim=-1)))  # batch x readout
+        logits = self.W_s(self.dropout(o_t))  # batch x V
+        return logits, DecoderState(h_t, c_t, att_state), weights, stats
+
+    def step(
+        self,
+        prev_tokens: Tensor,
+        state: DecoderState,
+        cache: AttentionCache,
+        tau: Optional[float] = None,
+    ) -> tuple[Tensor, DecoderState, Tensor, AttentionStats]:
+        """One decoding step.
+
+        :param prev_tokens: batch, y_{t-1} (BOS at t = 1)
+        :return: logits batch x V, new state, attention weights batch x S, stats
+        """
+        i_t = self.dropout(self.embed(prev_tokens))  # batch x E
+        return self._step(i_t, state, cache, tau)
+
+    def forward(
+        self,
+        tgt_in: Tensor,
+        cache: AttentionCache,
+        state: DecoderState,
+        tau: Optional[float] = None,
+    ) -> tuple[Tensor, dict]:
+        """Teacher-forced decoding of a whole target.
+
+        :param tgt_in: batch x T, y_0 (BOS) .. y_{T-1}
+        :return: logits batch x T x V and aux traces: ``attention`` batch x T x S,
+            ``window`` batch x T (long), ``position`` batch x T (p_t), ``span_lo`` /
+            ``span_hi`` batch x T (1-based), ``g`` batch x T and ``temperature`` batch x T
+            (``None`` for variants without them), ``state`` the final DecoderState.
+            Steps at target padding are computed too; mask them in the loss.
+        """
+        emb = self.dropout(self.embed(tgt_in))  # batch x T x E
+        logits, weights, stats = [], [], []
+        for t in range(tgt_in.size(1)):
+            logit_t, state, weight_t, stat_t = self._step(emb[:, t], state, cache, tau)
+            logits.append(logit_t)
+            weights.append(weight_t)
+            stats.append(stat_t)
+        aux = {"attention": torch.stack(weights, 1), "state": state}
+        for name in AttentionStats._fields:
+            values = [getattr(s, name) for s in stats]
+            aux[name] = None if values[0] is None else torch.stack(values, 1)
+        return torch.stack(logits, 1), aux

@@ -1,0 +1,218 @@
+"""The attentional encoder-decoder, its config validation and its losses.
+
+Greedy decoding with the step API::
+
+    cache, state = model.encode(src, src_len)                 # batch rows
+    y = torch.full((batch,), bos_id)
+    for _ in range(max_len):
+        logits, state, weights, stats = model.decode_step(y, state, cache, tau=tau)
+        y = logits.argmax(-1)                                  # stats.window: positions scored
+
+Beam search (k hypotheses per sentence): expand once with
+``idx = torch.arange(batch).repeat_interleave(k)``, ``cache = cache.index_select(idx)``,
+``state = state.index_select(idx)``; after each step select the surviving hypotheses with
+``state = state.index_select(origin)`` (``origin``: flat index of each new hypothesis' parent).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from flexatt.attention import (
+    ATTENTION_TYPES,
+    SCORE_TYPES,
+    AttentionCache,
+    AttentionStats,
+    build_attention,
+)
+from flexatt.decoders import DecoderState, RecurrentDecoder
+from flexatt.encoders import RecurrentEncoder
+
+#: model config keys and their defaults (``max_src_len`` is optional, location score only)
+DEFAULTS: dict[str, Any] = {
+    "attention": "global",
+    "score": "concat",
+    "emb_size": 256,
+    "hidden_size": 256,
+    "att_size": 256,
+    "readout_size": 256,
+    "dropout": 0.2,
+    "local_D": 10,
+    "sigma": 1.5,
+    "g_feedback": True,
+    "sact_lambda": 4.0,
+    "temperature": None,
+    "max_src_len": 256,
+}
+
+
+class Seq2Seq(nn.Module):
+    """Bidirectional-LSTM encoder + attentional LSTM decoder (SPEC §2)."""
+
+    def __init__(
+        self,
+        encoder: RecurrentEncoder,
+        decoder: RecurrentDecoder,
+        pad_id: int = 0,
+        config: Optional[dict] = None,
+    ):
+        super().__init__()
+        self.encoder = encoder
+        self.decoder = decoder
+        self.pad_id = pad_id
+        self.config = dict(config or {})
+
+    def encode(self, src: Tensor, src_len: Tensor) -> tuple[AttentionCache, DecoderState]:
+        """Encode a batch and prepare decoding.
+
+        :param src: batch x src_len ids, :param src_len: batch lengths
+        :return: the attention cache (keys computed once per sentence) and the state
+            before step 1 (h_0, c_0, p_0 = 1, c̃_0 = mean h̄)
+        """
+        return self.decoder.init_state(self.encoder(src, src_len))
+
+    def decode_step(
+        self,
+        prev_tokens: Tensor,
+        state: DecoderState,
+        cache: AttentionCache,
+        tau: Optional[float] = None,
+    ) -> tuple[Tensor, DecoderState, Tensor, AttentionStats]:
+        """One decoding step: prev_tokens (batch) -> logits batch x V, new state,
+        attention weights batch x S, stats (``stats.window``: positions scored per row)."""
+        return self.decoder.step(prev_tokens, state, cache, tau)
+
+    def forward(
+        self, src: Tensor, src_len: Tensor, tgt_in: Tensor, tau: Optional[float] = None
+    ) -> tuple[Tensor, dict]:
+        """Teacher-forced forward: logits batch x T x V and the decoder's aux traces."""
+        cache, state = self.encode(src, src_len)
+        return self.decoder(tgt_in, cache, state, tau)
+
+
+# --------------------------------------------------------------------------------------
+# Config
+# --------------------------------------------------------------------------------------
+def _fail(key: str, value: Any, allowed: str) -> None:
+    raise ValueError(f"model.{key}: got {value!r}; allowed: {allowed}")
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def validate_config(cfg: Mapping) -> dict[str, Any]:
+    """Check a model config (dict or OmegaConf DictConfig); return it with defaults filled.
+
+    Raises ``ValueError("model.<key>: got ...; allowed: ...")`` naming the offending key.
+    """
+    cfg = {k: cfg[k] for k in cfg}
+    unknown = sorted(set(cfg) - set(DEFAULTS))
+    if unknown:
+        _fail(unknown[0], cfg[unknown[0]], "one of the keys " + ", ".join(DEFAULTS))
+    out = {**DEFAULTS, **cfg}
+    if out["attention"] not in ATTENTION_TYPES:
+        _fail("attention", out["attention"], " | ".join(ATTENTION_TYPES))
+    if out["score"] not in SCORE_TYPES:
+        _fail("score", out["score"], " | ".join(SCORE_TYPES))
+    for key in ("emb_size", "hidden_size", "att_size", "readout_size", "local_D", "max_src_len"):
+        if not (isinstance(out[key], int) and not isinstance(out[key], bool) and out[key] >= 1):
+            _fail(key, out[key], "an integer >= 1")
+    if not (_is_number(out["dropout"]) and 0.0 <= out["dropout"] < 1.0):
+        _fail("dropout", out["dropout"], "a number in [0, 1)")
+    if not (_is_number(out["sigma"]) and out["sigma"] > 0 and math.isfinite(out["sigma"])):
+        _fail("sigma", out["sigma"], "a finite number > 0")
+    if not isinstance(out["g_feedback"], bool):
+        _fail("g_feedback", out["g_feedback"], "true | false")
+    if not (_is_number(out["sact_lambda"]) and 1.0 < out["sact_lambda"] < math.inf):
+        _fail("sact_lambda", out["sact_lambda"], "a finite number > 1")
+    temp = out["temperature"]
+    if temp is not None:
+        if not (_is_number(temp) and 0 < temp < math.inf):
+            _fail("temperature", temp, "null or a finite number > 0")
+        if out["attention"] in ("sact", "flexible_sact"):
+            _fail(
+                "temperature",
+                temp,
+                "null when model.attention is sact or flexible_sact (their temperature is learned)",
+            )
+    return out
+
+
+def build_model(cfg: Mapping, src_vocab: int, tgt_vocab: int, pad_id: int = 0) -> Seq2Seq:
+    """Build a :class:`Seq2Seq` from a model config (keys: see :data:`DEFAULTS`)."""
+    c = validate_config(cfg)
+    hidden, ctx = c["hidden_size"], 2 * c["hidden_size"]
+    encoder = RecurrentEncoder(src_vocab, c["emb_size"], hidden, hidden, c["dropout"], pad_id)
+    attention = build_attention(
+        c["attention"],
+        c["score"],
+        query_size=hidden,
+        key_size=ctx,
+        feedback_size=c["emb_size"],
+        att_size=c["att_size"],
+        local_D=c["local_D"],
+        sigma=float(c["sigma"]),
+        g_feedback=c["g_feedback"],
+        sact_lambda=float(c["sact_lambda"]),
+        temperature=None if c["temperature"] is None else float(c["temperature"]),
+        max_src_len=c["max_src_len"],
+    )
+    decoder = RecurrentDecoder(
+        tgt_vocab,
+        c["emb_size"],
+        hidden,
+        ctx,
+        c["readout_size"],
+        attention,
+        c["dropout"],
+        pad_id,
+    )
+    return Seq2Seq(encoder, decoder, pad_id, c)
+
+
+def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
+    """Number of (trainable) parameters."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+# --------------------------------------------------------------------------------------
+# Losses
+# --------------------------------------------------------------------------------------
+def sequence_nll(logits: Tensor, tgt_out: Tensor, mask: Tensor) -> Tensor:
+    """Training cross-entropy: Σ_i -log p(y⁽ⁱ⁾|x⁽ⁱ⁾) / B, i.e. the token NLL summed over the
+    real target positions of each sentence and averaged over the B sentences of the batch
+    (the first term of eq. 9 of Flexible Attention 2017, per sentence).
+
+    :param logits: batch x T x V, :param tgt_out: batch x T, :param mask: batch x T bool
+    """
+    nll = F.cross_entropy(logits.transpose(1, 2), tgt_out, reduction="none")  # batch x T
+    return (nll * mask.to(nll.dtype)).sum() / logits.size(0)
+
+
+def mean_strength(g: Tensor, mask: Tensor) -> Tensor:
+    """(1/T_i) Σ_{t<=T_i} g_t⁽ⁱ⁾ per sentence (T_i = real target length): batch x T -> batch."""
+    m = mask.to(g.dtype)
+    return (g * m).sum(1) / m.sum(1).clamp_min(1.0)
+
+
+def finetune_loss(logits: Tensor, tgt_out: Tensor, g: Tensor, mask: Tensor, beta: float) -> Tensor:
+    """Fine-tuning objective of Flexible Attention (2017 eq. 9; 2016 eq. 9):
+
+        J = Σ_i [ -log p(y⁽ⁱ⁾|x⁽ⁱ⁾) - β (1/T_i) Σ_{t=1..T_i} g_t⁽ⁱ⁾ ],
+
+    divided by the batch size B, where T_i is the number of real (unmasked) target
+    positions of sentence i. The CE term is exactly :func:`sequence_nll` (per-sentence sum,
+    batch mean) — use the same function for training so that β keeps the paper's balance
+    between a sentence's NLL and its mean penalty strength.
+
+    :param logits: batch x T x V, :param tgt_out: batch x T, :param g: batch x T (``aux["g"]``),
+    :param mask: batch x T bool (True at real target positions), :param beta: β
+    """
+    return sequence_nll(logits, tgt_out, mask) - beta * mean_strength(g, mask).mean()

@@ -1,0 +1,37 @@
+"""Stage ``train@<variant>``: train one attention variant with the Lightning Trainer.
+
+Usage::
+
+    python -m flexatt.stages.train train.variant=flexible
+    python -m flexatt.stages.train train.variant=global trainer.max_time=00:00:10:00
+    python -m flexatt.stages.train -m train.variant=flexible model.sigma=1.5,5 \\
+        'train.out_dir=sweeps/sigma${model.sigma}' 'train.metrics_dir=sweeps/sigma${model.sigma}'
+
+Writes ``<train.out_dir>/<variant>/{best,last}.ckpt`` and ``<train.metrics_dir>/<variant>.json``
+(dev BLEU, throughput, minutes per epoch) with its learning curve ``<variant>.csv``. Started
+again after an interruption, it resumes from ``last.ckpt`` (see :mod:`flexatt.train`).
+"""
+
+from __future__ import annotations
+
+from omegaconf import DictConfig
+
+from flexatt import config as C
+from flexatt.train import train
+
+
+def run(cfg: DictConfig) -> dict:
+    variant = C.check_str(cfg, "train.variant")
+    metrics, _ = train(cfg, variant)
+    print(f"train@{variant}: dev BLEU {metrics['dev_bleu']} (epoch {metrics['best_epoch']} of "
+          f"{metrics['epochs']}), {metrics['tokens_per_second']} target tokens/s, "
+          f"{metrics['minutes_per_epoch']} min/epoch")
+    return metrics
+
+
+def main() -> None:
+    C.run_stage(run)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,265 @@
+"""``train(cfg, variant) -> (metrics, objects)``: train one model with a Lightning Trainer.
+
+Callable from tests and notebooks; the ``train`` and ``finetune`` stages are thin wrappers.
+
+Checkpoints go to ``<out_dir>/<variant>/``: ``best.ckpt`` (best dev BLEU), ``last.ckpt`` (end of
+the latest epoch) and ``run.json`` (a fingerprint of everything that determines the run). When
+the stage is started again after a crash or ``kill -9``, a ``last.ckpt`` whose fingerprint
+matches is resumed; since every epoch reseeds torch with ``seed + epoch`` and the batch order is
+a function of ``seed + epoch``, the resumed run ends exactly where an uninterrupted one ends.
+A ``last.ckpt`` of a different configuration, data or code is never resumed.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from omegaconf import DictConfig, OmegaConf
+from pytorch_lightning.callbacks import Callback, EarlyStopping, ModelCheckpoint
+
+import flexatt
+from flexatt import config as C
+from flexatt.data.subwords import Vocab
+from flexatt.errors import ConfigError, DataError
+from flexatt.io import atomic_path, write_json
+from flexatt.model import count_parameters
+from flexatt.training import AtomicCheckpointIO, TranslationData, TranslationTask
+
+log = logging.getLogger("flexatt.train")
+
+
+class History(Callback):
+    """Per-epoch learning curve and training throughput; saved in checkpoints, so a resumed run
+    keeps the epochs it did before the interruption."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+        self._tokens = 0
+        self._train_seconds = 0.0
+        self._t0 = 0.0
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self._tokens, self._train_seconds = 0, 0.0
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        self._t0 = time.perf_counter()
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        self._train_seconds += time.perf_counter() - self._t0
+        self._tokens += batch.n_tgt_tokens
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        m = trainer.callback_metrics
+        value = lambda k: round(float(m[k]), 4) if k in m else None  # noqa: E731
+        self.rows.append({
+            "epoch": trainer.current_epoch + 1,
+            "step": trainer.global_step,
+            "lr": pl_module.optimizers().param_groups[0]["lr"],
+            "train_loss": value("train/loss"),
+            "val_loss": value("val/loss"),
+            "val_nll_token": value("val/nll_token"),
+            "val_bleu": value("val/bleu"),
+            "train_tokens": self._tokens,
+            "train_seconds": round(self._train_seconds, 2),
+            "tokens_per_second": round(self._tokens / self._train_seconds, 1) if self._train_seconds else None,
+        })
+
+    def state_dict(self) -> dict:
+        return {"rows": self.rows}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self.rows = list(state_dict["rows"])
+
+
+def _code_digest() -> str:
+    """Hash of the package's source, part of the resume fingerprint."""
+    digest = hashlib.sha256()
+    for path in sorted(Path(flexatt.__file__).parent.rglob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def model_config(cfg: DictConfig, variant: str) -> dict:
+    """``cfg.model`` with the overrides of ``cfg.variants[variant]``."""
+    variants = C.get(cfg, "variants")
+    if variant not in variants:
+        raise ConfigError("train.variant", f"must be one of {', '.join(variants)} (got {variant!r})")
+    merged = OmegaConf.merge(C.get(cfg, "model"), variants[variant])
+    return OmegaConf.to_container(merged, resolve=True)
+
+
+def build_trainer(cfg: DictConfig, ckpt_dir: Path, max_epochs: int, extra_callbacks: list) -> pl.Trainer:
+    """A Lightning Trainer from ``cfg.trainer`` with our checkpointing and callbacks."""
+    trainer_cfg = OmegaConf.to_container(C.get(cfg, "trainer"), resolve=True)
+    patience = C.get(cfg, "train.early_stopping_patience")
+    callbacks = [
+        ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="val/bleu", mode="max",
+                        save_top_k=1, save_last=True, enable_version_counter=False),
+        *extra_callbacks,
+    ]
+    if patience is not None:
+        callbacks.append(EarlyStopping(monitor="val/bleu", mode="max", patience=int(patience)))
+    try:
+        return pl.Trainer(**trainer_cfg, max_epochs=max_epochs, callbacks=callbacks, logger=False,
+                          default_root_dir=str(ckpt_dir), use_distributed_sampler=False,
+                          plugins=[AtomicCheckpointIO()], num_sanity_val_steps=0)
+    except (TypeError, ValueError, pl.utilities.exceptions.MisconfigurationException) as exc:
+        raise ConfigError("trainer", str(exc)) from exc
+
+
+def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: int | None = None,
+          lr: float | None = None, beta: float = 0.0, init_from: str | Path | None = None,
+          metrics_file: str | Path | None = None) -> tuple[dict, dict]:
+    """Train (or fine-tune) the model ``variant`` of ``cfg.variants``.
+
+    Args:
+        cfg: the full params (``params.yaml`` with overrides).
+        variant: a key of ``cfg.variants``.
+        out_dir, epochs, lr, metrics_file: default to ``train.out_dir`` etc.
+        beta: β of the fine-tuning objective (0: plain cross-entropy).
+        init_from: a checkpoint whose weights start the run (fine-tuning).
+
+    Returns:
+        ``(metrics, objects)``: the metrics written to ``metrics_file``, and ``task``,
+        ``trainer``, ``data`` and ``ckpt_dir``.
+    """
+    tok_dir = Path(C.check_str(cfg, "train.data_dir"))
+    out_dir = Path(out_dir or C.check_str(cfg, "train.out_dir"))
+    epochs = epochs if epochs is not None else C.check_int(cfg, "train.epochs", minimum=1)
+    lr = lr if lr is not None else C.check_float(cfg, "train.lr", gt=0.0)
+    batch_size = C.check_int(cfg, "train.batch_size", minimum=1)
+    halve_from = C.check_int(cfg, "train.lr_halve_from_epoch", minimum=1)
+    seed = C.check_int(cfg, "train.seed", minimum=0)
+    ratio = C.check_float(cfg, "train.val_max_len_ratio", gt=0.0)
+    model_cfg = model_config(cfg, variant)
+
+    src_vocab, tgt_vocab = Vocab(tok_dir / "src.model"), Vocab(tok_dir / "tgt.model")
+    data = TranslationData(tok_dir, batch_size, seed)
+    dev_refs = (tok_dir / "dev.ref").read_text(encoding="utf-8").split("\n")[:-1]
+    if len(dev_refs) != len(data.dev):
+        raise DataError(tok_dir / "dev.ref", f"has {len(dev_refs)} lines for {len(data.dev)} dev pairs")
+
+    pl.seed_everything(seed, workers=True, verbose=False)
+    try:
+        task = TranslationTask(model_cfg, len(src_vocab), len(tgt_vocab), lr=lr, halve_from=halve_from,
+                               beta=beta, seed=seed, max_len_ratio=ratio)
+    except ValueError as exc:  # the model's own checks name the key
+        raise ConfigError(str(exc).split(":")[0], str(exc).split(":", 1)[1].strip()) from exc
+    if init_from is not None:
+        init_from = Path(init_from)
+        if not init_from.is_file():
+            raise DataError(init_from, "checkpoint to start from not found (train that model first)")
+        task.model.load_state_dict(load_checkpoint_state(init_from))
+    task.detokenize, task.dev_references = tgt_vocab.decode, dev_refs
+
+    ckpt_dir = out_dir / variant
+    fingerprint = {
+        "variant": variant, "model": model_cfg, "epochs": epochs, "lr": lr, "beta": beta,
+        "batch_size": batch_size, "halve_from": halve_from, "seed": seed,
+        "trainer": OmegaConf.to_container(C.get(cfg, "trainer"), resolve=True),
+        "data": _file_digest(tok_dir / "train.npz"), "code": _code_digest(),
+        "init_from": _file_digest(init_from) if init_from else None,
+    }
+    resume = _resume_point(ckpt_dir, fingerprint)
+    resumed_from_epoch = _epoch_of(resume)
+    history = History()
+    trainer = build_trainer(cfg, ckpt_dir, epochs, [history])
+    if trainer.is_global_zero and resume is None:
+        shutil.rmtree(ckpt_dir, ignore_errors=True)
+        ckpt_dir.mkdir(parents=True)
+        write_json(ckpt_dir / "run.json", fingerprint)
+    started = time.perf_counter()
+    trainer.fit(task, datamodule=data, ckpt_path=str(resume) if resume else None)
+    wall = time.perf_counter() - started
+
+    rows = history.rows
+    best = max((r for r in rows if r["val_bleu"] is not None), key=lambda r: r["val_bleu"], default=None)
+    secs = sum(r["train_seconds"] for r in rows)
+    toks = sum(r["train_tokens"] for r in rows)
+    metrics = {
+        "variant": variant,
+        "attention": model_cfg["attention"],
+        "parameters": count_parameters(task.model),
+        "epochs": len(rows),
+        "best_epoch": best["epoch"] if best else None,
+        "dev_bleu": best["val_bleu"] if best else None,
+        "final_train_loss": rows[-1]["train_loss"] if rows else None,
+        "tokens_per_second": round(toks / secs, 1) if secs else None,
+        "minutes_per_epoch": round(secs / 60 / len(rows), 2) if rows else None,
+        "resumed_from_epoch": resumed_from_epoch,
+        "wall_minutes": round(wall / 60, 2),
+    }
+    if trainer.is_global_zero:
+        metrics_file = Path(metrics_file or Path(C.check_str(cfg, "train.metrics_dir")) / f"{variant}.json")
+        write_json(metrics_file, metrics)
+        with atomic_path(metrics_file.with_suffix(".csv")) as tmp, open(tmp, "w", newline="") as out:
+            writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else ["epoch"])
+            writer.writeheader()
+            writer.writerows(rows)
+    return metrics, {"task": task, "trainer": trainer, "data": data, "ckpt_dir": ckpt_dir}
+
+
+def _resume_point(ckpt_dir: Path, fingerprint: dict) -> Path | None:
+    """``last.ckpt`` if it belongs to a run with exactly this fingerprint, else ``None``."""
+    last, run = ckpt_dir / "last.ckpt", ckpt_dir / "run.json"
+    if not (last.is_file() and run.is_file()):
+        return None
+    try:
+        same = json.loads(run.read_text()) == json.loads(json.dumps(fingerprint))
+    except json.JSONDecodeError:
+        same = False
+    if not same:
+        log.info("%s belongs to another configuration: training from scratch", last)
+        return None
+    log.info("resuming from %s", last)
+    return last
+
+
+def _epoch_of(checkpoint: Path | None) -> int | None:
+    if checkpoint is None:
+        return None
+    return int(torch.load(checkpoint, map_location="cpu", weights_only=True)["epoch"]) + 1
+
+
+def load_checkpoint_state(path: str | Path) -> dict[str, torch.Tensor]:
+    """The network weights (``Seq2Seq`` state dict) of a Lightning checkpoint.
+
+    Loaded with ``weights_only=True``: nothing in the file is unpickled as code.
+
+    Raises:
+        DataError: the file is missing, truncated or not a flexatt checkpoint.
+    """
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+        state = ckpt["state_dict"]
+    except FileNotFoundError as exc:
+        raise DataError(path, "checkpoint not found") from exc
+    except Exception as exc:  # truncated zip, pickle error, missing key
+        raise DataError(path, f"not a readable checkpoint (corrupt or truncated?): {exc}") from exc
+    prefix = "model."
+    weights = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    if not weights:
+        raise DataError(path, "holds no model weights")
+    return weights
+
+
+def checkpoint_hparams(path: str | Path) -> dict[str, Any]:
+    """The hyperparameters saved in a checkpoint (model config, vocabulary sizes, …)."""
+    try:
+        return dict(torch.load(path, map_location="cpu", weights_only=True)["hyper_parameters"])
+    except Exception as exc:
+        raise DataError(path, f"not a readable checkpoint (corrupt or truncated?): {exc}") from exc
+

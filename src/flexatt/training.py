@@ -1,0 +1,151 @@
+"""The training logic: a LightningModule around a plain :class:`flexatt.model.Seq2Seq`.
+
+``TranslationTask`` holds only what training needs: the loss (teacher-forced cross-entropy, or
+the fine-tuning objective J = CE − β·mean g_t of Flexible Attention eq. 9), Adam with the
+learning rate halved every epoch from a configured epoch on, and validation by greedy decoding
+of the dev set scored with BLEU. The network lives in ``flexatt.model``; batching in
+``flexatt.data.batching``; decoding in ``flexatt.search``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytorch_lightning as pl
+import torch
+from lightning_fabric.plugins import TorchCheckpointIO
+from torch.utils.data import DataLoader
+
+from flexatt.data.batching import Batch, LengthGroupedBatches, ParallelData, collate
+from flexatt.data.subwords import PAD_ID, EncodedSplit
+from flexatt.metrics import corpus_bleu
+from flexatt.model import build_model, finetune_loss, sequence_nll
+from flexatt.search import greedy
+
+
+def lr_factor(epoch: int, halve_from: int) -> float:
+    """Learning-rate factor for 0-based ``epoch``: 1 until 1-based epoch ``halve_from``,
+    then halved at the start of that epoch and of every later one (paper: from epoch 4)."""
+    return 0.5 ** max(0, epoch + 2 - halve_from)
+
+
+class TranslationTask(pl.LightningModule):
+    """Training, validation and optimisation of one translation model.
+
+    Args:
+        model_cfg: the model config (``conf/model``, merged with the variant's overrides).
+        src_vocab, tgt_vocab: vocabulary sizes.
+        lr: Adam's initial learning rate; halve_from: see :func:`lr_factor`.
+        beta: β of the fine-tuning objective (0 for ordinary training).
+        seed: torch is reseeded with ``seed + epoch`` at each epoch start, so a run resumed
+            from an epoch-end checkpoint continues exactly as an uninterrupted one.
+        max_len_ratio: greedy validation decodes at most ``ratio · S + 10`` tokens.
+    """
+
+    def __init__(self, model_cfg: dict, src_vocab: int, tgt_vocab: int, lr: float = 1e-3,
+                 halve_from: int = 4, beta: float = 0.0, seed: int = 0, max_len_ratio: float = 2.0):
+        super().__init__()
+        self.save_hyperparameters()
+        self.model = build_model(model_cfg, src_vocab, tgt_vocab, PAD_ID)
+        self.detokenize: Callable[[list[list[int]]], list[str]] | None = None
+        self.dev_references: list[str] | None = None
+        self._hyps: dict[int, list[int]] = {}
+
+    # ------------------------------------------------------------------ loss
+    def loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The training objective of one batch and the values worth logging."""
+        logits, aux = self.model(batch.src, batch.src_len, batch.tgt_in)
+        mask = batch.tgt_out != PAD_ID
+        nll = sequence_nll(logits, batch.tgt_out, mask)
+        token_nll = nll * len(batch) / mask.sum()
+        logs = {"nll_token": token_nll}
+        if self.hparams.beta > 0:
+            if aux["g"] is None:
+                raise ValueError(f"fine-tuning with beta > 0 needs a flexible model, not "
+                                 f"{self.hparams.model_cfg['attention']}")
+            loss = finetune_loss(logits, batch.tgt_out, aux["g"], mask, self.hparams.beta)
+            logs["g_mean"] = (aux["g"] * mask).sum() / mask.sum()
+        else:
+            loss = nll
+        return loss, logs
+
+    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
+        loss, logs = self.loss(batch)
+        size = len(batch)
+        self.log("train/loss", loss, prog_bar=True, batch_size=size)
+        for name, value in logs.items():
+            self.log(f"train/{name}", value, batch_size=size)
+        self.log("train/lr", self.optimizers().param_groups[0]["lr"], batch_size=size)
+        return loss
+
+    def on_train_epoch_start(self) -> None:
+        torch.manual_seed(self.hparams.seed + self.current_epoch)
+
+    # ------------------------------------------------------------------ validation
+    def on_validation_epoch_start(self) -> None:
+        self._hyps = {}
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        loss, logs = self.loss(batch)
+        self.log("val/loss", loss, batch_size=len(batch))
+        self.log("val/nll_token", logs["nll_token"], batch_size=len(batch))
+        if self.detokenize is not None:
+            max_len = (batch.src_len.float() * self.hparams.max_len_ratio).long() + 10
+            result = greedy(self.model, batch.src, batch.src_len, max_len)
+            for i, row in zip(batch.index.tolist(), result.tokens.tolist()):
+                self._hyps[i] = row
+
+    def on_validation_epoch_end(self) -> None:
+        if self.detokenize is None or self.dev_references is None or not self._hyps:
+            return
+        if len(self._hyps) != len(self.dev_references):  # a sanity check ran on part of dev
+            return
+        hyps = self.detokenize([self._hyps[i] for i in range(len(self._hyps))])
+        bleu, _ = corpus_bleu(hyps, [self.dev_references])
+        self.log("val/bleu", bleu, prog_bar=True)
+
+    # ------------------------------------------------------------------ optimisation
+    def configure_optimizers(self) -> Any:
+        optimizer = torch.optim.Adam(self.model.parameters(), lr=self.hparams.lr)
+        halve_from = self.hparams.halve_from
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda e: lr_factor(e, halve_from))
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"}}
+
+
+class TranslationData(pl.LightningDataModule):
+    """The encoded train and dev splits, batched by length (rank-aware under DDP)."""
+
+    def __init__(self, tok_dir: str | os.PathLike, batch_size: int, seed: int, eval_batch_size: int = 100):
+        super().__init__()
+        self.tok_dir = Path(tok_dir)
+        self.batch_size, self.eval_batch_size, self.seed = batch_size, eval_batch_size, seed
+        self.train = EncodedSplit.load(self.tok_dir / "train.npz")
+        self.dev = EncodedSplit.load(self.tok_dir / "dev.npz")
+
+    def train_dataloader(self) -> DataLoader:
+        world = self.trainer.world_size if self.trainer else 1
+        rank = self.trainer.global_rank if self.trainer else 0
+        sampler = LengthGroupedBatches(self.train.src_lengths, self.train.tgt_lengths, self.batch_size,
+                                       shuffle=True, seed=self.seed, world_size=world, rank=rank)
+        return DataLoader(ParallelData(self.train), batch_sampler=sampler, collate_fn=collate)
+
+    def val_dataloader(self) -> DataLoader:
+        sampler = LengthGroupedBatches(self.dev.src_lengths, self.dev.tgt_lengths, self.eval_batch_size,
+                                       shuffle=False)
+        return DataLoader(ParallelData(self.dev), batch_sampler=sampler, collate_fn=collate)
+
+
+class AtomicCheckpointIO(TorchCheckpointIO):
+    """Write checkpoints under a temporary name and rename them into place, so a kill during a
+    save never leaves a truncated ``last.ckpt`` that a resumed run would trust."""
+
+    def save_checkpoint(self, checkpoint: dict, path: str | os.PathLike, storage_options: Any = None) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        torch.save(checkpoint, tmp)
+        os.replace(tmp, path)
+

@@ -1,0 +1,482 @@
+"""Tests of the attention variants and score functions (tiny tensors, fixed seeds)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from flexatt.attention import (
+    ATTENTION_TYPES,
+    SCORE_TYPES,
+    AttentionState,
+    FlexibleAttention,
+    build_attention,
+    masked_softmax,
+)
+
+Q, E, K, A = 6, 5, 8, 7  # query (decoder) size, feedback size, key size 2H, att size
+LENGTHS = [7, 4, 2, 5]
+S_MAX = max(LENGTHS)
+
+
+@pytest.fixture(autouse=True)
+def single_thread():
+    """Tiny tensors: run single-threaded (intra-op threads only add barrier overhead)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def make(attention, score="concat", seed=0, **kw):
+    torch.manual_seed(seed)
+    return build_attention(attention, score, Q, K, E, A, **kw)
+
+
+def inputs(seed=1, scale=1.0):
+    """values batch x S x K (zeros at padding), mask, queries and feedbacks for 4 steps."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.tensor(LENGTHS)
+    mask = torch.arange(S_MAX).unsqueeze(0) < lengths.unsqueeze(1)
+    values = torch.randn(len(LENGTHS), S_MAX, K, generator=g) * mask.unsqueeze(-1)
+    queries = torch.randn(4, len(LENGTHS), Q, generator=g) * scale
+    feedbacks = torch.randn(4, len(LENGTHS), E, generator=g)
+    return values, mask, queries, feedbacks
+
+
+def summary(values, mask):
+    return values.sum(1) / mask.sum(1, keepdim=True)
+
+
+def run(att, values, mask, queries, feedbacks, tau=None):
+    """Run the attention for len(queries) steps; return per-step outputs."""
+    cache = att.precompute(values, mask)
+    state = att.init_state(cache, summary(values, mask))
+    outs = []
+    for q, f in zip(queries, feedbacks):
+        context, weights, new_state, stats = att(q, f, cache, state, tau)
+        outs.append((context, weights, state, new_state, stats))
+        state = new_state
+    return outs
+
+
+class ScoreCounter:
+    """Wraps a scorer's forward and records the key rows / positions it received."""
+
+    def __init__(self, scorer):
+        self.rows = 0
+        self.positions = []
+        original = scorer.forward
+
+        def counting(q, keys, positions):
+            self.rows += keys.shape[:-1].numel()
+            self.positions.append(positions.expand(keys.shape[:-1]).clone())
+            return original(q, keys, positions)
+
+        scorer.forward = counting
+
+
+# --------------------------------------------------------------------------------------
+# weights: normalisation, padding, windows
+# --------------------------------------------------------------------------------------
+VARIANTS = [(a, "concat") for a in ATTENTION_TYPES] + [("global", s) for s in SCORE_TYPES[1:]]
+
+
+@pytest.mark.parametrize("attention,score", VARIANTS)
+def test_weights_sum_to_one_and_zero_on_padding(attention, score):
+    att = make(attention, score, local_D=2)
+    values, mask, queries, feedbacks = inputs()
+    for context, weights, _, _, stats in run(att, values, mask, queries, feedbacks):
+        assert weights.shape == mask.shape
+        assert torch.all(weights[~mask] == 0), "padding must get exactly 0"
+        assert torch.all(weights >= 0)
+        if attention == "local_p":  # Luong eq. 10: Gaussian after the softmax, sum < 1
+            assert torch.all(weights.sum(-1) <= 1 + 1e-6)
+        else:
+            torch.testing.assert_close(weights.sum(-1), torch.ones(len(LENGTHS)))
+        torch.testing.assert_close(context, torch.einsum("bs,bsk->bk", weights, values))
+        assert torch.all(stats.window >= 1)
+        assert torch.all(stats.window <= torch.tensor(LENGTHS))
+
+
+@pytest.mark.parametrize("score", SCORE_TYPES)
+@pytest.mark.parametrize("attention", ["flexible", "flexible_sact", "local_m", "local_p"])
+def test_all_scores_work_with_windowed_variants(attention, score):
+    att = make(attention, score, local_D=1)
+    values, mask, queries, feedbacks = inputs()
+    for _, weights, _, _, stats in run(att, values, mask, queries, feedbacks, tau=0.7):
+        assert torch.all(weights[~mask] == 0)
+        assert torch.all(torch.isfinite(weights))
+
+
+def test_local_m_window_clamps_at_edges():
+    D = 2
+    att = make("local_m", local_D=D)
+    values, mask, queries, feedbacks = inputs()
+    queries = torch.cat([queries, queries])  # 8 steps: t runs past every sentence
+    feedbacks = torch.cat([feedbacks, feedbacks])
+    lengths = torch.tensor(LENGTHS)
+    for t, (_, weights, _, _, stats) in enumerate(run(att, values, mask, queries, feedbacks), 1):
+        centre = torch.clamp(torch.full_like(lengths, t), max=lengths)  # p_t = t, clamped
+        lo = torch.clamp(centre - D, min=1)
+        hi = torch.minimum(centre + D, lengths)
+        assert torch.equal(stats.span_lo, lo) and torch.equal(stats.span_hi, hi)
+        assert torch.equal(stats.window, hi - lo + 1)
+        pos = torch.arange(1, S_MAX + 1).unsqueeze(0)
+        inside = (pos >= lo.unsqueeze(1)) & (pos <= hi.unsqueeze(1))
+        assert torch.all(weights[~inside] == 0)
+        assert torch.all(weights[inside] > 0)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(len(LENGTHS)))
+    assert stats.window.tolist() == [3, 3, 2, 3]  # t = 8 >= S_i: window [S_i - 2, S_i]
+
+
+@pytest.mark.parametrize("p_fraction", [0.01, 0.5, 0.99])
+def test_local_p_window_gaussian_and_edges(p_fraction):
+    D = 2
+    att = make("local_p", local_D=D)
+    values, mask, queries, feedbacks = inputs()
+    lengths = torch.tensor(LENGTHS)
+    forced = lengths.float() * p_fraction  # p_t in (0, S): near the start, middle, end
+    att.predict_position = lambda query, lens: forced
+    counter = ScoreCounter(att.scorer)
+    (context, weights, _, _, stats), = run(att, values, mask, queries[:1], feedbacks[:1])
+    centre = torch.round(forced).long()
+    lo, hi = torch.clamp(centre - D, min=1), torch.minimum(centre + D, lengths)
+    assert torch.equal(stats.span_lo, lo) and torch.equal(stats.span_hi, hi)
+    assert counter.rows == int(stats.window.sum()) == int((hi - lo + 1).sum())
+    # naive: softmax of the scores over the window, times the Gaussian (sigma = D/2)
+    q = att.scorer.project_query(queries[0])
+    keys = att.scorer.precompute(values)
+    for b in range(len(LENGTHS)):
+        win = list(range(int(lo[b]), int(hi[b]) + 1))
+        e = torch.stack([att.scorer(q[b], keys[b, s - 1], torch.tensor(s - 1)) for s in win])
+        a = torch.softmax(e, 0) * torch.exp(
+            -((torch.tensor(win, dtype=torch.float) - forced[b]) ** 2) / (2 * (D / 2) ** 2)
+        )
+        expected = torch.zeros(S_MAX)
+        expected[torch.tensor(win) - 1] = a
+        torch.testing.assert_close(weights[b], expected)
+
+
+def test_local_p_position_is_predicted_in_range():
+    att = make("local_p", local_D=3)
+    values, mask, queries, feedbacks = inputs(scale=5.0)
+    for _, _, _, _, stats in run(att, values, mask, queries, feedbacks):
+        assert torch.all(stats.position > 0)
+        assert torch.all(stats.position < torch.tensor(LENGTHS, dtype=torch.float))
+        v_p, W_p = att.v_p.weight, att.W_p.weight
+    expected = torch.tensor(LENGTHS).float() * torch.sigmoid(
+        torch.tanh(queries[-1] @ W_p.T) @ v_p.T
+    ).squeeze(-1)
+    torch.testing.assert_close(stats.position, expected)
+
+
+@pytest.mark.parametrize("attention", ["local_m", "local_p"])
+def test_local_scores_only_the_window(attention):
+    att = make(attention, local_D=1)
+    values, mask, queries, feedbacks = inputs()
+    counter = ScoreCounter(att.scorer)
+    outs = run(att, values, mask, queries, feedbacks)
+    assert counter.rows == sum(int(o[4].window.sum()) for o in outs)
+    assert counter.rows < 4 * sum(LENGTHS)
+
+
+# --------------------------------------------------------------------------------------
+# score functions
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("score", SCORE_TYPES)
+def test_score_functions_match_their_formulas(score):
+    att = make("global", score)
+    values, mask, queries, _ = inputs()
+    h = queries[0]
+    sc = att.scorer
+    got = att.score_dense(sc.project_query(h), att.precompute(values, mask))  # batch x S
+    if score == "concat":
+        ref = torch.tanh((h @ sc.W_q.weight.T).unsqueeze(1) + values @ sc.U_k.weight.T) @ sc.v_a.weight.T
+        ref = ref.squeeze(-1)
+    elif score == "general":
+        ref = torch.einsum("bq,qk,bsk->bs", h, sc.W_a.weight, values)
+    elif score in ("dot", "scaled_dot"):
+        ref = torch.einsum("bd,bsd->bs", h @ sc.W_q.weight.T, values @ sc.W_k.weight.T)
+        if score == "scaled_dot":
+            ref = ref / math.sqrt(A)
+    else:  # location: logits over max length, first S_max positions
+        ref = (h @ sc.W_a.T + sc.b_a)[:, :S_MAX]
+    torch.testing.assert_close(got, ref)
+    # and the attention weights are the masked softmax of these scores
+    _, weights, _, _ = att(h, None, att.precompute(values, mask), att.init_state(
+        att.precompute(values, mask), summary(values, mask)))
+    torch.testing.assert_close(weights, masked_softmax(ref, mask))
+
+
+def test_location_score_rejects_too_long_sources():
+    att = make("global", "location", max_src_len=4)
+    values, mask, _, _ = inputs()
+    with pytest.raises(ValueError, match="max_src_len"):
+        att.precompute(values, mask)
+
+
+def test_fixed_temperature_equals_softmax_over_T():
+    values, mask, queries, feedbacks = inputs()
+    base = make("global", seed=3)
+    hot = make("global", seed=3, temperature=0.8)
+    cache = base.precompute(values, mask)
+    state = base.init_state(cache, summary(values, mask))
+    scores = base.score_dense(base.scorer.project_query(queries[0]), cache)
+    _, weights, _, _ = hot(queries[0], feedbacks[0], cache, state)
+    torch.testing.assert_close(weights, masked_softmax(scores / 0.8, mask))
+
+
+# --------------------------------------------------------------------------------------
+# flexible attention
+# --------------------------------------------------------------------------------------
+@torch.no_grad()
+def naive_flexible(att, values, mask, queries, feedbacks, sact=False):
+    """Loop re-implementation of 2017 eqs. 4–8 (2016 eq. 7), float64, 1-based positions."""
+    sc = att.scorer
+    W_q, U_k, v_a = (m.weight.double() for m in (sc.W_q, sc.U_k, sc.v_a))
+    W_g, v_g, b_g = att.W_g.weight.double(), att.v_g.double(), att.b_g.double()
+    out = []
+    for b, S in enumerate(LENGTHS):
+        p_prev = 1.0  # p_0 = 1
+        ctx_prev = values[b, :S].double().mean(0)
+        rows = []
+        for t in range(len(queries)):
+            h, i = queries[t, b].double(), feedbacks[t, b].double()
+            if att.g_feedback:
+                g = torch.sigmoid(v_g @ torch.tanh(W_g @ torch.cat([h, i])) + b_g)
+            else:
+                g = torch.sigmoid(v_g @ torch.tanh(W_g @ h + b_g))
+            temp = 1.0
+            if sact:
+                st = att.sact_temperature
+                beta = torch.tanh(st.W_c.weight.double() @ ctx_prev + st.U_s.weight.double() @ h)
+                temp = float(st.lam ** beta)
+            logits, pens = [], []
+            for s in range(1, S + 1):
+                score = v_a @ torch.tanh(W_q @ h + U_k @ values[b, s - 1].double())
+                pen = g * (s - p_prev) ** 2 / (2 * att.sigma**2)
+                pens.append(float(pen))
+                logits.append(float(score) / temp - float(pen))
+            a = torch.softmax(torch.tensor(logits, dtype=torch.float64), 0)
+            p_t = float(sum(a[s - 1] * s for s in range(1, S + 1)))
+            ctx = (a.unsqueeze(1) * values[b, :S].double()).sum(0)
+            rows.append(dict(g=float(g), penalty=pens, a=a, p=p_t, p_prev=p_prev, ctx=ctx, temp=temp))
+            p_prev, ctx_prev = p_t, ctx
+        out.append(rows)
+    return out
+
+
+@pytest.mark.parametrize("g_feedback", [True, False])
+@pytest.mark.parametrize("attention", ["flexible", "flexible_sact"])
+def test_flexible_matches_naive_recomputation(attention, g_feedback):
+    att = make(attention, g_feedback=g_feedback, sigma=1.5)
+    values, mask, queries, feedbacks = inputs(scale=2.0)
+    outs = run(att, values, mask, queries, feedbacks)
+    ref = naive_flexible(att, values, mask, queries, feedbacks, sact=attention == "flexible_sact")
+    for t, (context, weights, state, new_state, stats) in enumerate(outs):
+        for b, S in enumerate(LENGTHS):
+            r = ref[b][t]
+            assert stats.g[b].item() == pytest.approx(r["g"], rel=1e-5, abs=1e-6)
+            assert state.position[b].item() == pytest.approx(r["p_prev"], rel=1e-5)
+            assert stats.position[b].item() == pytest.approx(r["p"], rel=1e-5)
+            assert new_state.position[b].item() == pytest.approx(r["p"], rel=1e-5)
+            pen = att.penalty(
+                torch.arange(1, S + 1).unsqueeze(0), state.position[b : b + 1], stats.g[b : b + 1]
+            )
+            torch.testing.assert_close(
+                pen[0].double(), torch.tensor(r["penalty"], dtype=torch.float64), rtol=1e-5, atol=1e-6
+            )
+            torch.testing.assert_close(weights[b, :S].double(), r["a"], rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(context[b].double(), r["ctx"], rtol=1e-5, atol=1e-6)
+            if attention == "flexible_sact":
+                assert stats.temperature[b].item() == pytest.approx(r["temp"], rel=1e-5)
+    assert outs[0][2].position.tolist() == [1.0] * len(LENGTHS)  # p_0 = 1
+
+
+@pytest.mark.parametrize("g_feedback", [True, False])
+def test_flexible_with_zero_strength_equals_global(g_feedback, monkeypatch):
+    values, mask, queries, feedbacks = inputs()
+    glob = make("global", seed=4)
+    flex = make("flexible", seed=5, g_feedback=g_feedback)
+    flex.scorer.load_state_dict(glob.scorer.state_dict())  # same score parameters
+    if g_feedback:
+        with torch.no_grad():  # sigmoid(-1e4) == 0 exactly in float32
+            flex.b_g.fill_(-1e4)
+    else:
+        monkeypatch.setattr(flex, "strength", lambda q, f: torch.zeros(q.size(0)))
+    for (c1, w1, *_), (c2, w2, _, _, stats) in zip(
+        run(glob, values, mask, queries, feedbacks), run(flex, values, mask, queries, feedbacks)
+    ):
+        assert torch.all(stats.g == 0)
+        torch.testing.assert_close(w2, w1)
+        torch.testing.assert_close(c2, c1)
+    # with g = 0 even a tiny threshold keeps every position (radius = inf)
+    for (_, w1, *_), (_, w2, _, _, stats) in zip(
+        run(glob, values, mask, queries, feedbacks),
+        run(flex, values, mask, queries, feedbacks, tau=1e-3),
+    ):
+        assert stats.window.tolist() == LENGTHS
+        torch.testing.assert_close(w2, w1)
+
+
+def dense_masked_reference(att, query, feedback, cache, state, tau):
+    """Dense computation over all positions, then positions with penalty >= tau (except the
+    one nearest p_{t-1}) masked with -inf: what the windowed path must reproduce."""
+    g = att.strength(query, feedback)
+    temp = att.sact_temperature(state.context, query) if att.sact else None
+    scores = att.score_dense(att.scorer.project_query(query), cache)
+    positions = torch.arange(1, cache.mask.size(1) + 1).unsqueeze(0)
+    pen = att.penalty(positions, state.position, g)
+    logits = att.flexible_logits(scores, pen, temp)
+    nearest = torch.minimum(torch.round(state.position).clamp_min(1), cache.lengths.float())
+    keep = cache.mask & ((pen < tau) | (positions == nearest.unsqueeze(1)))
+    weights = masked_softmax(logits, keep)
+    return weights, keep
+
+
+@pytest.mark.parametrize("tau", [0.05, 0.3, 1.2, 4.0])
+@pytest.mark.parametrize("attention", ["flexible", "flexible_sact"])
+def test_finite_tau_equals_masked_dense_and_scores_only_window(attention, tau):
+    att = make(attention, sigma=1.0)
+    with torch.no_grad():
+        att.b_g.fill_(1.5)  # strong penalties so that windows are narrow
+    values, mask, queries, feedbacks = inputs(scale=2.0)
+    cache = att.precompute(values, mask)
+    state = att.init_state(cache, summary(values, mask))
+    counter = ScoreCounter(att.scorer)
+    total = 0
+    for q, f in zip(queries, feedbacks):
+        with torch.no_grad():
+            ref_w, keep = dense_masked_reference(att, q, f, cache, state, tau)
+        counter.rows, counter.positions = 0, []
+        context, weights, new_state, stats = att(q, f, cache, state, tau)
+        # the score function saw exactly the window positions, and stats counts them
+        assert counter.rows == int(stats.window.sum()) == int(keep.sum())
+        assert torch.equal(stats.window, keep.sum(1))
+        seen = torch.cat(counter.positions)  # 0-based indices, row-major
+        assert torch.equal(seen, keep.nonzero()[:, 1])
+        torch.testing.assert_close(weights, ref_w)
+        torch.testing.assert_close(context, torch.einsum("bs,bsk->bk", ref_w, values))
+        torch.testing.assert_close(new_state.position, (ref_w * torch.arange(1, S_MAX + 1)).sum(1))
+        assert torch.all(weights[~keep] == 0)
+        total += int(stats.window.sum())
+        state = new_state
+    assert total < len(queries) * sum(LENGTHS)  # something was actually skipped
+
+
+@pytest.mark.parametrize("attention", ["flexible", "flexible_sact"])
+def test_tau_inf_or_none_is_dense(attention):
+    att = make(attention)
+    values, mask, queries, feedbacks = inputs()
+    dense = run(att, values, mask, queries, feedbacks, tau=None)
+    counter = ScoreCounter(att.scorer)
+    inf = run(att, values, mask, queries, feedbacks, tau=math.inf)
+    assert counter.rows == len(queries) * len(LENGTHS) * S_MAX  # dense kernel, no gather
+    huge = run(att, values, mask, queries, feedbacks, tau=1e9)  # windowed path, full window
+    for (c0, w0, *_, s0), (c1, w1, *_, s1), (c2, w2, *_, s2) in zip(dense, inf, huge):
+        assert torch.equal(w0, w1) and torch.equal(c0, c1)
+        assert s0.window.tolist() == s1.window.tolist() == s2.window.tolist() == LENGTHS
+        torch.testing.assert_close(w2, w0)
+        torch.testing.assert_close(c2, c0)
+
+
+@pytest.mark.parametrize("tau", [0.0, 1e-9])
+def test_nearest_position_always_scored(tau):
+    att = make("flexible")
+    values, mask, queries, feedbacks = inputs()
+    cache = att.precompute(values, mask)
+    state = att.init_state(cache, summary(values, mask))
+    state = state._replace(position=torch.tensor([3.4, 3.6, 2.0, 0.7]))
+    counter = ScoreCounter(att.scorer)
+    _, weights, new_state, stats = att(queries[0], feedbacks[0], cache, state, tau)
+    assert stats.window.tolist() == [1, 1, 1, 1] and counter.rows == 4
+    nearest = [3, 4, 2, 1]
+    assert stats.span_lo.tolist() == nearest == stats.span_hi.tolist()
+    expected = torch.zeros_like(weights)
+    expected[torch.arange(4), torch.tensor(nearest) - 1] = 1.0
+    assert torch.equal(weights, expected)
+    assert new_state.position.tolist() == [3.0, 4.0, 2.0, 1.0]
+
+
+def test_vision_span_formula():
+    att = FlexibleAttention(make("global").scorer, Q, E, K, A, sigma=1.5)
+    p = torch.tensor([4.0, 4.0, 1.0, 2.5])
+    g = torch.tensor([1.0, 0.25, 1.0, 1e-30])
+    lengths = torch.tensor([9, 9, 9, 3])
+    lo, hi = att.vision_span(p, g, 1.0, lengths)
+    # radius = 1.5 * sqrt(2 / g): 2.121 -> (1.88, 6.12) -> 2..6 ; 4.243 -> (-0.24, 8.24) -> 1..8
+    assert lo.tolist() == [2, 1, 1, 1] and hi.tolist() == [6, 8, 3, 3]
+    # exact boundary: penalty(s) == tau is excluded (strict inequality)
+    att.sigma = 1.0  # radius = sqrt(2 * 0.5 / 1) = 1 exactly: s = 4, 6 have penalty == tau
+    lo, hi = att.vision_span(torch.tensor([5.0]), torch.tensor([1.0]), 0.5, torch.tensor([9]))
+    assert (lo.item(), hi.item()) == (5, 5)
+
+
+# --------------------------------------------------------------------------------------
+# SACT
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("attention", ["sact", "flexible_sact"])
+def test_sact_temperature_strictly_inside_range(attention):
+    lam = 4.0
+    att = make(attention, sact_lambda=lam)
+    values, mask, queries, feedbacks = inputs(scale=3.0)
+    temps = torch.cat([o[4].temperature for o in run(att, values, mask, queries, feedbacks)])
+    assert torch.all(temps > 1 / lam) and torch.all(temps < lam)
+    assert temps.max() - temps.min() > 0.05  # it does adapt
+
+
+def test_sact_weights_are_softmax_of_scores_over_temperature():
+    att = make("sact", sact_lambda=3.0)
+    values, mask, queries, feedbacks = inputs()
+    cache = att.precompute(values, mask)
+    state = att.init_state(cache, summary(values, mask))
+    for q, f in zip(queries, feedbacks):
+        st = att.sact_temperature
+        beta = torch.tanh(state.context @ st.W_c.weight.T + q @ st.U_s.weight.T).squeeze(-1)
+        temp = 3.0**beta  # SACT eqs. 1-2 with c~_{t-1} = previous context, s_t = h_{t-1}
+        scores = att.score_dense(att.scorer.project_query(q), cache)
+        context, weights, new_state, stats = att(q, f, cache, state)
+        torch.testing.assert_close(stats.temperature, temp)
+        torch.testing.assert_close(weights, masked_softmax(scores / temp.unsqueeze(1), mask))
+        assert torch.equal(new_state.context, context)
+        state = new_state
+    # c~_0 is the mean of h̄ over the real positions
+    first = att.init_state(cache, summary(values, mask))
+    torch.testing.assert_close(first.context[1], values[1, :4].mean(0))
+
+
+# --------------------------------------------------------------------------------------
+# state
+# --------------------------------------------------------------------------------------
+def test_cache_and_state_index_select():
+    att = make("flexible")
+    values, mask, queries, feedbacks = inputs()
+    cache = att.precompute(values, mask)
+    state = att.init_state(cache, summary(values, mask))
+    _, _, state, _ = att(queries[0], feedbacks[0], cache, state)
+    index = torch.tensor([2, 2, 0])
+    c2, s2 = cache.index_select(index), state.index_select(index)
+    assert isinstance(s2, AttentionState)
+    ctx_a, w_a, st_a, _ = att(queries[1], feedbacks[1], cache, state)
+    ctx_b, w_b, st_b, _ = att(queries[1][index], feedbacks[1][index], c2, s2)
+    torch.testing.assert_close(w_b, w_a[index])
+    torch.testing.assert_close(ctx_b, ctx_a[index])
+    torch.testing.assert_close(st_b.position, st_a.position[index])
+
+
+@pytest.mark.parametrize(
+    "attention,score,tau",
+    [("local_p", "concat", None), ("local_m", "location", None), ("flexible", "general", 0.5)],
+)
+def test_gradients_flow_through_windowed_paths(attention, score, tau):
+    att = make(attention, score, local_D=1)
+    values, mask, queries, feedbacks = inputs()
+    values.requires_grad_(True)
+    loss = sum(o[0].pow(2).sum() for o in run(att, values, mask, queries, feedbacks, tau=tau))
+    loss.backward()
+    for name, param in att.named_parameters():
+        assert param.grad is not None and param.grad.abs().sum() > 0, name
+    assert values.grad[~mask].abs().sum() == 0  # padding never reaches the context

@@ -1,0 +1,271 @@
+"""Tests of the encoder-decoder model, its config validation and its losses."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from omegaconf import OmegaConf
+
+from flexatt.attention import ATTENTION_TYPES
+from flexatt.decoders import DecoderState
+from flexatt.model import (
+    DEFAULTS,
+    Seq2Seq,
+    build_model,
+    count_parameters,
+    finetune_loss,
+    mean_strength,
+    sequence_nll,
+)
+
+PAD, BOS, EOS, VOCAB = 0, 1, 2, 12
+TINY = dict(emb_size=8, hidden_size=6, att_size=5, readout_size=7, dropout=0.0, local_D=2)
+
+
+@pytest.fixture(autouse=True)
+def single_thread():
+    """Tiny tensors: intra-op threads only add barrier overhead (and stall badly when the
+    machine is shared), so these tests run single-threaded."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_model(attention="global", seed=0, **kw) -> Seq2Seq:
+    torch.manual_seed(seed)
+    model = build_model({**TINY, "attention": attention, **kw}, VOCAB, VOCAB, PAD)
+    return model.eval()
+
+
+def batch():
+    """Fixed batch: 3 sources of lengths 6, 3, 1 and targets of lengths 5, 2, 4 (+BOS)."""
+    src = torch.tensor([[3, 4, 5, 6, 7, 8], [9, 10, 11, 0, 0, 0], [5, 0, 0, 0, 0, 0]])
+    src_len = torch.tensor([6, 3, 1])
+    tgt_out = torch.tensor([[5, 4, 3, 8, EOS], [11, EOS, 0, 0, 0], [6, 6, 7, EOS, 0]])
+    tgt_in = torch.cat([torch.full((3, 1), BOS), tgt_out[:, :-1]], 1)
+    tgt_in[tgt_out == 0] = 0
+    return src, src_len, tgt_in, tgt_out, tgt_out != PAD
+
+
+# --------------------------------------------------------------------------------------
+# config
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("attention", "local"),
+        ("score", "bilinear"),
+        ("emb_size", 0),
+        ("hidden_size", 2.5),
+        ("dropout", 1.0),
+        ("local_D", 0),
+        ("sigma", -1.0),
+        ("g_feedback", "yes"),
+        ("sact_lambda", 1.0),
+        ("temperature", 0.0),
+        ("att_sise", 8),
+    ],
+)
+def test_build_model_rejects_bad_values_naming_the_key(key, value):
+    with pytest.raises(ValueError, match=rf"^model\.{key}: .*allowed: "):
+        build_model({key: value}, VOCAB, VOCAB)
+
+
+def test_temperature_is_rejected_for_learned_temperature_variants():
+    with pytest.raises(ValueError, match=r"^model\.temperature: .*sact"):
+        build_model({"attention": "sact", "temperature": 0.9}, VOCAB, VOCAB)
+
+
+def test_build_model_accepts_omegaconf_and_defaults():
+    cfg = OmegaConf.create({**TINY, "attention": "flexible", "temperature": None})
+    model = build_model(cfg, VOCAB, 13)
+    assert model.config["sigma"] == DEFAULTS["sigma"] and model.config["g_feedback"] is True
+    assert model.decoder.W_s.out_features == 13
+    assert count_parameters(model) == sum(p.numel() for p in model.parameters())
+    model.decoder.W_s.weight.requires_grad_(False)
+    assert count_parameters(model) == sum(p.numel() for p in model.parameters()) - 13 * 7
+    assert count_parameters(model, trainable_only=False) > count_parameters(model)
+
+
+# --------------------------------------------------------------------------------------
+# forward == step loop, padding invariance
+# --------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "attention,tau",
+    [(a, None) for a in ATTENTION_TYPES] + [("flexible", 0.5), ("flexible_sact", 0.5)],
+)
+def test_teacher_forced_forward_equals_step_loop(attention, tau):
+    model = tiny_model(attention)
+    src, src_len, tgt_in, _, _ = batch()
+    with torch.no_grad():
+        logits, aux = model(src, src_len, tgt_in, tau=tau)
+        cache, state = model.encode(src, src_len)
+        for t in range(tgt_in.size(1)):
+            step_logits, state, weights, stats = model.decode_step(tgt_in[:, t], state, cache, tau)
+            torch.testing.assert_close(step_logits, logits[:, t])
+            torch.testing.assert_close(weights, aux["attention"][:, t])
+            assert torch.equal(stats.window, aux["window"][:, t])
+    assert logits.shape == (3, 5, VOCAB) and aux["attention"].shape == (3, 5, 6)
+    assert aux["window"].shape == aux["position"].shape == (3, 5)
+    assert (aux["g"] is not None) == attention.startswith("flexible")
+    assert (aux["temperature"] is not None) == attention.endswith("sact")
+
+
+@pytest.mark.parametrize("attention", ATTENTION_TYPES)
+def test_padding_does_not_change_outputs(attention):
+    """A sentence decoded alone equals the same sentence inside a padded batch."""
+    model = tiny_model(attention)
+    src, src_len, tgt_in, _, _ = batch()
+    with torch.no_grad():
+        full, aux = model(src, src_len, tgt_in, tau=0.8)
+        alone, aux1 = model(src[1:2, :3], src_len[1:2], tgt_in[1:2], tau=0.8)
+    torch.testing.assert_close(alone, full[1:2])
+    torch.testing.assert_close(aux1["attention"], aux["attention"][1:2, :, :3])
+    assert torch.all(aux["attention"][1, :, 3:] == 0)
+
+
+def test_decoder_state_reorder_for_beam_search():
+    model = tiny_model("flexible_sact")
+    src, src_len, tgt_in, _, _ = batch()
+    with torch.no_grad():
+        cache, state = model.encode(src, src_len)
+        _, state, _, _ = model.decode_step(tgt_in[:, 0], state, cache)
+        k = 2
+        expand = torch.arange(3).repeat_interleave(k)
+        beam_cache, beam_state = cache.index_select(expand), state.index_select(expand)
+        assert isinstance(beam_state, DecoderState)
+        ref, ref_state, _, _ = model.decode_step(tgt_in[:, 1], state, cache, tau=0.5)
+        out, out_state, _, _ = model.decode_step(tgt_in[expand, 1], beam_state, beam_cache, tau=0.5)
+        torch.testing.assert_close(out, ref[expand])
+        origin = torch.tensor([5, 0, 2, 2, 1, 3])
+        reordered = out_state.index_select(origin)
+        torch.testing.assert_close(reordered.hidden, out_state.hidden[origin])
+        torch.testing.assert_close(reordered.attention.position, ref_state.attention.position[expand][origin])
+
+
+# --------------------------------------------------------------------------------------
+# golden values (recorded from this implementation after the naive-recomputation tests)
+# --------------------------------------------------------------------------------------
+GOLDEN = {
+    "global": {
+        "logits": [0.1762148, -0.02972, -0.2171069, -0.2744537, -0.3788113, -0.494218,
+                   0.0607412, -0.2289415, -0.2872201],
+        "attention": [0.1580047, 0.1611941, 0.1685361, 0.1709368, 0.1781266, 0.1632017],
+    },
+    "flexible": {
+        "logits": [0.003968, 0.0926261, -0.3924271, -0.0548589, 0.3463851, -0.3808216,
+                   0.0261299, 0.0104139, -0.3304514],
+        "attention": [0.1298119, 0.1953607, 0.2341704, 0.211955, 0.1530497, 0.0756523],
+        "g": [0.5130376, 0.4361546, 0.565725, 0.3911154, 0.5662524],
+        "position": [2.3844628, 3.04526, 3.2900269, 3.4506004, 3.5087399],
+    },
+}
+
+
+@pytest.mark.parametrize("attention", list(GOLDEN))
+def test_golden_values(attention):
+    model = tiny_model(attention, score="concat")
+    src, src_len, tgt_in, _, _ = batch()
+    with torch.no_grad():
+        logits, aux = model(src, src_len, tgt_in)
+    got = {
+        "logits": logits[0, :3, :3].flatten().tolist(),
+        "attention": aux["attention"][0, 2].tolist(),
+    }
+    if attention == "flexible":
+        got["g"] = aux["g"][0].tolist()
+        got["position"] = aux["position"][0].tolist()
+    for name, expected in GOLDEN[attention].items():
+        assert got[name] == pytest.approx(expected, rel=1e-4, abs=1e-6), name
+
+
+# --------------------------------------------------------------------------------------
+# losses
+# --------------------------------------------------------------------------------------
+def test_finetune_loss_by_hand_and_gradients_reach_g():
+    model = tiny_model("flexible").train()
+    src, src_len, tgt_in, tgt_out, mask = batch()
+    logits, aux = model(src, src_len, tgt_in)
+    g, beta = aux["g"], 0.1
+    loss = finetune_loss(logits, tgt_out, g, mask, beta)
+    # by hand: per-sentence summed NLL and per-sentence mean g over real target positions
+    logp = F.log_softmax(logits, -1)
+    total = 0.0
+    for i in range(3):
+        T_i = int(mask[i].sum())
+        nll = -sum(logp[i, t, tgt_out[i, t]] for t in range(T_i))
+        total = total + nll - beta * sum(g[i, t] for t in range(T_i)) / T_i
+    torch.testing.assert_close(loss, total / 3)
+    torch.testing.assert_close(sequence_nll(logits, tgt_out, mask) - beta * mean_strength(g, mask).mean(), loss)
+    loss.backward()
+    att = model.decoder.attention
+    for name in ("W_g", "v_g", "b_g"):
+        param = getattr(att, name)
+        grad = param.weight.grad if name == "W_g" else param.grad
+        assert grad is not None and grad.abs().sum() > 0, name
+
+
+def test_finetune_term_pushes_g_up():
+    model = tiny_model("flexible", g_feedback=False).train()
+    src, src_len, tgt_in, tgt_out, mask = batch()
+    _, aux = model(src, src_len, tgt_in)
+    (-mean_strength(aux["g"], mask).mean()).backward()
+    att = model.decoder.attention
+    before = mean_strength(aux["g"], mask).mean().item()
+    with torch.no_grad():
+        for p in (att.W_g.weight, att.v_g, att.b_g):
+            p -= 0.5 * p.grad
+        _, aux2 = model(src, src_len, tgt_in)
+    assert mean_strength(aux2["g"], mask).mean().item() > before
+
+
+# --------------------------------------------------------------------------------------
+# learning sanity: reorder chunks of 3
+# --------------------------------------------------------------------------------------
+def reorder_batch(gen, size=32):
+    lengths = torch.randint(4, 10, (size,), generator=gen)
+    S = int(lengths.max())
+    src = torch.zeros(size, S, dtype=torch.long)
+    tgt_out = torch.zeros(size, S + 1, dtype=torch.long)
+    for i, n in enumerate(lengths.tolist()):
+        tokens = torch.randint(3, VOCAB, (n,), generator=gen)
+        src[i, :n] = tokens
+        chunks = [tokens[j : j + 3].flip(0) for j in range(0, n, 3)]
+        tgt_out[i, :n] = torch.cat(chunks)
+        tgt_out[i, n] = EOS
+    tgt_in = torch.cat([torch.full((size, 1), BOS), tgt_out[:, :-1]], 1)
+    tgt_in[tgt_out == PAD] = PAD
+    return src, lengths, tgt_in, tgt_out, tgt_out != PAD
+
+
+@pytest.mark.parametrize("attention", ["global", "flexible"])
+def test_tiny_reordering_task_learns(attention):
+    torch.manual_seed(0)
+    cfg = dict(emb_size=16, hidden_size=32, att_size=16, readout_size=32, dropout=0.0)
+    model = build_model({**cfg, "attention": attention}, VOCAB, VOCAB, PAD)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    gen = torch.Generator().manual_seed(1)
+    held_out = reorder_batch(torch.Generator().manual_seed(99), 64)
+
+    def token_ce(data):
+        src, src_len, tgt_in, tgt_out, mask = data
+        with torch.no_grad():
+            logits, _ = model(src, src_len, tgt_in)
+        return (sequence_nll(logits, tgt_out, mask) * len(src) / mask.sum()).item()
+
+    model.eval()
+    start = token_ce(held_out)
+    model.train()
+    for _ in range(200):
+        src, src_len, tgt_in, tgt_out, mask = reorder_batch(gen)
+        logits, _ = model(src, src_len, tgt_in)
+        loss = sequence_nll(logits, tgt_out, mask)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 3.0)
+        opt.step()
+    model.eval()
+    end = token_ce(held_out)
+    assert start > 2.0 and end < 0.25 * start, (start, end)
