@@ -6,8 +6,10 @@ At step t (1-based), with previous state h_{t-1} and feedback embedding i_t = E[
 2. h_t = LSTM([i_t; c_t], h_{t-1})
 3. o_t = tanh(W_o [h_t; c_t; i_t] + b_o),  logits_t = W_s o_t     (readout, paper: 600 units)
 
-``forward`` runs teacher forcing over a whole target by calling the very same step
-function that ``step`` (greedy / beam search) uses. Dropout is applied to the feedback
+``forward`` runs teacher forcing over a whole target with the very same recurrence
+(attention + LSTM) that ``step`` (greedy / beam search) uses; since the readout does not feed
+back into the recurrence, it is applied once to all steps (one large matrix product instead
+of T small ones). Dropout is applied to the feedback
 embeddings i_t and to o_t before W_s.
 """
 
@@ -79,17 +81,23 @@ class RecurrentDecoder(nn.Module):
         att_state = self.attention.init_state(cache, enc.summary)
         return cache, DecoderState(enc.hidden, enc.cell, att_state)
 
-    def _step(
+    def _recur(
         self, i_t: Tensor, state: DecoderState, cache: AttentionCache, tau: Optional[float]
     ) -> tuple[Tensor, DecoderState, Tensor, AttentionStats]:
-        """One step from an (already dropped-out) feedback embedding i_t: batch x E."""
+        """Attention and the LSTM for one step, from an (already dropped-out) feedback
+        embedding i_t: batch x E. Returns the context c_t (batch x 2H), the new state
+        (holding h_t), the weights a_t (batch x S) and the stats."""
         context, weights, att_state, stats = self.attention(
             state.hidden, i_t, cache, state.attention, tau
         )  # batch x 2H, batch x S
         h_t, c_t = self.rnn(torch.cat([i_t, context], dim=-1), (state.hidden, state.cell))
-        o_t = torch.tanh(self.W_o(torch.cat([h_t, context, i_t], dim=-1)))  # batch x readout
-        logits = self.W_s(self.dropout(o_t))  # batch x V
-        return logits, DecoderState(h_t, c_t, att_state), weights, stats
+        return context, DecoderState(h_t, c_t, att_state), weights, stats
+
+    def readout(self, h: Tensor, context: Tensor, i: Tensor) -> Tensor:
+        """o_t = tanh(W_o [h_t; c_t; i_t] + b_o), logits = W_s o_t, for any leading shape
+        (one step: batch x ..., or every step of teacher forcing at once: batch x T x ...)."""
+        o = torch.tanh(self.W_o(torch.cat([h, context, i], dim=-1)))  # ... x readout
+        return self.W_s(self.dropout(o))  # ... x V
 
     def step(
         self,
@@ -104,7 +112,8 @@ class RecurrentDecoder(nn.Module):
         :return: logits batch x V, new state, attention weights batch x S, stats
         """
         i_t = self.dropout(self.embed(prev_tokens))  # batch x E
-        return self._step(i_t, state, cache, tau)
+        context, state, weights, stats = self._recur(i_t, state, cache, tau)
+        return self.readout(state.hidden, context, i_t), state, weights, stats
 
     def forward(
         self,
@@ -123,14 +132,17 @@ class RecurrentDecoder(nn.Module):
             Steps at target padding are computed too; mask them in the loss.
         """
         emb = self.dropout(self.embed(tgt_in))  # batch x T x E
-        logits, weights, stats = [], [], []
+        hiddens, contexts, weights, stats = [], [], [], []
         for t in range(tgt_in.size(1)):
-            logit_t, state, weight_t, stat_t = self._step(emb[:, t], state, cache, tau)
-            logits.append(logit_t)
+            context_t, state, weight_t, stat_t = self._recur(emb[:, t], state, cache, tau)
+            hiddens.append(state.hidden)
+            contexts.append(context_t)
             weights.append(weight_t)
             stats.append(stat_t)
+        # the readout does not feed back into the recurrence: one batched call for all steps
+        logits = self.readout(torch.stack(hiddens, 1), torch.stack(contexts, 1), emb)
         aux = {"attention": torch.stack(weights, 1), "state": state}
         for name in AttentionStats._fields:
             values = [getattr(s, name) for s in stats]
             aux[name] = None if values[0] is None else torch.stack(values, 1)
-        return torch.stack(logits, 1), aux
+        return logits, aux

@@ -1,33 +1,145 @@
-"""Decoding: greedy search over a batch of sentences (pure functions, no training state).
+"""Decoding: greedy search, beam search and forced decoding (pure functions, no training state).
 
-Every search returns, per sentence, the number of source positions whose score was evaluated
-(summed over its decoding steps, from the attention's own ``stats.window``) and the number of
-steps, so the mean window of SPEC §4 is ``window_sum.sum() / steps.sum()``.
+All three drive the model through its step API only (``model.encode`` once per batch, then
+``model.decode_step`` once per decoding step), the same code path in which the attention
+evaluates its score function, so the window statistics below come from the scoring path itself
+(``stats.window``: the positions whose score was evaluated in that row at that step).
+
+The window metric (SPEC §4)
+---------------------------
+A *scored pair* is one (decoding step, live hypothesis) pair, i.e. one row handed to
+``decode_step``. Every search returns, per sentence ``i``:
+
+* ``window_sum[i]`` = Σ over the decoding steps t of sentence i, Σ over the live hypotheses h of
+  sentence i at step t of ``stats.window[h]`` (the number of source positions whose score was
+  evaluated for h at step t);
+* ``steps[i]`` = the number of such (step, live hypothesis) pairs.
+
+The mean window of a test set is ``window_sum.sum() / steps.sum()`` (:attr:`SearchResult.mean_window`):
+the average over every step of every sentence and, under beam search, over every live
+hypothesis at that step — each (step, hypothesis) pair weighs the same, so long sentences and
+wide beams weigh more (a micro average, not a mean of per-sentence means).
+
+* greedy: one live hypothesis per step, ``steps[i]`` = decoding steps (the EOS step included);
+* beam search: a *live* hypothesis is one that is extended at that step. Step 1 extends only
+  the single empty hypothesis of each sentence (it runs on ``batch`` rows; the beam is expanded
+  after it, so no duplicate or dead row is ever computed); from then on each sentence has up
+  to ``beam_size`` live rows. Hypotheses that emitted EOS, and sentences that are finished,
+  leave the batch and are neither computed nor counted. Hence the count of score-function
+  evaluations made during a search equals ``window_sum.sum()`` exactly (windowed paths; the
+  dense path evaluates all ``S_max`` padded slots in one kernel and reports the ``S_i`` real ones);
+* forced decoding: one row per reference token (EOS included), ``steps[i]`` = T_i.
+
+Token ids: PAD=0, UNK=1, BOS=2, EOS=3 (``flexatt.data.subwords``). No token is masked out of the
+output distribution (greedy and beam search see the same softmax).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import torch
 from torch import Tensor
 
+from flexatt.attention import AttentionStats
 from flexatt.data.subwords import BOS_ID, EOS_ID, PAD_ID
+
+NEG_INF = float("-inf")
+
+
+# --------------------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------------------
+@dataclass
+class Trace:
+    """Per-step traces of one decoded hypothesis (T = its decoding steps, EOS step included;
+    S = the sentence's real source length S_i). Positions are 1-based, as in the papers."""
+
+    tokens: Tensor  # T long            the token output at each step (EOS included if emitted)
+    attention: Tensor  # T x S          a_t over the real source positions
+    window: Tensor  # T long            positions whose score was evaluated at step t
+    span_lo: Tensor  # T long           first scored position (vision span, 1-based)
+    span_hi: Tensor  # T long           last scored position
+    position: Tensor  # T float         p_t
+    g: Optional[Tensor] = None  # T     penalty strength g_t (flexible variants)
+    temperature: Optional[Tensor] = None  # T   SACT temperature τ_t (SACT variants)
+
+    def __len__(self) -> int:
+        return self.tokens.numel()
 
 
 @dataclass
 class SearchResult:
-    tokens: Tensor  # batch x L   output ids (EOS excluded), PAD after the end
-    window_sum: Tensor  # batch   positions scored, summed over the sentence's steps
-    steps: Tensor  # batch        decoding steps taken (the EOS step included)
+    """What a search returns for a batch of ``batch`` sentences.
+
+    ``tokens``, ``window_sum`` and ``steps`` are always set; the rest are optional extras
+    (``None`` where a search does not produce them).
+    """
+
+    tokens: Tensor  # batch x L   output ids of the best hypothesis (EOS excluded), PAD after the end
+    window_sum: Tensor  # batch   Σ_steps Σ_live hypotheses stats.window (see the module doc)
+    steps: Tensor  # batch        number of (step, live hypothesis) pairs scored
+    lengths: Optional[Tensor] = None  # batch   output tokens of ``tokens`` rows (EOS excluded)
+    scores: Optional[Tensor] = None  # batch x n_best   final score (beam: log p / len**alpha)
+    log_probs: Optional[Tensor] = None  # batch x n_best   log p(hypothesis | source), EOS included
+    nbest: Optional[Tensor] = None  # batch x n_best x L   beam search: the n best, best first
+    nbest_lengths: Optional[Tensor] = None  # batch x n_best
+    attention: Optional[Tensor] = None  # batch x T x S   forced decoding: a_t (zeros past the end)
+    traces: Optional[list[Trace]] = None  # per sentence, of the best hypothesis (``return_traces``)
 
     @property
     def mean_window(self) -> float:
+        """Mean window over every (step, live hypothesis) pair: Σ window_sum / Σ steps."""
         return float(self.window_sum.sum()) / max(int(self.steps.sum()), 1)
 
 
+class _TraceBuffer:
+    """Per-step traces of ``n`` hypotheses, ``n x T x ...``, written one step at a time."""
+
+    def __init__(self, n: int, t_max: int, src_len: int, like: Tensor):
+        self.n, self.t_max = n, t_max
+        self.attention = like.new_zeros(n, t_max, src_len)
+        self.fields: dict[str, Tensor] = {}
+
+    def write(self, dest: Tensor, t: int, weights: Tensor, stats: AttentionStats,
+              rows: Optional[Tensor] = None) -> None:
+        """Store step ``t`` (0-based) of hypotheses ``dest`` from rows ``rows`` (default: all
+        rows, in order) of that step's ``weights`` (N x S) and ``stats`` (N each)."""
+        self.attention[dest, t] = weights if rows is None else weights[rows]
+        for name in AttentionStats._fields:
+            value = getattr(stats, name)
+            if value is None:
+                continue
+            if name not in self.fields:
+                self.fields[name] = value.new_zeros(self.n, self.t_max)
+            self.fields[name][dest, t] = value if rows is None else value[rows]
+
+    def traces(self, index: list[int], steps: list[int], src_len: list[int],
+               tokens: Tensor) -> list[Trace]:
+        """:class:`Trace` of buffer rows ``index`` with their step counts, source lengths and
+        output tokens (``len(index) x >=T`` ids)."""
+        out = []
+        for i, t, s in zip(index, steps, src_len):
+            extra = {name: buf[i, :t].clone() for name, buf in self.fields.items()}
+            for name in ("g", "temperature"):
+                extra.setdefault(name, None)
+            out.append(Trace(tokens=tokens[i, :t].clone(), attention=self.attention[i, :t, :s].clone(),
+                             **extra))
+        return out
+
+
+def _limits(max_len: Tensor | int, batch: int, device: torch.device) -> Tensor:
+    """Per-sentence step limits as a ``batch`` long tensor."""
+    return torch.as_tensor(max_len, device=device).long().expand(batch)
+
+
+# --------------------------------------------------------------------------------------
+# Greedy search
+# --------------------------------------------------------------------------------------
 @torch.no_grad()
-def greedy(model, src: Tensor, src_len: Tensor, max_len: Tensor | int, tau: float | None = None) -> SearchResult:
+def greedy(model, src: Tensor, src_len: Tensor, max_len: Tensor | int, tau: float | None = None,
+           return_traces: bool = False) -> SearchResult:
     """Greedy decoding of a batch.
 
     Args:
@@ -35,29 +147,335 @@ def greedy(model, src: Tensor, src_len: Tensor, max_len: Tensor | int, tau: floa
         src: batch x S ids, src_len: batch.
         max_len: the most steps per sentence (an int, or a batch tensor).
         tau: flexible attention's threshold (``None``: score every position).
+        return_traces: also return a :class:`Trace` per sentence.
+
+    Returns a :class:`SearchResult` with ``tokens`` batch x max(max_len), ``window_sum`` /
+    ``steps`` (one live hypothesis per step), ``lengths``, ``log_probs`` = ``scores`` batch x 1
+    (log-probability of the output, EOS included if emitted; no length normalisation).
 
     Finished sentences leave the batch, so their steps are neither computed nor counted.
     """
-    batch = src.size(0)
-    limit = torch.as_tensor(max_len).expand(batch) if not isinstance(max_len, Tensor) else max_len
+    batch, device = src.size(0), src.device
+    limit = _limits(max_len, batch, device)
     cache, state = model.encode(src, src_len)
-    t_max = int(limit.max())
-    tokens = torch.full((batch, t_max), PAD_ID, dtype=torch.long)
-    window_sum = torch.zeros(batch, dtype=torch.long)
-    steps = torch.zeros(batch, dtype=torch.long)
-    active = torch.arange(batch)
-    prev = torch.full((batch,), BOS_ID, dtype=torch.long)
+    t_max = int(limit.max()) if batch else 0
+    tokens = torch.full((batch, t_max), PAD_ID, dtype=torch.long, device=device)
+    window_sum = torch.zeros(batch, dtype=torch.long, device=device)
+    steps = torch.zeros(batch, dtype=torch.long, device=device)
+    log_probs = torch.zeros(batch, device=device)
+    eos_end = torch.zeros(batch, dtype=torch.bool, device=device)
+    out_tokens = torch.full((batch, t_max), PAD_ID, dtype=torch.long, device=device)  # EOS kept
+    buffer = _TraceBuffer(batch, t_max, src.size(1), log_probs) if return_traces else None
+    active = torch.arange(batch, device=device)
+    prev = torch.full((batch,), BOS_ID, dtype=torch.long, device=device)
     for t in range(t_max):
-        logits, state, _, stats = model.decode_step(prev, state, cache, tau)
+        logits, state, weights, stats = model.decode_step(prev, state, cache, tau)
         prev = logits.argmax(-1)
+        log_probs[active] += torch.log_softmax(logits.float(), -1).gather(1, prev.unsqueeze(1)).squeeze(1)
         window_sum[active] += stats.window.to(window_sum.dtype)
         steps[active] += 1
-        ended = (prev == EOS_ID) | (limit[active] <= t + 1)
-        tokens[active, t] = prev.masked_fill(prev == EOS_ID, PAD_ID)
+        if buffer is not None:
+            buffer.write(active, t, weights, stats)
+        is_eos = prev == EOS_ID
+        eos_end[active] = is_eos
+        ended = is_eos | (limit[active] <= t + 1)
+        tokens[active, t] = prev.masked_fill(is_eos, PAD_ID)
+        out_tokens[active, t] = prev
         if bool(ended.all()):
             break
         if bool(ended.any()):
             keep = (~ended).nonzero(as_tuple=True)[0]
             active, prev = active[keep], prev[keep]
             state, cache = state.index_select(keep), cache.index_select(keep)
-    return SearchResult(tokens, window_sum, steps)
+    lengths = steps - eos_end.long()
+    traces = None
+    if buffer is not None:
+        traces = buffer.traces(list(range(batch)), steps.tolist(), src_len.tolist(), out_tokens)
+    lp = log_probs.unsqueeze(1)
+    return SearchResult(tokens, window_sum, steps, lengths=lengths, scores=lp, log_probs=lp,
+                        traces=traces)
+
+
+# --------------------------------------------------------------------------------------
+# Beam search
+# --------------------------------------------------------------------------------------
+@torch.no_grad()
+def beam_search(
+    model,
+    src: Tensor,
+    src_len: Tensor,
+    max_len: Tensor | int,
+    beam_size: int,
+    tau: float | None = None,
+    alpha: float = 1.0,
+    n_best: int = 1,
+    return_traces: bool = False,
+) -> SearchResult:
+    """Beam search over a batch, batched over sentences and hypotheses (one ``N x ...`` tensor
+    of live rows, N <= batch * beam_size, rows grouped by sentence).
+
+    Args:
+        model: a :class:`flexatt.model.Seq2Seq` (in eval mode).
+        src: batch x S ids, src_len: batch.
+        max_len: the most steps per sentence (an int, or a batch tensor; >= 1).
+        beam_size: k, the number of live hypotheses per sentence (1 = greedy).
+        tau: flexible attention's threshold (``None``: score every position).
+        alpha: length normalisation of finished hypotheses, score = log p / len**alpha with
+            len = the hypothesis' decoding steps (its tokens, EOS included); 0 = no normalisation.
+        n_best: how many finished hypotheses to return per sentence (<= beam_size).
+        return_traces: also return a :class:`Trace` of each sentence's best hypothesis.
+
+    Algorithm (per step t = 1, 2, ...; all sentences at once):
+
+    1. ``decode_step`` on the live rows (step 1: the ``batch`` empty hypotheses; the state and
+       the cache are expanded by the first reordering, so no duplicate row is ever computed);
+       the window statistics of those rows are added to their sentences.
+    2. Candidate score = hypothesis log p + log_softmax(logits): N x V, scattered into a
+       ``n_active x k x V`` grid (-inf where a sentence has fewer than k live rows); the top
+       2k candidates per sentence over (k x V) are taken, best first.
+    3. Candidates ranked < k that end in EOS — or, at the sentence's last step t = max_len, all
+       candidates ranked < k — are *finished*, scored with log p / t**alpha, and merged into the
+       sentence's table of its n_best best finished hypotheses. The first k candidates not
+       ending in EOS become the new live hypotheses (so a sentence keeps k live hypotheses
+       whatever number finished; EOS candidates ranked >= k are dropped).
+    4. A sentence ends when (a) it has finished ``beam_size`` hypotheses in total, or (b) its
+       n_best-th best finished score cannot be beaten by any live hypothesis: log p only
+       decreases, so a live hypothesis with log p = s can at best reach s / max_len**alpha;
+       or (c) t = max_len. Its rows then leave the batch.
+    5. The surviving rows' state (h, c, p_{t-1}, c̃_{t-1}, step) is reordered with
+       ``state.index_select(parent rows)``; the cache is re-gathered from the encoder's only
+       when the rows' sentence layout changes (beam expansion, a sentence leaving, a sentence
+       with fewer than k live hypotheses).
+
+    Hypotheses are recovered at the end by following the parent pointers of every step.
+    With ``beam_size=1`` this is greedy search token for token (same steps, windows).
+
+    Returns a :class:`SearchResult`: ``tokens`` batch x L (the best hypothesis, EOS excluded,
+    PAD after), ``lengths`` batch, ``scores`` / ``log_probs`` batch x n_best (best first;
+    -inf where fewer than n_best finished), ``nbest`` batch x n_best x L, ``nbest_lengths``,
+    ``window_sum`` / ``steps`` per sentence as in the module doc, ``traces`` (best hypothesis).
+    """
+    k = int(beam_size)
+    if k < 1:
+        raise ValueError(f"beam_size must be >= 1, got {beam_size}")
+    if not 1 <= n_best <= k:
+        raise ValueError(f"n_best must be in [1, beam_size={k}], got {n_best}")
+    batch, device = src.size(0), src.device
+    limit = _limits(max_len, batch, device)
+    if batch and int(limit.min()) < 1:
+        raise ValueError("max_len must be >= 1")
+    full_cache, state = model.encode(src, src_len)
+    cache, cache_rows = full_cache, torch.arange(batch, device=device)
+
+    # live rows, grouped by sentence (ascending original sentence index)
+    row_sent = torch.arange(batch, device=device)  # N  sentence of each live row
+    row_score = torch.zeros(batch, device=device)  # N  log p of each live hypothesis
+    prev = torch.full((batch,), BOS_ID, dtype=torch.long, device=device)  # N  y_{t-1}
+    parent: Optional[Tensor] = None  # N  the row of step t-1 each row extends
+
+    window_sum = torch.zeros(batch, dtype=torch.long, device=device)
+    steps = torch.zeros(batch, dtype=torch.long, device=device)
+    # the n_best best finished hypotheses of each sentence, best first
+    fin_norm = torch.full((batch, n_best), NEG_INF, device=device)  # log p / len**alpha
+    fin_raw = torch.full((batch, n_best), NEG_INF, device=device)  # log p
+    fin_t = torch.zeros((batch, n_best), dtype=torch.long, device=device)  # steps (length)
+    fin_row = torch.zeros((batch, n_best), dtype=torch.long, device=device)  # row at step fin_t
+    fin_tok = torch.full((batch, n_best), PAD_ID, dtype=torch.long, device=device)  # last token
+    fin_count = torch.zeros(batch, dtype=torch.long, device=device)
+
+    hist_tok: list[Tensor] = []  # per step: N_t tokens fed (y_{t-1})
+    hist_parent: list[Optional[Tensor]] = []  # per step: N_t rows of the previous step
+    hist_trace: list[tuple[Tensor, AttentionStats]] = []  # per step: weights N_t x S, stats
+
+    t = 0
+    while row_sent.numel() > 0:
+        t += 1
+        logits, state, weights, stats = model.decode_step(prev, state, cache, tau)
+        window_sum.index_add_(0, row_sent, stats.window.to(window_sum.dtype))
+        steps.index_add_(0, row_sent, torch.ones_like(row_sent))
+        hist_tok.append(prev)
+        hist_parent.append(parent)
+        if return_traces:
+            hist_trace.append((weights, stats))
+
+        # -- candidates: top 2k over (k x V) per sentence ---------------------------------
+        logp = torch.log_softmax(logits.float(), dim=-1)  # N x V
+        n_rows, vocab = logp.shape
+        sent_ids, counts = torch.unique_consecutive(row_sent, return_counts=True)  # n_act
+        n_act = sent_ids.numel()
+        starts = counts.cumsum(0) - counts  # n_act: first row of each sentence
+        cand = logp.add_(row_score.unsqueeze(1))  # N x V (in place)
+        if n_rows == n_act * k:  # every sentence has k live rows: no scatter needed
+            grid = cand
+        else:  # scatter into n_act x k x V, -inf at the missing rows
+            act_of_row = torch.repeat_interleave(torch.arange(n_act, device=device), counts)  # N
+            slot_of_row = torch.arange(n_rows, device=device) - starts[act_of_row]  # N (< k)
+            grid = logp.new_full((n_act, k, vocab), NEG_INF)
+            grid[act_of_row, slot_of_row] = cand
+        n_cand = min(2 * k, k * vocab)
+        top_score, top_idx = grid.view(n_act, k * vocab).topk(n_cand, dim=1)  # best first
+        tok = top_idx % vocab  # n_act x n_cand
+        par_row = starts.unsqueeze(1) + torch.div(top_idx, vocab, rounding_mode="floor")
+        finite = top_score > NEG_INF
+        is_eos = tok == EOS_ID
+        sent_limit = limit[sent_ids]  # n_act
+        last = (sent_limit <= t).unsqueeze(1)  # n_act x 1
+        top_k = (torch.arange(n_cand, device=device) < k).unsqueeze(0)
+        fin = finite & top_k & (is_eos | last)
+        go = finite & ~is_eos & ~last
+        go &= go.long().cumsum(1) <= k
+
+        # -- finished hypotheses: merge into each sentence's n_best table -------------------
+        if bool(fin.any()):
+            new_norm = torch.where(fin, top_score / float(t) ** alpha, NEG_INF)
+            best_norm, pick = torch.cat([fin_norm[sent_ids], new_norm], 1).topk(n_best, dim=1)
+
+            def merge(old: Tensor, new: Tensor) -> Tensor:
+                return torch.cat([old[sent_ids], new], 1).gather(1, pick)
+
+            # (entries that are not finished hypotheses keep t = 0, log p = -inf)
+            fin_raw[sent_ids] = merge(fin_raw, torch.where(fin, top_score, NEG_INF))
+            fin_t[sent_ids] = merge(fin_t, fin.long() * t)
+            fin_row[sent_ids] = merge(fin_row, par_row.masked_fill(~fin, 0))
+            fin_tok[sent_ids] = merge(fin_tok, tok.masked_fill(~fin, PAD_ID))
+            fin_norm[sent_ids] = best_norm
+            fin_count.index_add_(0, sent_ids, fin.sum(1))
+
+        # -- which sentences end ------------------------------------------------------------
+        best_live = torch.where(go, top_score, NEG_INF).max(1).values  # n_act
+        bound = best_live / sent_limit.to(best_live.dtype) ** alpha  # best reachable score
+        done = (
+            last.squeeze(1)
+            | (fin_count[sent_ids] >= k)
+            | (fin_norm[sent_ids, -1] >= bound)
+            | ~go.any(1)
+        )
+        go &= ~done.unsqueeze(1)
+
+        # -- the surviving hypotheses become the rows of the next step ----------------------
+        a_idx, c_idx = go.nonzero(as_tuple=True)  # row-major: grouped by sentence
+        parent = par_row[a_idx, c_idx]
+        row_sent = sent_ids[a_idx]
+        row_score = top_score[a_idx, c_idx]
+        prev = tok[a_idx, c_idx]
+        if row_sent.numel() == 0:
+            break
+        state = state.index_select(parent)
+        if row_sent.numel() != cache_rows.numel() or not torch.equal(row_sent, cache_rows):
+            cache, cache_rows = full_cache.index_select(row_sent), row_sent
+
+    # -- backtrack the n_best hypotheses of every sentence ----------------------------------
+    n_sel = batch * n_best
+    t_end = fin_t.reshape(-1)  # n_sel (0 where no hypothesis)
+    t_top = int(t_end.max()) if n_sel else 0
+    out = torch.full((n_sel, t_top), PAD_ID, dtype=torch.long, device=device)  # EOS kept
+    cur = fin_row.reshape(-1).clone()  # row of each hypothesis at the step being visited
+    last_tok = fin_tok.reshape(-1)
+    buffer = _TraceBuffer(batch, t_top, src.size(1), fin_norm) if return_traces else None
+    best = torch.arange(batch, device=device) * n_best  # the best hypothesis of each sentence
+    for step in range(t_top, 0, -1):  # 1-based
+        cont = (t_end > step).nonzero(as_tuple=True)[0]
+        if cont.numel():
+            nxt = cur[cont]  # rows at step + 1
+            out[cont, step - 1] = hist_tok[step][nxt]
+            cur[cont] = hist_parent[step][nxt]
+        end = (t_end == step).nonzero(as_tuple=True)[0]
+        out[end, step - 1] = last_tok[end]
+        if buffer is not None:
+            on = (t_end[best] >= step).nonzero(as_tuple=True)[0]  # sentences
+            weights, stats = hist_trace[step - 1]
+            buffer.write(on, step - 1, weights, stats, rows=cur[best[on]])
+    ends_eos = (last_tok == EOS_ID) & (t_end > 0)
+    nbest_lengths = (t_end - ends_eos.long()).view(batch, n_best)
+    nbest = out.masked_fill(out == EOS_ID, PAD_ID).view(batch, n_best, t_top)
+    traces = None
+    if buffer is not None:
+        traces = buffer.traces(list(range(batch)), fin_t[:, 0].tolist(), src_len.tolist(), out[best])
+    return SearchResult(
+        tokens=nbest[:, 0].clone(),
+        window_sum=window_sum,
+        steps=steps,
+        lengths=nbest_lengths[:, 0].clone(),
+        scores=fin_norm,
+        log_probs=fin_raw,
+        nbest=nbest,
+        nbest_lengths=nbest_lengths,
+        traces=traces,
+    )
+
+
+# --------------------------------------------------------------------------------------
+# Forced decoding
+# --------------------------------------------------------------------------------------
+@torch.no_grad()
+def forced_decode(
+    model,
+    src: Tensor,
+    src_len: Tensor,
+    tgt_in: Tensor,
+    tgt_out: Tensor,
+    tau: float | None = None,
+    tgt_len: Optional[Tensor] = None,
+    return_traces: bool = False,
+) -> SearchResult:
+    """Feed the reference through ``decode_step`` one token at a time (the decoding code path,
+    not the teacher-forced ``forward``), at threshold ``tau``.
+
+    Args:
+        src: batch x S ids, src_len: batch.
+        tgt_in: batch x T, BOS y_1 .. y_{T-1} (the :class:`flexatt.data.batching.Batch` layout).
+        tgt_out: batch x T, y_1 .. y_T (EOS last), PAD after.
+        tgt_len: batch, the steps per sentence; default: the non-PAD tokens of ``tgt_out``.
+        return_traces: also return a :class:`Trace` per sentence.
+
+    Returns a :class:`SearchResult`: ``tokens`` = the reference (EOS -> PAD), ``lengths``,
+    ``log_probs`` = ``scores`` batch x 1 (log p(reference | source), EOS included),
+    ``attention`` batch x T x S (a_t; zeros past each sentence's end), ``window_sum`` / ``steps``
+    (one row per reference token), ``traces``. Finished sentences leave the batch.
+    """
+    batch, device = tgt_out.shape[0], src.device
+    lengths = (tgt_out != PAD_ID).sum(1) if tgt_len is None else tgt_len.to(device).long()
+    t_max = tgt_out.size(1)
+    cache, state = model.encode(src, src_len)
+    window_sum = torch.zeros(batch, dtype=torch.long, device=device)
+    steps = torch.zeros(batch, dtype=torch.long, device=device)
+    log_probs = torch.zeros(batch, device=device)
+    attention = torch.zeros(batch, t_max, src.size(1), device=device)
+    buffer = _TraceBuffer(batch, t_max, src.size(1), log_probs) if return_traces else None
+    active = (lengths > 0).nonzero(as_tuple=True)[0]
+    if active.numel() < batch:
+        state, cache = state.index_select(active), cache.index_select(active)
+    for t in range(int(lengths.max()) if batch else 0):
+        logits, state, weights, stats = model.decode_step(tgt_in[active, t], state, cache, tau)
+        gold = tgt_out[active, t].unsqueeze(1)
+        log_probs[active] += torch.log_softmax(logits.float(), -1).gather(1, gold).squeeze(1)
+        window_sum[active] += stats.window.to(window_sum.dtype)
+        steps[active] += 1
+        attention[active, t] = weights.to(attention.dtype)
+        if buffer is not None:
+            buffer.write(active, t, weights, stats)
+        ended = lengths[active] <= t + 1
+        if bool(ended.all()):
+            break
+        if bool(ended.any()):
+            keep = (~ended).nonzero(as_tuple=True)[0]
+            active = active[keep]
+            state, cache = state.index_select(keep), cache.index_select(keep)
+    in_ref = torch.arange(t_max, device=device).unsqueeze(0) < lengths.unsqueeze(1)
+    ref = tgt_out.masked_fill(~in_ref, PAD_ID)
+    last = ref.gather(1, (lengths - 1).clamp_min(0).unsqueeze(1)).squeeze(1)
+    out_lengths = lengths - ((last == EOS_ID) & (lengths > 0)).long()
+    traces = None
+    if buffer is not None:
+        traces = buffer.traces(list(range(batch)), lengths.tolist(), src_len.tolist(), ref)
+    lp = log_probs.unsqueeze(1)
+    return SearchResult(
+        tokens=ref.masked_fill(ref == EOS_ID, PAD_ID),
+        window_sum=window_sum,
+        steps=steps,
+        lengths=out_lengths,
+        scores=lp,
+        log_probs=lp,
+        attention=attention,
+        traces=traces,
+    )

@@ -32,6 +32,7 @@ from flexatt.data.subwords import Vocab
 from flexatt.errors import ConfigError, DataError
 from flexatt.io import atomic_path, write_json
 from flexatt.model import count_parameters
+from flexatt.tracking import lightning_logger, start_run
 from flexatt.training import AtomicCheckpointIO, TranslationData, TranslationTask
 
 log = logging.getLogger("flexatt.train")
@@ -101,7 +102,8 @@ def model_config(cfg: DictConfig, variant: str) -> dict:
     return OmegaConf.to_container(merged, resolve=True)
 
 
-def build_trainer(cfg: DictConfig, ckpt_dir: Path, max_epochs: int, extra_callbacks: list) -> pl.Trainer:
+def build_trainer(cfg: DictConfig, ckpt_dir: Path, max_epochs: int, extra_callbacks: list,
+                  logger: Any = False) -> pl.Trainer:
     """A Lightning Trainer from ``cfg.trainer`` with our checkpointing and callbacks."""
     trainer_cfg = OmegaConf.to_container(C.get(cfg, "trainer"), resolve=True)
     patience = C.get(cfg, "train.early_stopping_patience")
@@ -113,7 +115,7 @@ def build_trainer(cfg: DictConfig, ckpt_dir: Path, max_epochs: int, extra_callba
     if patience is not None:
         callbacks.append(EarlyStopping(monitor="val/bleu", mode="max", patience=int(patience)))
     try:
-        return pl.Trainer(**trainer_cfg, max_epochs=max_epochs, callbacks=callbacks, logger=False,
+        return pl.Trainer(**trainer_cfg, max_epochs=max_epochs, callbacks=callbacks, logger=logger,
                           default_root_dir=str(ckpt_dir), use_distributed_sampler=False,
                           plugins=[AtomicCheckpointIO()], num_sanity_val_steps=0)
     except (TypeError, ValueError, pl.utilities.exceptions.MisconfigurationException) as exc:
@@ -176,13 +178,19 @@ def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: 
     resume = _resume_point(ckpt_dir, fingerprint)
     resumed_from_epoch = _epoch_of(resume)
     history = History()
-    trainer = build_trainer(cfg, ckpt_dir, epochs, [history])
+    job = "finetune" if init_from is not None else "train"
+    tracker = start_run(cfg, job, variant, tags=[variant, model_cfg["attention"], cfg.get("profile")])
+    trainer = build_trainer(cfg, ckpt_dir, epochs, [history], lightning_logger(tracker))
     if trainer.is_global_zero and resume is None:
         shutil.rmtree(ckpt_dir, ignore_errors=True)
         ckpt_dir.mkdir(parents=True)
         write_json(ckpt_dir / "run.json", fingerprint)
     started = time.perf_counter()
-    trainer.fit(task, datamodule=data, ckpt_path=str(resume) if resume else None)
+    try:
+        trainer.fit(task, datamodule=data, ckpt_path=str(resume) if resume else None)
+    except BaseException:
+        tracker.finish()
+        raise
     wall = time.perf_counter() - started
 
     rows = history.rows
@@ -209,6 +217,12 @@ def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: 
             writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else ["epoch"])
             writer.writeheader()
             writer.writerows(rows)
+    tracker.summary({f"final/{k}": v for k, v in metrics.items() if v is not None})
+    best_ckpt = ckpt_dir / "best.ckpt"
+    if C.check_bool(cfg, "logger.log_checkpoint") and best_ckpt.is_file():
+        tracker.artifact(f"{job}-{variant}", "model", [best_ckpt],
+                         {"dev_bleu": metrics["dev_bleu"], "epoch": metrics["best_epoch"]})
+    tracker.finish()
     return metrics, {"task": task, "trainer": trainer, "data": data, "ckpt_dir": ckpt_dir}
 
 
