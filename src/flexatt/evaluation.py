@@ -100,3 +100,53 @@ def translate_split(model: Seq2Seq, split: EncodedSplit, vocab: Vocab, *, tau: f
     seconds = time.perf_counter() - started
     hypotheses = vocab.decode(token_rows)
     return Translation(hypotheses, window_sum, steps, split.src_lengths + 1, seconds, traces)
+
+
+def select_tau(points: list[dict], reference_bleu: float, tolerance: float) -> dict | None:
+    """The τ-selection rule of SPEC §5 (Flexible Attention 2017, §5.2).
+
+    Among ``points`` (dicts with ``tau``, ``window`` and ``bleu`` on dev), keep those whose BLEU
+    is at least ``reference_bleu − tolerance`` (``reference_bleu``: the same model at τ = ∞) and
+    return the one with the smallest mean window; ties go to the higher BLEU, then the larger τ.
+    ``None`` when no point qualifies (the model then keeps τ = ∞).
+    """
+    eligible = [p for p in points if p["bleu"] >= reference_bleu - tolerance]
+    if not eligible:
+        return None
+    return min(eligible, key=lambda p: (p["window"], -p["bleu"], -p["tau"]))
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """A text file's lines (UTF-8, ``\\n``-separated), or a :class:`DataError` naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(path, "not found (run the tokenize stage)")
+    return path.read_text(encoding="utf-8").split("\n")[:-1]
+
+
+@dataclass
+class EvalSet:
+    """A split ready for decoding and scoring: ids, references, vocabularies."""
+
+    name: str
+    split: EncodedSplit
+    references: list[str]
+    second_references: list[str] | None
+    src_vocab: Vocab
+    tgt_vocab: Vocab
+
+    @staticmethod
+    def load(tok_dir: str | Path, name: str) -> EvalSet:
+        tok_dir = Path(tok_dir)
+        split = EncodedSplit.load(tok_dir / f"{name}.npz")
+        refs = read_lines(tok_dir / f"{name}.ref")
+        ref2 = read_lines(tok_dir / f"{name}.ref2") if (tok_dir / f"{name}.ref2").is_file() else None
+        for path, lines in ((f"{name}.ref", refs), (f"{name}.ref2", ref2)):
+            if lines is not None and len(lines) != len(split):
+                raise DataError(tok_dir / path, f"has {len(lines)} lines for {len(split)} sentences")
+        return EvalSet(name, split, refs, ref2, Vocab(tok_dir / "src.model"), Vocab(tok_dir / "tgt.model"))
+
+    @property
+    def mean_src_len(self) -> float:
+        """S̄: mean source length as the attention sees it (subword tokens + EOS)."""
+        return float(np.mean(self.split.src_lengths + 1))

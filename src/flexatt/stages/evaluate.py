@@ -1,0 +1,286 @@
+"""Stage ``evaluate``: every model on the test set — Table 1, the metrics, the figures.
+
+Rows: one per checkpoint of ``evaluate.checkpoints`` at τ = ∞, plus ``<row>_tau`` for each of
+``evaluate.tau_rows`` at the τ that ``sweep_tau`` selected on dev. Per row: mean window (counted
+in the scoring path), reduction against global, BLEU (sacrebleu, KJV reference), multi-reference
+BLEU (with the second reference, where the corpus has one), tokenised BLEU, RIBES, AER of the
+attention's argmax alignments under forced decoding of the reference (Luong et al. 2015 §5.4;
+only target words that the gold covers count), decoding time, BLEU by source length.
+
+Writes ``evaluate.out`` (``{"models": {ROW: {...}}, "selected_tau": {...}}``), ``evaluate.table``
+(markdown in the layout of the 2017 paper's Table 1), ``by_length_file`` (CSV for ``dvc plots``)
+and the figures (vision span per step, g_t per step, SACT temperature per step, attention
+heatmaps with the window, BLEU by length) under ``figures_dir``; logs everything to W&B.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+from omegaconf import DictConfig
+from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+from flexatt import config as C
+from flexatt import figures
+from flexatt.data.batching import LengthGroupedBatches, ParallelData, collate
+from flexatt.errors import ConfigError, DataError
+from flexatt.evaluation import EvalSet, Translation, load_model, read_lines, translate_split
+from flexatt.io import atomic_path, write_json, write_lines
+from flexatt.metrics import (
+    aer,
+    attention_alignment,
+    bleu_by_length,
+    corpus_bleu,
+    corpus_ribes,
+    tokenized_bleu,
+)
+from flexatt.search import forced_decode
+from flexatt.stages.sweep_tau import decode_settings
+from flexatt.tracking import start_run
+
+TABLE_ORDER = ["global", "local_m", "local_p", "flexible", "flexible_tau", "flexible_ft",
+               "flexible_ft_tau", "sact", "flexible_sact", "flexible_sact_tau", "flexible_sact_ft",
+               "flexible_sact_ft_tau"]
+TABLE_LABELS = {
+    "global": "Global", "local_m": "Local-m (D={D})", "local_p": "Local-p (D={D})",
+    "flexible": "Flexible τ=∞", "flexible_tau": "Flexible τ={tau}",
+    "flexible_ft": "+ fine-tuning τ=∞", "flexible_ft_tau": "+ fine-tuning τ={tau}",
+    "sact": "SACT (λ={lam})", "flexible_sact": "Flexible+SACT τ=∞",
+    "flexible_sact_tau": "Flexible+SACT τ={tau}", "flexible_sact_ft": "Flexible+SACT + fine-tuning τ=∞",
+    "flexible_sact_ft_tau": "Flexible+SACT + fine-tuning τ={tau}",
+}
+
+
+def _gold(path: Path, n: int) -> list[set[tuple[int, int]]] | None:
+    if not path.is_file():
+        return None
+    lines = read_lines(path)
+    if len(lines) != n:
+        raise DataError(path, f"has {len(lines)} lines for {n} test sentences")
+    return [{tuple(map(int, link.split("-"))) for link in line.split()} for line in lines]
+
+
+@torch.no_grad()
+def forced_alignments(model, data: EvalSet, tau: float | None, batch_size: int):
+    """Attention argmax links (word level) under forced decoding of every reference, and the
+    g_t / temperature values seen on the way (for the histograms)."""
+    sampler = LengthGroupedBatches(data.split.src_lengths, data.split.tgt_lengths, batch_size, shuffle=False)
+    items = ParallelData(data.split)
+    links: list[set | None] = [None] * len(data.split)
+    g_values, temperatures = [], []
+    for indices in sampler:
+        batch = collate([items[i] for i in indices])
+        result = forced_decode(model, batch.src, batch.src_len, batch.tgt_in, batch.tgt_out, tau,
+                               return_traces=True)
+        for row, i in enumerate(batch.index.tolist()):
+            src_pieces = [data.src_vocab.sp.id_to_piece(int(t)) for t in data.split.src(i)]
+            tgt_pieces = [data.tgt_vocab.sp.id_to_piece(int(t)) for t in data.split.tgt(i)]
+            trace = result.traces[row]
+            links[i] = attention_alignment(trace.attention, src_pieces, tgt_pieces)
+            if trace.g is not None:
+                g_values.append(trace.g.numpy())
+            if trace.temperature is not None:
+                temperatures.append(trace.temperature.numpy())
+    cat = lambda v: np.concatenate(v) if v else None  # noqa: E731
+    return links, cat(g_values), cat(temperatures)
+
+
+def score_row(out: Translation, data: EvalSet) -> dict:
+    tok = Tokenizer13a()
+    bleu, signature = corpus_bleu(out.hypotheses, [data.references])
+    hyp_tok = [tok(h) for h in out.hypotheses]
+    ref_tok = [tok(r) for r in data.references]
+    row = {
+        "window": round(out.mean_window, 3),
+        "bleu": round(bleu, 2),
+        "bleu_tok": round(tokenized_bleu(hyp_tok, [ref_tok])[0], 2),
+        "ribes": round(corpus_ribes(hyp_tok, ref_tok), 4),
+        "decode_ms": round(out.ms_per_sentence, 2),
+        "bleu_signature": signature,
+    }
+    if data.second_references is not None:
+        row["bleu_multi"] = round(corpus_bleu(out.hypotheses, [data.references, data.second_references])[0], 2)
+    return row
+
+
+def run(cfg: DictConfig) -> dict:
+    tok_dir = Path(C.check_str(cfg, "train.data_dir"))
+    filter_dir = Path(C.check_str(cfg, "tokenize.in_dir"))
+    split = C.check_choice(cfg, "evaluate.split", ("dev", "test"))
+    checkpoints = {str(k): Path(v) for k, v in C.get(cfg, "evaluate.checkpoints").items()}
+    if "global" not in checkpoints:
+        raise ConfigError("evaluate.checkpoints", "must include global (the reference of the window reduction)")
+    tau_rows = [str(r) for r in C.get(cfg, "evaluate.tau_rows")]
+    for i, name in enumerate(tau_rows):
+        if name not in checkpoints:
+            raise ConfigError(f"evaluate.tau_rows[{i}]", f"must be one of {', '.join(checkpoints)} (got {name!r})")
+    buckets = [int(b) for b in C.get(cfg, "evaluate.length_buckets")]
+    samples = [int(s) for s in C.get(cfg, "evaluate.samples")]
+    settings = decode_settings(cfg)
+    sweep_file = Path(C.check_str(cfg, "sweep_tau.out"))
+    if not sweep_file.is_file():
+        raise DataError(sweep_file, "not found (run the sweep_tau stage first)")
+    selected = {name: info["selected_tau"] for name, info in json.loads(sweep_file.read_text())["models"].items()}
+    for name in tau_rows:
+        if name not in selected:
+            raise DataError(sweep_file, f"has no selected tau for {name} (add it to sweep_tau.models)")
+
+    data = EvalSet.load(tok_dir, split)
+    src_text = read_lines(filter_dir / f"{split}.src")
+    src_words = [len(s.split(" ")) for s in src_text]
+    gold = _gold(filter_dir / f"{split}.align", len(data.split))
+    samples = [s for s in samples if 0 <= s < len(data.split)]
+
+    rows: list[tuple[str, str, float | None]] = [(name, name, None) for name in checkpoints]
+    rows += [(f"{name}_tau", name, selected[name]) for name in tau_rows]
+    results: dict[str, dict] = {}
+    outputs: dict[str, Translation] = {}
+    histograms: dict[str, np.ndarray] = {}
+    models: dict[str, object] = {}
+    tracker = start_run(cfg, "evaluate", split, tags=[cfg.get("profile")])
+    for row, name, tau in rows:
+        if name not in models:
+            models[name] = load_model(checkpoints[name])
+        model = models[name]
+        out = translate_split(model, data.split, data.tgt_vocab, tau=tau, trace_indices=set(samples), **settings)
+        outputs[row] = out
+        metrics = {"tau": tau, **score_row(out, data)}  # tau None: every position scored (τ = ∞)
+        if gold is not None:
+            links, g_values, temperatures = forced_alignments(model, data, tau, settings["batch_size"])
+            metrics["aer"] = round(aer(links, gold, restrict_to_covered=True), 4)
+        else:
+            g_values = temperatures = None
+            metrics["aer"] = None
+        for key, values in (("g", g_values), ("temperature", temperatures)):
+            if values is not None:
+                histograms[f"{row}/{key}"] = values
+                metrics[f"{key}_mean"] = round(float(values.mean()), 4)
+        metrics["bleu_by_length"] = bleu_by_length(out.hypotheses, [data.references], src_words, tuple(buckets))
+        results[row] = metrics
+        write_lines(Path(C.check_str(cfg, "evaluate.translations_dir")) / f"{row}.{split}.txt", out.hypotheses)
+        print(f"evaluate: {row:22s} window {metrics['window']:7.2f}  BLEU {metrics['bleu']:6.2f}  "
+              f"RIBES {metrics['ribes']:.4f}  AER {metrics['aer']}  {metrics['decode_ms']:.1f} ms/sentence",
+              flush=True)
+
+    global_window = results["global"]["window"]
+    for metrics in results.values():
+        metrics["reduction"] = round(1.0 - metrics["window"] / global_window, 4)
+    report = {"split": split, "beam_size": settings["beam_size"], "selected_tau": selected,
+              "models": {row: {k: v for k, v in m.items() if k != "bleu_by_length"} for row, m in results.items()}}
+    write_json(C.check_str(cfg, "evaluate.out"), report)
+    table = render_table(results, cfg, split, settings["beam_size"])
+    with atomic_path(C.check_str(cfg, "evaluate.table")) as tmp:
+        Path(tmp).write_text(table, encoding="utf-8")
+    by_length = [{"model": row, **b} for row, m in results.items() for b in m["bleu_by_length"]]
+    with atomic_path(C.check_str(cfg, "evaluate.by_length_file")) as tmp, open(tmp, "w", newline="") as out_csv:
+        writer = csv.DictWriter(out_csv, fieldnames=["model", "bucket", "sentences", "bleu"])
+        writer.writeheader()
+        writer.writerows(by_length)
+    paths = draw_figures(cfg, results, outputs, data, samples)
+
+    tracker.table("evaluate/table1", ["row", "tau", "window", "reduction", "bleu", "bleu_tok", "ribes", "aer", "decode_ms"],
+                  [[r, m["tau"], m["window"], m["reduction"], m["bleu"], m["bleu_tok"], m["ribes"], m["aer"],
+                    m["decode_ms"]] for r, m in results.items()])
+    best_tau_row = next((r for r in ("flexible_ft_tau", "flexible_tau") if r in outputs), None)
+    if best_tau_row:
+        out = outputs[best_tau_row]
+        tracker.table("evaluate/samples", ["index", "source", "hypothesis", "reference", "windows"],
+                      [[i, src_text[i], out.hypotheses[i], data.references[i],
+                        json.dumps(out.traces[i].window.tolist())] for i in samples if i in out.traces])
+    for key, values in histograms.items():
+        tracker.histogram(f"histograms/{key}", values)
+    for key, path in paths.items():
+        tracker.image(f"figures/{key}", path)
+    tracker.summary({f"{row}/{k}": v for row, m in report["models"].items() for k, v in m.items()
+                     if isinstance(v, (int, float))})
+    tracker.finish()
+    print(table)
+    return report
+
+
+def render_table(results: dict[str, dict], cfg: DictConfig, split: str, beam: int) -> str:
+    """Markdown in the layout of the 2017 paper's Table 1, with our extra rows."""
+    model = C.get(cfg, "model")
+    has_multi = any("bleu_multi" in m for m in results.values())
+    head = "| model | window | reduction | BLEU | " + ("multi-ref BLEU | " if has_multi else "") + \
+        "tok. BLEU | RIBES | AER | ms/sentence |"
+    lines = [f"# Table 1 — {split} set, beam {beam}", "",
+             "Window: source positions scored per decoding step (SPEC §4); reduction against global.", "",
+             head, "|" + "---|" * (head.count("|") - 1)]
+    for row in [r for r in TABLE_ORDER if r in results] + [r for r in results if r not in TABLE_ORDER]:
+        m = results[row]
+        label = TABLE_LABELS.get(row, row).format(D=model.local_D, lam=model.sact_lambda,
+                                                  tau="∞ (none selected*)" if m["tau"] is None else f"{m['tau']:g}")
+        cells = [label, f"{m['window']:.1f}", f"{100 * m['reduction']:.0f}%", f"{m['bleu']:.2f}"]
+        if has_multi:
+            cells.append(f"{m.get('bleu_multi', float('nan')):.2f}")
+        cells += [f"{m['bleu_tok']:.2f}", f"{m['ribes']:.3f}",
+                  "–" if m["aer"] is None else f"{m['aer']:.3f}", f"{m['decode_ms']:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "Rows `…τ=x` use the τ that `sweep_tau` selected on dev: the smallest mean window whose "
+              "dev BLEU stays within the tolerance of the same model at τ = ∞. *None selected: no τ of "
+              "the grid kept dev BLEU within the tolerance, so the row decodes at τ = ∞.",
+              f"BLEU: sacrebleu ({next(iter(results.values()))['bleu_signature']}); tok. BLEU: "
+              "multi-bleu semantics on 13a-tokenised text; RIBES: NTT RIBES.py definition on the same "
+              "tokens; AER: attention argmax under forced decoding, only target words the gold covers."]
+    return "\n".join(lines) + "\n"
+
+
+def draw_figures(cfg: DictConfig, results: dict, outputs: dict[str, Translation], data: EvalSet,
+                 samples: list[int]) -> dict[str, Path]:
+    """The per-step figures of the sample sentences, and BLEU by length."""
+    fig_dir = Path(C.check_str(cfg, "evaluate.figures_dir"))
+    paths = {"bleu_by_length": figures.bleu_by_length(
+        {r: m["bleu_by_length"] for r, m in results.items()}, fig_dir / "bleu_by_length.png")}
+    span_row = next((r for r in ("flexible_ft_tau", "flexible_tau", "flexible_sact_ft_tau", "flexible_sact_tau")
+                     if r in outputs and results[r]["tau"] is not None),
+                    next((r for r in ("flexible_ft", "flexible") if r in outputs), None))
+    if span_row and samples:
+        traces = []
+        for i in samples:
+            tr = outputs[span_row].traces[i]
+            traces.append({"span_lo": tr.span_lo.numpy(), "span_hi": tr.span_hi.numpy(),
+                           "position": tr.position.numpy(), "src_len": int(data.split.src_lengths[i]) + 1,
+                           "title": f"{span_row}, test sentence {i}: mean window {tr.window.float().mean():.1f}"})
+        paths["vision_span"] = figures.vision_span(traces, fig_dir / "vision_span.png")
+        i = samples[0]
+        tr = outputs[span_row].traces[i]
+        src_tokens = [data.src_vocab.sp.id_to_piece(int(t)) for t in data.split.src(i)] + ["</s>"]
+        tgt_tokens = [data.tgt_vocab.sp.id_to_piece(int(t)) if int(t) != 3 else "</s>" for t in tr.tokens]
+        paths["attention"] = figures.attention_heatmap(
+            tr.attention.numpy(), src_tokens, tgt_tokens, tr.span_lo.numpy(), tr.span_hi.numpy(),
+            fig_dir / "attention.png", f"{span_row}: attention, scored window outlined (sentence {i})")
+        if "global" in outputs and i in outputs["global"].traces:
+            g = outputs["global"].traces[i]
+            paths["attention_global"] = figures.attention_heatmap(
+                g.attention.numpy(), src_tokens,
+                [data.tgt_vocab.sp.id_to_piece(int(t)) if int(t) != 3 else "</s>" for t in g.tokens],
+                g.span_lo.numpy(), g.span_hi.numpy(), fig_dir / "attention_global.png",
+                f"global: attention (sentence {i})")
+    if samples:
+        i = samples[0]
+        g_series = {r: outputs[r].traces[i].g.numpy() for r in outputs
+                    if i in outputs[r].traces and outputs[r].traces[i].g is not None}
+        if g_series:
+            paths["g"] = figures.step_curves(g_series, fig_dir / "g_per_step.png", "g_t",
+                                             f"Penalty strength g_t per step (test sentence {i})")
+        t_series = {r: outputs[r].traces[i].temperature.numpy() for r in outputs
+                    if i in outputs[r].traces and outputs[r].traces[i].temperature is not None}
+        if t_series:
+            lam = float(C.get(cfg, "model.sact_lambda"))
+            paths["temperature"] = figures.step_curves(
+                t_series, fig_dir / "temperature_per_step.png", "temperature",
+                f"SACT temperature per step (test sentence {i}; bounds 1/λ, λ)", hlines=(1 / lam, 1.0, lam))
+    return paths
+
+
+def main() -> None:
+    C.run_stage(run)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""Stage ``sweep_sigma``: flexible attention's penalty width σ, chosen on dev BLEU.
+
+The papers train one model per σ ∈ {3/2, 10/2, 15/2, 20/2}. On a CPU that would multiply the
+cost of the flexible model by four, so the default profile warm-starts instead: every σ of
+``sweep_sigma.grid`` — the trained one's included, so that all points get the same extra
+training — continues the trained ``base_variant`` model for ``warm_start_epochs`` epochs at
+learning rate ``lr`` with ``model.sigma`` set to that σ. Each is decoded on dev at τ = ∞ (its
+BLEU decides) and at the reference τ (the middle of ``sweep_tau.grid``, for the window it buys).
+The paper profile can set ``warm_start_epochs`` to the full training length.
+
+Writes ``sweep_sigma.out`` (JSON), ``curve_file`` (CSV for ``dvc plots``) and ``figure`` (PNG).
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from flexatt import config as C
+from flexatt import figures
+from flexatt.errors import ConfigError
+from flexatt.evaluation import EvalSet, load_model, translate_split
+from flexatt.io import atomic_path, write_json
+from flexatt.metrics import corpus_bleu
+from flexatt.stages.sweep_tau import check_taus, decode_settings
+from flexatt.tracking import start_run
+from flexatt.train import model_config, train
+
+
+def _dev_point(model, dev: EvalSet, tau: float | None, settings: dict) -> tuple[float, float]:
+    """(dev BLEU, mean window) of ``model`` at threshold ``tau``."""
+    out = translate_split(model, dev.split, dev.tgt_vocab, tau=tau, **settings)
+    bleu, _ = corpus_bleu(out.hypotheses, [dev.references])
+    return round(bleu, 2), round(out.mean_window, 3)
+
+
+def run(cfg: DictConfig) -> dict:
+    sigmas = check_taus(cfg, "sweep_sigma.grid")
+    for i, sigma in enumerate(sigmas):
+        if not sigma > 0:
+            raise ConfigError(f"sweep_sigma.grid[{i}]", f"must be > 0 (got {sigma})")
+    base = C.check_str(cfg, "sweep_sigma.base_variant")
+    if model_config(cfg, base)["attention"] not in ("flexible", "flexible_sact"):
+        raise ConfigError("sweep_sigma.base_variant", f"must name a flexible model, not {base!r}")
+    epochs = C.check_int(cfg, "sweep_sigma.warm_start_epochs", minimum=1)
+    lr = C.check_float(cfg, "sweep_sigma.lr", gt=0.0)
+    out_dir = Path(C.check_str(cfg, "sweep_sigma.out_dir"))
+    init = Path(C.check_str(cfg, "train.out_dir")) / base / "best.ckpt"
+    grid = check_taus(cfg, "sweep_tau.grid")
+    ref_tau = sorted(grid)[len(grid) // 2]
+    settings = decode_settings(cfg)
+    dev = EvalSet.load(C.check_str(cfg, "train.data_dir"), "dev")
+
+    points = []
+    for sigma in sigmas:
+        run_cfg = cfg.copy()
+        OmegaConf.update(run_cfg, f"variants.{base}.sigma", sigma, force_add=True)
+        name = f"sigma{sigma:g}"
+        print(f"sweep_sigma: sigma = {sigma:g}: {epochs} epoch(s) from {init}", flush=True)
+        metrics, _ = train(run_cfg, base, out_dir=str(out_dir / name), epochs=epochs, lr=lr,
+                           init_from=init, metrics_file=out_dir / name / "metrics.json")
+        model = load_model(out_dir / name / base / "best.ckpt")
+        point = {"sigma": sigma, "train_dev_bleu_greedy": metrics["dev_bleu"]}
+        point["dev_bleu"], point["window_inf"] = _dev_point(model, dev, None, settings)
+        point["dev_bleu_ref"], point["window"] = _dev_point(model, dev, ref_tau, settings)
+        print(f"sweep_sigma: sigma = {sigma:g}: dev BLEU {point['dev_bleu']} (tau = inf), "
+              f"window {point['window']} at tau = {ref_tau:g}", flush=True)
+        points.append(point)
+
+    best = max(points, key=lambda p: (p["dev_bleu"], -p["window"]))
+    result = {"base_variant": base, "warm_start_epochs": epochs, "reference_tau": ref_tau,
+              "points": points, "selected_sigma": best["sigma"]}
+    write_json(C.check_str(cfg, "sweep_sigma.out"), result)
+    curve_file = Path(C.check_str(cfg, "sweep_sigma.curve_file"))
+    with atomic_path(curve_file) as tmp, open(tmp, "w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=list(points[0]))
+        writer.writeheader()
+        writer.writerows(points)
+    figure = figures.sigma_curve(points, C.check_str(cfg, "sweep_sigma.figure"))
+
+    tracker = start_run(cfg, "sweep_sigma", "sigma", tags=[base, cfg.get("profile")])
+    table = tracker.table("sweep_sigma/points", list(points[0]), [list(p.values()) for p in points])
+    tracker.line_plot("sweep_sigma/bleu_plot", table, "sigma", "dev_bleu", "dev BLEU vs sigma")
+    tracker.image("figures/sigma", figure)
+    tracker.summary({"selected_sigma": best["sigma"]})
+    tracker.finish()
+    print(f"sweep_sigma: selected sigma = {best['sigma']:g} (dev BLEU {best['dev_bleu']})")
+    return result
+
+
+def main() -> None:
+    C.run_stage(run)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""Stage ``sweep_tau``: choose flexible attention's threshold τ on dev; the trade-off curve.
+
+For every model of ``sweep_tau.models`` (flexible and flexible+SACT, trained and fine-tuned):
+decode dev at τ = ∞ and at every τ of ``sweep_tau.grid`` (plus τ = log S̄, the 2016 paper's
+sweet spot, where ``add_log_mean_len``), then select τ = the smallest mean window whose dev BLEU
+is within ``tolerance`` of the same model at τ = ∞ (:func:`flexatt.evaluation.select_tau`).
+Then the trade-off curve (Flexible Attention 2017, Figure 3): ``curve_model`` at
+``curve_taus`` on ``curve_splits``, with global attention as the reference point.
+
+Writes ``sweep_tau.out`` (JSON: every point and the selected τ per model), ``curve_file``
+(CSV for ``dvc plots``) and ``figure`` (PNG); logs all of it to W&B.
+
+Usage::
+
+    python -m flexatt.stages.sweep_tau
+    python -m flexatt.stages.sweep_tau sweep_tau.models=[flexible] sweep_tau.tolerance=1.0
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from flexatt import config as C
+from flexatt import figures
+from flexatt.errors import ConfigError
+from flexatt.evaluation import EvalSet, load_model, select_tau, translate_split
+from flexatt.io import atomic_path, write_json
+from flexatt.metrics import corpus_bleu
+from flexatt.tracking import start_run
+
+
+def decode_settings(cfg: DictConfig) -> dict:
+    """The ``decode`` group, checked."""
+    return {
+        "beam_size": C.check_int(cfg, "decode.beam_size", minimum=1),
+        "alpha": C.check_float(cfg, "decode.alpha", ge=0.0),
+        "max_len_ratio": C.check_float(cfg, "decode.max_len_ratio", gt=0.0),
+        "batch_size": C.check_int(cfg, "decode.batch_size", minimum=1),
+    }
+
+
+def checkpoint_of(cfg: DictConfig, name: str, key: str) -> Path:
+    """The checkpoint of row ``name`` (``evaluate.checkpoints``); ``key`` names the list it came from."""
+    checkpoints = C.get(cfg, "evaluate.checkpoints")
+    if name not in checkpoints:
+        raise ConfigError(key, f"unknown model {name!r}: must be one of {', '.join(checkpoints)}")
+    return Path(checkpoints[name])
+
+
+def check_taus(cfg: DictConfig, key: str) -> list[float]:
+    values = list(C.get(cfg, key))
+    for i, tau in enumerate(values):
+        if isinstance(tau, bool) or not isinstance(tau, (int, float)) or math.isnan(tau) or tau < 0:
+            raise ConfigError(f"{key}[{i}]", f"must be a number >= 0 (got {tau!r})")
+    return [float(t) for t in values]
+
+
+class Decoder:
+    """Decodes (model, split, τ) once and remembers the result."""
+
+    def __init__(self, cfg: DictConfig, sets: dict[str, EvalSet]):
+        self.cfg, self.sets, self.settings = cfg, sets, decode_settings(cfg)
+        self.models: dict[str, object] = {}
+        self.memo: dict[tuple[str, str, float], dict] = {}
+
+    def point(self, name: str, split: str, tau: float) -> dict:
+        key = (name, split, tau)
+        if key not in self.memo:
+            if name not in self.models:
+                self.models[name] = load_model(checkpoint_of(self.cfg, name, "sweep_tau.models"))
+            data = self.sets[split]
+            out = translate_split(self.models[name], data.split, data.tgt_vocab,
+                                  tau=None if math.isinf(tau) else tau, **self.settings)
+            bleu, _ = corpus_bleu(out.hypotheses, [data.references])
+            self.memo[key] = {"tau": None if math.isinf(tau) else tau, "window": round(out.mean_window, 3), "bleu": round(bleu, 2),
+                              "ms_per_sentence": round(out.ms_per_sentence, 2)}
+            p = self.memo[key]
+            print(f"  {name:18s} {split:5s} tau={tau:<8g} window {p['window']:7.2f}  BLEU {p['bleu']:6.2f}"
+                  f"  ({p['ms_per_sentence']:.1f} ms/sentence)", flush=True)
+        return self.memo[key]
+
+
+def run(cfg: DictConfig) -> dict:
+    tok_dir = C.check_str(cfg, "train.data_dir")
+    models = [str(m) for m in C.get(cfg, "sweep_tau.models")]
+    for name in models:
+        checkpoint_of(cfg, name, "sweep_tau.models")
+    grid = check_taus(cfg, "sweep_tau.grid")
+    tolerance = C.check_float(cfg, "sweep_tau.tolerance", ge=0.0)
+    curve_model = C.check_str(cfg, "sweep_tau.curve_model")
+    checkpoint_of(cfg, curve_model, "sweep_tau.curve_model")
+    curve_taus = check_taus(cfg, "sweep_tau.curve_taus")
+    curve_splits = [str(s) for s in C.get(cfg, "sweep_tau.curve_splits")]
+    for i, split in enumerate(curve_splits):
+        if split not in ("dev", "test"):
+            raise ConfigError(f"sweep_tau.curve_splits[{i}]", f"must be dev or test (got {split!r})")
+
+    sets = {name: EvalSet.load(tok_dir, name) for name in {"dev", *curve_splits}}
+    log_mean = round(math.log(sets["dev"].mean_src_len), 3)
+    if C.check_bool(cfg, "sweep_tau.add_log_mean_len") and log_mean not in grid:
+        grid = sorted([*grid, log_mean])
+    decoder = Decoder(cfg, sets)
+    tracker = start_run(cfg, "sweep_tau", "tau", tags=["flexible", cfg.get("profile")])
+
+    print(f"sweep_tau: dev mean source length {sets['dev'].mean_src_len:.2f} (log = {log_mean}); "
+          f"grid {grid}; beam {decoder.settings['beam_size']}", flush=True)
+    selection: dict[str, dict] = {}
+    for name in models:
+        reference = decoder.point(name, "dev", math.inf)
+        points = [decoder.point(name, "dev", tau) for tau in grid]
+        chosen = select_tau(points, reference["bleu"], tolerance)
+        selection[name] = {
+            "inf": reference,
+            "points": points,
+            "selected_tau": chosen["tau"] if chosen else None,
+            "selected": chosen,
+        }
+        print(f"sweep_tau: {name}: selected tau = {selection[name]['selected_tau']}", flush=True)
+
+    curve_rows = []
+    for split in curve_splits:
+        for tau in curve_taus:
+            p = decoder.point(curve_model, split, tau)
+            curve_rows.append({"model": curve_model, "split": split, **p})
+        g = decoder.point("global", split, math.inf)
+        curve_rows.append({"model": "global", "split": split, **g})
+
+    result = {"log_mean_src_len": log_mean, "tolerance": tolerance, "grid": grid,
+              "beam_size": decoder.settings["beam_size"], "models": selection, "curve": curve_rows}
+    write_json(C.check_str(cfg, "sweep_tau.out"), result)
+    curve_file = Path(C.check_str(cfg, "sweep_tau.curve_file"))
+    with atomic_path(curve_file) as tmp, open(tmp, "w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=["model", "split", "tau", "window", "bleu", "ms_per_sentence"])
+        writer.writeheader()
+        writer.writerows(curve_rows)
+    curves = {f"{curve_model} ({split})": [(r["tau"] if r["tau"] is not None else math.inf, r["window"], r["bleu"])
+                                          for r in curve_rows
+                                          if r["split"] == split and r["model"] == curve_model]
+              for split in curve_splits}
+    reference = {f"global ({r['split']})": (r["window"], r["bleu"]) for r in curve_rows if r["model"] == "global"}
+    figure = figures.tradeoff(curves, C.check_str(cfg, "sweep_tau.figure"), reference)
+
+    tracker.table("sweep_tau/points", ["model", "tau", "window", "bleu"],
+                          [[name, p["tau"], p["window"], p["bleu"]]
+                           for name, sel in selection.items() for p in [sel["inf"], *sel["points"]]])
+    curve_table = tracker.table("sweep_tau/curve", ["model", "split", "tau", "window", "bleu"],
+                                [[r["model"], r["split"], r["tau"], r["window"], r["bleu"]] for r in curve_rows])
+    tracker.line_plot("sweep_tau/tradeoff_plot", curve_table, "window", "bleu", "BLEU vs mean window")
+    tracker.image("figures/tradeoff", figure, "Figure 3: BLEU against mean window")
+    tracker.summary({f"selected_tau/{k}": v["selected_tau"] for k, v in selection.items()})
+    tracker.finish()
+    return result
+
+
+def main() -> None:
+    C.run_stage(run)
+
+
+if __name__ == "__main__":
+    main()
