@@ -25,7 +25,7 @@ from flexatt.evaluation import EvalSet, load_model, translate_split
 from flexatt.io import atomic_path, write_json
 from flexatt.metrics import corpus_bleu
 from flexatt.stages.sweep_tau import check_taus, decode_settings
-from flexatt.tracking import start_run
+from flexatt.tracking import default_group, start_run
 from flexatt.train import model_config, train
 
 
@@ -57,6 +57,8 @@ def run(cfg: DictConfig) -> dict:
     for sigma in sigmas:
         run_cfg = cfg.copy()
         OmegaConf.update(run_cfg, f"variants.{base}.sigma", sigma, force_add=True)
+        # the W&B runs of the sigma points stay in the group of this pipeline run
+        OmegaConf.update(run_cfg, "logger.group", C.get(cfg, "logger.group") or default_group(cfg))
         name = f"sigma{sigma:g}"
         print(f"sweep_sigma: sigma = {sigma:g}: {epochs} epoch(s) from {init}", flush=True)
         metrics, _ = train(run_cfg, base, out_dir=str(out_dir / name), epochs=epochs, lr=lr,
