@@ -52,11 +52,12 @@ def read_run(path: str | Path) -> dict:
         elif kind == "summary":
             for item in record.summary.update:
                 out["summary"]["/".join(item.nested_key) or item.key] = json.loads(item.value_json)
-        elif kind == "config":
-            for item in record.config.update:
+        elif kind in ("config", "run"):  # the run record carries the config given to wandb.init
+            updates = record.config.update if kind == "config" else record.run.config.update
+            for item in updates:
                 out["config"]["/".join(item.nested_key) or item.key] = json.loads(item.value_json)
-        elif kind == "run":
-            out["run"] = record.run
+            if kind == "run":
+                out["run"] = record.run
         elif kind == "files":
             out["files"] += [f.path for f in record.files.files]
     return out
