@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,3 +40,13 @@ def smoke_dir(tmp_path: Path) -> Path:
     """A scratch folder holding params.yaml of the smoke profile."""
     compose_params(tmp_path, "profile=smoke")
     return tmp_path
+
+
+@pytest.fixture
+def single_thread():
+    """Tiny tensors: intra-op threads only add barrier overhead (and stall badly on a shared
+    machine), so the model-level tests run single-threaded."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

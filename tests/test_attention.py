@@ -21,13 +21,7 @@ LENGTHS = [7, 4, 2, 5]
 S_MAX = max(LENGTHS)
 
 
-@pytest.fixture(autouse=True)
-def single_thread():
-    """Tiny tensors: run single-threaded (intra-op threads only add barrier overhead)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def make(attention, score="concat", seed=0, **kw):

@@ -23,14 +23,7 @@ PAD, BOS, EOS, VOCAB = 0, 1, 2, 12
 TINY = dict(emb_size=8, hidden_size=6, att_size=5, readout_size=7, dropout=0.0, local_D=2)
 
 
-@pytest.fixture(autouse=True)
-def single_thread():
-    """Tiny tensors: intra-op threads only add barrier overhead (and stall badly when the
-    machine is shared), so these tests run single-threaded."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 def tiny_model(attention="global", seed=0, **kw) -> Seq2Seq:

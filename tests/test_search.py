@@ -21,13 +21,7 @@ CASES = [("global", None), ("flexible", None), ("flexible", 0.5), ("flexible_sac
          ("local_p", None)]
 
 
-@pytest.fixture(autouse=True)
-def single_thread():
-    """Tiny tensors: run single-threaded (intra-op threads only add barrier overhead)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("single_thread")
 
 
 @functools.lru_cache(maxsize=None)
