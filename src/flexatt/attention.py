@@ -283,8 +283,9 @@ class Attention(nn.Module):
         in_window = slot.unsqueeze(0) < width.unsqueeze(1)  # batch x W_max
         # one batched gather of the (row, position) pairs inside the windows
         rows, cols = in_window.nonzero(as_tuple=True)  # N, N
-        index = positions[rows, cols] - 1  # N (0-based source index)
-        flat = self.scorer(q[rows], cache.keys[rows, index], index)  # N
+        index = lo.index_select(0, rows) + cols - 1  # N (0-based source index)
+        keys = cache.keys.flatten(0, 1).index_select(0, rows * cache.keys.size(1) + index)  # N x d
+        flat = self.scorer(q.index_select(0, rows), keys, index)  # N
         scores = q.new_full((batch, w_max), NEG_INF).index_put((rows, cols), flat)
         count = torch.bincount(rows, minlength=batch)  # batch
         return scores, positions, in_window, count
@@ -316,11 +317,12 @@ class Attention(nn.Module):
         :param positions: batch x W_max 1-based positions of the slots
         :return: context batch x 2H (eq. 1 over the window), weights batch x S
         """
-        src_len = cache.values.size(1)
+        batch, src_len, dim = cache.values.shape
         index = (positions - 1).clamp(0, src_len - 1)  # batch x W_max (slots outside are 0-weight)
-        gathered = cache.values.gather(
-            1, index.unsqueeze(-1).expand(-1, -1, cache.values.size(-1))
-        )  # batch x W_max x 2H
+        # whole rows of h̄ with one index_select (far cheaper than an element-wise gather)
+        rows = torch.arange(batch, device=index.device).unsqueeze(1) * src_len
+        gathered = cache.values.flatten(0, 1).index_select(0, (rows + index).flatten())
+        gathered = gathered.view(batch, -1, dim)  # batch x W_max x 2H
         context = Attention.context_dense(slot_weights, gathered)  # batch x 2H
         full = slot_weights.new_zeros(slot_weights.size(0), src_len).scatter_add(
             1, index, slot_weights

@@ -133,8 +133,9 @@ class RecurrentDecoder(nn.Module):
         """
         emb = self.dropout(self.embed(tgt_in))  # batch x T x E
         hiddens, contexts, weights, stats = [], [], [], []
-        for t in range(tgt_in.size(1)):
-            context_t, state, weight_t, stat_t = self._recur(emb[:, t], state, cache, tau)
+        # unbind, not emb[:, t]: the backward of T selects would fill T zero tensors of emb's size
+        for emb_t in emb.unbind(1):
+            context_t, state, weight_t, stat_t = self._recur(emb_t, state, cache, tau)
             hiddens.append(state.hidden)
             contexts.append(context_t)
             weights.append(weight_t)

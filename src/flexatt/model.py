@@ -192,8 +192,11 @@ def sequence_nll(logits: Tensor, tgt_out: Tensor, mask: Tensor) -> Tensor:
 
     :param logits: batch x T x V, :param tgt_out: batch x T, :param mask: batch x T bool
     """
-    nll = F.cross_entropy(logits.transpose(1, 2), tgt_out, reduction="none")  # batch x T
-    return (nll * mask.to(nll.dtype)).sum() / logits.size(0)
+    batch, steps, vocab = logits.shape
+    # over the flattened (batch*T) x V logits: a contiguous log-softmax over V (the transposed
+    # batch x V x T layout costs a strided softmax and a full copy, forward and backward)
+    nll = F.cross_entropy(logits.reshape(-1, vocab), tgt_out.reshape(-1), reduction="none")
+    return (nll.view(batch, steps) * mask.to(nll.dtype)).sum() / batch
 
 
 def mean_strength(g: Tensor, mask: Tensor) -> Tensor:
