@@ -165,7 +165,7 @@ def start_run(cfg: DictConfig, job_type: str, name: str, tags: Iterable[str] = (
             group=group,
             job_type=job_type,
             name=f"{job_type}-{name}",
-            tags=[str(t) for t in tags if t],
+            tags=list(dict.fromkeys(str(t) for t in tags if t)),  # each once (variant = attention)
             config=OmegaConf.to_container(cfg, resolve=True),
             dir=str(directory),
             mode=mode,

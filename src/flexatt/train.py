@@ -124,7 +124,8 @@ def build_trainer(cfg: DictConfig, ckpt_dir: Path, max_epochs: int, extra_callba
 
 def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: int | None = None,
           lr: float | None = None, beta: float = 0.0, init_from: str | Path | None = None,
-          metrics_file: str | Path | None = None) -> tuple[dict, dict]:
+          metrics_file: str | Path | None = None, job_type: str | None = None,
+          run_name: str | None = None) -> tuple[dict, dict]:
     """Train (or fine-tune) the model ``variant`` of ``cfg.variants``.
 
     Args:
@@ -133,10 +134,12 @@ def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: 
         out_dir, epochs, lr, metrics_file: default to ``train.out_dir`` etc.
         beta: β of the fine-tuning objective (0: plain cross-entropy).
         init_from: a checkpoint whose weights start the run (fine-tuning).
+        job_type, run_name: of the W&B run (default: ``train`` or ``finetune``, the variant).
 
     Returns:
-        ``(metrics, objects)``: the metrics written to ``metrics_file``, and ``task``,
-        ``trainer``, ``data`` and ``ckpt_dir``.
+        ``(metrics, objects)``: the metrics written to ``metrics_file`` (by rank 0 only, under
+        DDP; ``tokens_per_second`` counts every rank's tokens), and ``task``, ``trainer``,
+        ``data``, ``ckpt_dir`` and ``is_global_zero``.
     """
     tok_dir = Path(C.check_str(cfg, "train.data_dir"))
     out_dir = Path(out_dir or C.check_str(cfg, "train.out_dir"))
@@ -178,8 +181,8 @@ def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: 
     resume = _resume_point(ckpt_dir, fingerprint)
     resumed_from_epoch = _epoch_of(resume)
     history = History()
-    job = "finetune" if init_from is not None else "train"
-    tracker = start_run(cfg, job, variant, tags=[variant, model_cfg["attention"], cfg.get("profile")])
+    job = job_type or ("finetune" if init_from is not None else "train")
+    tracker = start_run(cfg, job, run_name or variant, tags=[variant, model_cfg["attention"], cfg.get("profile")])
     trainer = build_trainer(cfg, ckpt_dir, epochs, [history], lightning_logger(tracker))
     if trainer.is_global_zero and resume is None:
         shutil.rmtree(ckpt_dir, ignore_errors=True)
@@ -196,11 +199,12 @@ def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: 
     rows = history.rows
     best = max((r for r in rows if r["val_bleu"] is not None), key=lambda r: r["val_bleu"], default=None)
     secs = sum(r["train_seconds"] for r in rows)
-    toks = sum(r["train_tokens"] for r in rows)
+    toks = sum(r["train_tokens"] for r in rows) * trainer.world_size  # every rank: as many batches
     metrics = {
         "variant": variant,
         "attention": model_cfg["attention"],
         "parameters": count_parameters(task.model),
+        "world_size": trainer.world_size,
         "epochs": len(rows),
         "best_epoch": best["epoch"] if best else None,
         "dev_bleu": best["val_bleu"] if best else None,
@@ -223,7 +227,8 @@ def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: 
         tracker.artifact(f"{job}-{variant}", "model", [best_ckpt],
                          {"dev_bleu": metrics["dev_bleu"], "epoch": metrics["best_epoch"]})
     tracker.finish()
-    return metrics, {"task": task, "trainer": trainer, "data": data, "ckpt_dir": ckpt_dir}
+    return metrics, {"task": task, "trainer": trainer, "data": data, "ckpt_dir": ckpt_dir,
+                     "is_global_zero": trainer.is_global_zero}
 
 
 def _resume_point(ckpt_dir: Path, fingerprint: dict) -> Path | None:

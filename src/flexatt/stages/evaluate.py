@@ -215,7 +215,7 @@ def render_table(results: dict[str, dict], cfg: DictConfig, split: str, beam: in
         m = results[row]
         label = TABLE_LABELS.get(row, row).format(D=model.local_D, lam=model.sact_lambda,
                                                   tau="∞ (none selected*)" if m["tau"] is None else f"{m['tau']:g}")
-        cells = [label, f"{m['window']:.1f}", f"{100 * m['reduction']:.0f}%", f"{m['bleu']:.2f}"]
+        cells = [label, f"{m['window']:.1f}", f"{int(round(100 * m['reduction'])) + 0}%", f"{m['bleu']:.2f}"]
         if has_multi:
             cells.append(f"{m.get('bleu_multi', float('nan')):.2f}")
         cells += [f"{m['bleu_tok']:.2f}", f"{m['ribes']:.3f}",

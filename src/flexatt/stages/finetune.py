@@ -29,7 +29,7 @@ def run(cfg: DictConfig) -> dict:
                           f"not {variant!r}: the objective needs g_t")
     beta = C.check_float(cfg, "finetune.beta", ge=0.0)
     init = Path(C.check_str(cfg, "finetune.init_dir")) / variant / "best.ckpt"
-    metrics, _ = train(
+    metrics, objects = train(
         cfg, variant,
         out_dir=C.check_str(cfg, "finetune.out_dir"),
         epochs=C.check_int(cfg, "finetune.epochs", minimum=1),
@@ -38,8 +38,9 @@ def run(cfg: DictConfig) -> dict:
         init_from=init,
         metrics_file=Path(C.check_str(cfg, "finetune.metrics_dir")) / f"{variant}.json",
     )
-    print(f"finetune@{variant} (beta {beta}): dev BLEU {metrics['dev_bleu']}, "
-          f"{metrics['tokens_per_second']} target tokens/s")
+    if objects["is_global_zero"]:  # one report under DDP
+        print(f"finetune@{variant} (beta {beta}): dev BLEU {metrics['dev_bleu']}, "
+              f"{metrics['tokens_per_second']} target tokens/s")
     return metrics
 
 

@@ -62,7 +62,8 @@ def run(cfg: DictConfig) -> dict:
         name = f"sigma{sigma:g}"
         print(f"sweep_sigma: sigma = {sigma:g}: {epochs} epoch(s) from {init}", flush=True)
         metrics, _ = train(run_cfg, base, out_dir=str(out_dir / name), epochs=epochs, lr=lr,
-                           init_from=init, metrics_file=out_dir / name / "metrics.json")
+                           init_from=init, metrics_file=out_dir / name / "metrics.json",
+                           job_type="sweep_sigma", run_name=f"{base}-{name}")
         model = load_model(out_dir / name / base / "best.ckpt")
         point = {"sigma": sigma, "train_dev_bleu_greedy": metrics["dev_bleu"]}
         point["dev_bleu"], point["window_inf"] = _dev_point(model, dev, None, settings)

@@ -22,10 +22,11 @@ from flexatt.train import train
 
 def run(cfg: DictConfig) -> dict:
     variant = C.check_str(cfg, "train.variant")
-    metrics, _ = train(cfg, variant)
-    print(f"train@{variant}: dev BLEU {metrics['dev_bleu']} (epoch {metrics['best_epoch']} of "
-          f"{metrics['epochs']}), {metrics['tokens_per_second']} target tokens/s, "
-          f"{metrics['minutes_per_epoch']} min/epoch")
+    metrics, objects = train(cfg, variant)
+    if objects["is_global_zero"]:  # one report under DDP
+        print(f"train@{variant}: dev BLEU {metrics['dev_bleu']} (epoch {metrics['best_epoch']} of "
+              f"{metrics['epochs']}), {metrics['tokens_per_second']} target tokens/s, "
+              f"{metrics['minutes_per_epoch']} min/epoch")
     return metrics
 
 

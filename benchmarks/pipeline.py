@@ -1,0 +1,93 @@
+"""Wall time of the whole pipeline (`dvc repro`), per stage, and of a no-op `dvc repro`.
+
+    python benchmarks/pipeline.py --from-scratch    # removes the stage outputs, then dvc repro --force
+    python benchmarks/pipeline.py                   # times whatever `dvc repro` has to do now
+    python benchmarks/pipeline.py --noop-only       # only the no-op `dvc repro` (after a full run)
+
+DVC runs the stages one after another and prints ``Running stage '<name>':`` as each starts;
+the time of a stage is the time from its start to the next stage's start (the last one: to
+the end of `dvc repro`). The output of `dvc repro` is passed through (progress bars included)
+and the figures are printed at the end and written to ``--out`` (JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+STAGE_LINE = re.compile(r"Running stage '([^']+)'")
+
+
+def timed_repro(args: list[str], echo: bool = True) -> tuple[float, list[tuple[str, float]], int]:
+    """Run ``dvc repro <args>``; return (total seconds, [(stage, seconds)], exit status)."""
+    started = time.perf_counter()
+    marks: list[tuple[str, float]] = []
+    proc = subprocess.Popen(["dvc", "repro", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, bufsize=1)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if echo:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+        match = STAGE_LINE.search(line)
+        if match:
+            marks.append((match.group(1), time.perf_counter()))
+    status = proc.wait()
+    ended = time.perf_counter()
+    stages = [(name, (marks[i + 1][1] if i + 1 < len(marks) else ended) - t) for i, (name, t) in enumerate(marks)]
+    return ended - started, stages, status
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--from-scratch", action="store_true",
+                        help="delete artifacts/ and run every stage (dvc repro --force)")
+    parser.add_argument("--noop-only", action="store_true", help="only time no-op dvc repro runs")
+    parser.add_argument("--noop-runs", type=int, default=3)
+    parser.add_argument("--out", default="benchmarks/results/pipeline.json")
+    args = parser.parse_args()
+
+    result: dict = {}
+    if not args.noop_only:
+        if args.from_scratch:
+            shutil.rmtree("artifacts", ignore_errors=True)
+        total, stages, status = timed_repro(["--force"] if args.from_scratch else [])
+        if status != 0:
+            sys.exit(f"pipeline: dvc repro failed (exit status {status})")
+        result.update(from_scratch=args.from_scratch, total_minutes=round(total / 60, 2),
+                      stages={name: round(sec / 60, 2) for name, sec in stages})
+    noop = []
+    for _ in range(args.noop_runs):
+        seconds, stages, status = timed_repro([], echo=False)
+        if status != 0:
+            sys.exit(f"pipeline: no-op dvc repro failed (exit status {status})")
+        if stages:
+            sys.exit(f"pipeline: the no-op dvc repro ran stages: {[s for s, _ in stages]}")
+        noop.append(seconds)
+    result.update(noop_seconds_median=round(statistics.median(noop), 2),
+                  noop_seconds=[round(s, 2) for s in noop])
+
+    print("\npipeline:")
+    if "stages" in result:
+        for name, minutes in result["stages"].items():
+            print(f"  {name:28s} {minutes:7.2f} min")
+        print(f"  {'total dvc repro':28s} {result['total_minutes']:7.2f} min"
+              f"{' (from scratch)' if args.from_scratch else ''}")
+    print(f"  {'no-op dvc repro':28s} {result['noop_seconds_median']:7.2f} s (median of {len(noop)}: "
+          f"{', '.join(f'{s:.2f}' for s in noop)})")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.exists() and args.noop_only:  # keep the stage times of the last full run
+        result = {**json.loads(out.read_text()), **result}
+    out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
