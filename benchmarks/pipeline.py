@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import statistics
@@ -29,8 +30,10 @@ def timed_repro(args: list[str], echo: bool = True) -> tuple[float, list[tuple[s
     """Run ``dvc repro <args>``; return (total seconds, [(stage, seconds)], exit status)."""
     started = time.perf_counter()
     marks: list[tuple[str, float]] = []
+    # this interpreter's environment first on PATH: its dvc, and the `python` of the stages
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
     proc = subprocess.Popen(["dvc", "repro", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, bufsize=1)
+                            text=True, bufsize=1, env=env)
     assert proc.stdout is not None
     for line in proc.stdout:
         if echo:
