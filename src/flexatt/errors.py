@@ -1,4 +1,5 @@
-"""Errors that a user can fix: a bad config value or a bad input file.
+"""Errors that a user can fix: a bad config value, a bad input file, an output that cannot be
+written (a full disk, a read-only folder).
 
 Stages catch :class:`FlexattError`, print its message (which names the key, or the
 file and line) and exit with status 2, without a traceback.
@@ -33,3 +34,17 @@ class DataError(FlexattError):
         self.line = line
         where = f"{path}:{line}" if line is not None else f"{path}"
         super().__init__(f"{where}: {message}")
+
+
+class OutputError(FlexattError):
+    """An output cannot be written: a full disk, a read-only or missing folder, a file size limit.
+
+    The message names the file being written, e.g.
+    ``results/metrics.json: No space left on device``; whatever was at that path before is left
+    intact (see :func:`flexatt.io.atomic_path`).
+    """
+
+    def __init__(self, path: object, message: str):
+        self.path = str(path)
+        self.reason = message
+        super().__init__(f"{path}: {message}")

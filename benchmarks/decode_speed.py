@@ -1,0 +1,248 @@
+"""Forced-decoding speed of global and flexible attention (Flexible Attention 2017, Table 3).
+
+    python benchmarks/decode_speed.py                       # subword and char level, 2 threads
+    python benchmarks/decode_speed.py --levels subword --sentences 300 --rounds 7
+    python benchmarks/decode_speed.py --levels char --retrain   # rebuild the char setting
+
+The reference translations of the first ``--sentences`` test pairs are fed back through the
+decoder (``flexatt.search.forced_decode``: ``model.decode_step`` one token at a time, the
+decoding code path) by the **global** model and by the **fine-tuned flexible** model at its
+**selected τ**, so both decode exactly the same steps and only the attention differs. Per
+level it prints, for each model: ms per sentence at batch size 1 (the paper's per-sentence
+latency) and, with ``--batch-sizes 1 50``, at a batched size; the global/flexible ratio
+(> 1: flexible is faster); the mean window (positions scored per step, counted in the scoring
+path) and the share of the decoding time spent in the attention module.
+
+Side by side: each round decodes every sentence (batch) with both models, back to back, the
+order alternating from sentence to sentence and from round to round, so that load from
+elsewhere on the machine falls on both; the figures are the median over ``--rounds`` rounds and
+the spread (min–max) of the per-round values; the ratio is the median of the per-round ratios.
+A warm-up pass precedes the rounds.
+
+Attention share: a separate, untimed pass at batch size 1 wraps the attention module's
+``forward`` (one decoding step: g_t, vision span, scoring, softmax, context) and ``precompute``
+(the key projection U_k h̄, once per sentence) with ``perf_counter`` timers
+(``_common.AttentionTimer``); the share is their time over the whole ``forced_decode`` call
+(encoder, LSTM, readout and the search bookkeeping make up the rest). ``--profile`` adds a
+``torch.profiler`` pass with ``record_function`` ranges around the same calls and prints the
+ops that take the most self CPU time, as a cross-check.
+
+Subword level: the default pipeline's checkpoints (``artifacts/models/global/best.ckpt``,
+``artifacts/models_ft/flexible/best.ckpt``) and ``results/sweep_tau.json`` →
+``models.flexible_ft.selected_tau``, on ``artifacts/tok/test.npz``.
+
+Character level: the pipeline has no char run, so this script builds a small one
+(``_common.prepare_char``) and caches it under ``artifacts/bench/char/`` (a second run reuses
+it; ``--retrain`` rebuilds it): a SentencePiece ``char`` model on the pipeline's filtered data
+(``artifacts/filter``), a global and a flexible model of ``params.yaml``'s sizes trained for
+``--char-train-fraction`` of an epoch, the flexible one fine-tuned with β = ``finetune.beta``
+for ``--char-ft-fraction`` of an epoch, and τ selected on the first ``--char-dev`` dev pairs
+with the pipeline's rule (``select_tau`` over ``sweep_tau.grid`` + log S̄, beam search with
+``decode.*``). These models are far from converged: **only the speed comparison is
+meaningful**, not their BLEU. The timed sentences are the same test pairs as at subword level.
+
+Time (2-core CPU, 2 threads, defaults): preparing the char setting takes about
+PREP_MINUTES minutes once (tokenize < 1 min; training global and flexible ~ TRAIN_MINUTES min each
+for half an epoch; fine-tuning ~ FT_MINUTES min; τ selection ~ SEL_MINUTES min); the timing itself
+about TIMING_MINUTES minutes (subword ~ SUB_MINUTES, char ~ CHAR_MINUTES). ``artifacts/bench/char/prep.json``
+records the minutes of each preparation step.
+
+Targets (the issue): at char level the flexible model at its selected τ is at least 1.3x as
+fast as global; at subword level it is never slower. The verdict is printed at the end.
+Results are also written to ``--out`` (JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import _common as B  # noqa: E402
+
+from flexatt.config import load_params  # noqa: E402
+from flexatt.data.subwords import EncodedSplit  # noqa: E402
+from flexatt.evaluation import load_model  # noqa: E402
+from flexatt.search import forced_decode  # noqa: E402
+
+MODELS = ("global", "flexible_ft")
+
+
+def decode(model, batch, tau):
+    return forced_decode(model, batch.src, batch.src_len, batch.tgt_in, batch.tgt_out, tau=tau)
+
+
+def time_side_by_side(models: dict, taus: dict, batches: list, rounds: int, n_sent: int) -> dict:
+    """Per model: the ms per sentence of every round (both models on each batch, back to back)."""
+    names = list(models)
+    for name in names:  # warm-up
+        for b in batches[: max(1, min(len(batches), 20))]:
+            decode(models[name], b, taus[name])
+    ms = {name: [] for name in names}
+    clock = time.perf_counter
+    for r in range(rounds):
+        total = dict.fromkeys(names, 0.0)
+        for i, b in enumerate(batches):
+            for name in B.rotated(names, i + r):
+                t0 = clock()
+                decode(models[name], b, taus[name])
+                total[name] += clock() - t0
+        for name in names:
+            ms[name].append(1000.0 * total[name] / n_sent)
+    return ms
+
+
+def attention_share(model, tau, batches) -> dict:
+    """One pass at batch size 1 with the attention module's calls timed (see the module doc)."""
+    clock = time.perf_counter
+    window_sum = steps = 0
+    with B.AttentionTimer(model) as timer:
+        t0 = clock()
+        for b in batches:
+            res = decode(model, b, tau)
+            window_sum += int(res.window_sum.sum())
+            steps += int(res.steps.sum())
+        total = clock() - t0
+    return {"share_step": timer.step_s / total, "share_precompute": timer.pre_s / total,
+            "share": (timer.step_s + timer.pre_s) / total,
+            "us_per_attention_step": 1e6 * timer.step_s / max(timer.calls, 1),
+            "window": window_sum / max(steps, 1), "steps": steps}
+
+
+def profile(name: str, model, tau, batches, top: int) -> dict:
+    """torch.profiler over ``batches``: share of the attention ranges, the top ops by self CPU time."""
+    from torch.profiler import ProfilerActivity, record_function
+    from torch.profiler import profile as tprofile
+
+    with B.AttentionTimer(model, record=True), tprofile(activities=[ProfilerActivity.CPU]) as prof:
+        for b in batches:
+            with record_function("forced_decode"):
+                decode(model, b, tau)
+    events = {e.key: e for e in prof.key_averages()}
+    total = events["forced_decode"].cpu_time_total
+    att = sum(events[k].cpu_time_total for k in ("attention.step", "attention.precompute") if k in events)
+    print(f"  torch.profiler, {name}: attention ranges {att / total:.1%} of forced_decode "
+          f"(profiler overhead inflates small ops; compare with the timer figure)")
+    print("    " + prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top).replace("\n", "\n    "))
+    return {"profiler_share": att / total}
+
+
+def run_level(level: str, args, cfg) -> dict:
+    if level == "subword":
+        tok_dir = Path(cfg.train.data_dir)
+        ckpts = B.SUBWORD_CKPTS
+        B.check_files(*ckpts.values(), tok_dir / "test.npz")
+        tau = args.tau if args.tau is not None else B.read_selected_tau(Path(args.sweep))
+        tau_source = "--tau" if args.tau is not None else f"{args.sweep} (models.flexible_ft.selected_tau)"
+        note = None
+    else:
+        with B.quiet_lightning():
+            setting = B.prepare_char(cfg, retrain=args.retrain, dev_size=args.char_dev,
+                                     train_fraction=args.char_train_fraction, ft_fraction=args.char_ft_fraction)
+        tok_dir, ckpts = setting.tok_dir, setting.checkpoints
+        tau = args.char_tau if args.char_tau is not None else setting.tau
+        tau_source = "--char-tau" if args.char_tau is not None else f"{B.CHAR_ROOT}/sweep_tau.json (selected on dev)"
+        sel = json.loads((B.CHAR_ROOT / "sweep_tau.json").read_text())["models"]["flexible_ft"]
+        note = (f"char models: small budget ({setting.info['settings']['train_fraction']:g} epoch, fine-tuned "
+                f"{setting.info['settings']['ft_fraction']:g} epoch); dev BLEU at tau=inf {sel['inf']['bleu']}, "
+                f"at the selected tau {sel['selected']['bleu'] if sel['selected'] else '-'}: ONLY THE SPEED "
+                f"COMPARISON IS MEANINGFUL")
+    split = EncodedSplit.load(tok_dir / "test.npz")
+    models = {name: load_model(ckpts[name]) for name in MODELS}
+    taus = {"global": None, "flexible_ft": tau}
+    n = min(args.sentences, len(split))
+    src_mean = float(split.src_lengths[:n].mean()) + 1
+    tgt_mean = float(split.tgt_lengths[:n].mean()) + 1
+    print(f"\n== {level} level: first {n} test pairs of {tok_dir} (source {src_mean:.1f} tokens incl. EOS, "
+          f"{tgt_mean:.1f} forced steps per sentence); flexible_ft at tau = {B.fmt_tau(tau)} from {tau_source}",
+          flush=True)
+    if note:
+        print(f"   {note}")
+    out: dict = {"tau": tau, "tau_source": tau_source, "sentences": n, "src_len_mean": src_mean,
+                 "steps_per_sentence": tgt_mean, "batch_sizes": {}, "note": note}
+
+    single = B.first_batches(split, n, 1)
+    for bs in args.batch_sizes:
+        batches = single if bs == 1 else B.first_batches(split, n, bs)
+        ms = time_side_by_side(models, taus, batches, args.rounds, n)
+        ratios = [g / f for g, f in zip(ms["global"], ms["flexible_ft"])]
+        out["batch_sizes"][bs] = {"ms_per_sentence": ms, "ratio_per_round": ratios,
+                                  "ms_median": {k: B.med(v) for k, v in ms.items()},
+                                  "ratio_median": B.med(ratios)}
+        print(f"  batch size {bs}: {args.rounds} rounds, side by side", flush=True)
+    shares = {name: attention_share(models[name], taus[name], single) for name in MODELS}
+    out["attention"] = shares
+    if args.profile:
+        for name in MODELS:
+            out["attention"][name].update(profile(name, models[name], taus[name], single[: args.profile], 15))
+
+    g_win = shares["global"]["window"]
+    print(f"  {'model':12s} {'tau':>6s} {'window':>7s} {'reduct.':>7s}  " +
+          "  ".join(f"{'ms/sent bs=' + str(bs):>13s} {'spread':>13s}" for bs in args.batch_sizes) +
+          f"  {'attention share':>22s} {'us/att.step':>11s}")
+    for name in MODELS:
+        s = shares[name]
+        cols = "  ".join(f"{out['batch_sizes'][bs]['ms_median'][name]:13.2f} "
+                         f"{B.spread(out['batch_sizes'][bs]['ms_per_sentence'][name]):>13s}"
+                         for bs in args.batch_sizes)
+        print(f"  {name:12s} {B.fmt_tau(taus[name]):>6s} {s['window']:7.2f} {1 - s['window'] / g_win:7.0%}  {cols}"
+              f"  {s['share']:6.1%} (step {s['share_step']:5.1%})  {s['us_per_attention_step']:11.1f}")
+    for bs in args.batch_sizes:
+        r = out["batch_sizes"][bs]["ratio_per_round"]
+        print(f"  speed-up global/flexible at batch size {bs}: {B.med(r):.2f}x (rounds {B.spread(r)})")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--levels", nargs="+", default=["subword", "char"], choices=["subword", "char"])
+    parser.add_argument("--sentences", type=int, default=200, help="the first N test pairs")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 50],
+                        help="1 = per-sentence latency; more: length-grouped batches as translate_split")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--sweep", default="results/sweep_tau.json", help="where the subword tau is read")
+    parser.add_argument("--tau", type=float, help="subword tau instead of the selected one")
+    parser.add_argument("--char-tau", type=float, help="char tau instead of the selected one")
+    parser.add_argument("--retrain", action="store_true", help="rebuild the cached char setting")
+    parser.add_argument("--char-train-fraction", type=float, default=0.5, help="of an epoch, per model")
+    parser.add_argument("--char-ft-fraction", type=float, default=0.25, help="of an epoch, fine-tuning")
+    parser.add_argument("--char-dev", type=int, default=300, help="dev pairs for validation and tau selection")
+    parser.add_argument("--profile", type=int, default=0, metavar="N",
+                        help="also run torch.profiler over N sentences per model and print the top ops")
+    parser.add_argument("--out", default="artifacts/bench/decode_speed.json")
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    started = time.perf_counter()
+    cfg = load_params(args.params)
+    results = {"threads": args.threads, "rounds": args.rounds, "levels": {}}
+    for level in args.levels:
+        results["levels"][level] = run_level(level, args, cfg)
+
+    print("\ntargets:")
+    verdicts = {}
+    for level, res in results["levels"].items():
+        r = res["batch_sizes"].get(1, next(iter(res["batch_sizes"].values())))["ratio_median"]
+        ok = r >= 1.3 if level == "char" else r >= 1.0
+        verdicts[level] = ok
+        want = "flexible >= 1.3x as fast as global" if level == "char" else "flexible never slower than global"
+        print(f"  {level:7s} {want}: speed-up {r:.2f}x at batch size 1 -> {'MET' if ok else 'NOT MET'}")
+    results["targets_met"] = verdicts
+    results["wall_minutes"] = round((time.perf_counter() - started) / 60, 2)
+    print(f"decode_speed: {results['wall_minutes']:.1f} min, {args.threads} threads")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2, default=float) + "\n")
+    print(f"written {out}")
+
+
+if __name__ == "__main__":
+    main()

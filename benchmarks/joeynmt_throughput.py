@@ -1,0 +1,547 @@
+"""Training throughput of flexatt against Joey NMT 2.3's recurrent model, side by side.
+
+    bash benchmarks/setup_joeynmt.sh                      # once: .venv-joeynmt/ with joeynmt 2.3
+    python benchmarks/joeynmt_throughput.py               # 15 batches, 7 rounds, 2 threads
+    python benchmarks/joeynmt_throughput.py --rounds 9 --batches 20 --joey-cli-steps 0
+    python benchmarks/joeynmt_throughput.py --profile     # + per-phase times and top operators
+
+Both models train on the same real batches: the first ``--batches`` batches of flexatt's
+length-grouped order (``LengthGroupedBatches(seed=0)``, ``train.batch_size`` = 64 pairs) of the
+training split. flexatt reads them from ``artifacts/tok/train.npz``; Joey NMT builds the very same
+pairs with its own data pipeline from the filtered text (``artifacts/filter/train.{src,tgt}``),
+its own SentencePiece tokenizer on flexatt's model (``artifacts/tok/src.model``) and a
+vocabulary file listing that model's 4,000 pieces. The token ids of both sides are compared
+batch by batch before anything is timed (Joey's ids differ only by its special-symbol order:
+``<unk>`` 0 and ``<pad>`` 1, where flexatt has ``<pad>`` 0 and ``<unk>`` 1).
+
+What is timed, per round, is a full training step on every batch, exactly as each toolkit's
+training loop does it, without data loading, logging or validation:
+
+* flexatt (``benchmarks/train_throughput.py``'s loop, the ``global`` variant by default):
+  forward, ``sequence_nll``, ``zero_grad``, backward, ``clip_grad_norm_(3.0)``, Adam;
+* Joey NMT (the body of ``TrainManager.train_and_validate``'s batch loop): its own
+  ``TrainManager._train_step`` (sort by source length, forward with the loss, normalisation
+  by the number of sentences, backward), its gradient clipper (``clip_grad_norm``: 3.0), its
+  Adam, ``model.zero_grad()``.
+
+Throughput is target tokens per second: every target token plus EOS, padding excluded, which is
+both flexatt's ``Batch.n_tgt_tokens`` and Joey's ``Batch.ntokens`` (checked equal per batch).
+
+Joey NMT runs in its own virtualenv (``.venv-joeynmt``, see ``benchmarks/setup_joeynmt.sh``), in
+a worker process that this script starts and drives over a pipe (this file, run with
+``--worker`` by Joey's Python). The two are measured side by side: after one warm-up round each,
+every round times both once, in alternating order, while the other process waits idle; the
+figures are the median over rounds, the spread (min–max) and the ratio of the medians. Both use
+``--threads`` intra-op threads (``torch.set_num_threads`` and ``OMP_NUM_THREADS``).
+
+``--joey-cli-steps N`` (default 60, 0: off) afterwards also runs ``joeynmt train`` itself for N
+updates on the same config and prints the "Tokens per Sec" its log reports (its own loop with
+its data loader, on its own shuffled, unsorted batches; no validation: ``validation_freq`` is
+past the last update) — a cross-check of the worker's figure, not part of the side-by-side.
+
+The Joey config (written to ``--work-dir``, default ``artifacts/bench/joeynmt/``) has flexatt's
+sizes: LSTM encoder, bidirectional, ``hidden_size`` per direction; one-layer LSTM decoder of
+``hidden_size`` with Bahdanau (MLP) attention of ``hidden_size`` units, input feeding and a bridge
+initialisation; embeddings of ``emb_size``; dropout ``model.dropout`` on the embeddings and before
+the attentional layer; untied embeddings and output layer; Adam at ``train.lr``, clipping at
+``trainer.gradient_clip_val``, batches of ``train.batch_size`` sentences, loss summed per sentence
+and averaged over the batch (Joey's ``normalization: batch``, as flexatt's ``sequence_nll``).
+What stays different is architecture, not size: Joey's recurrent decoder is Luong-ordered (LSTM
+first, attention queried with h_t, the attentional vector tanh(W[h_t; c_t]) fed back as input
+feeding and used as the readout, an output layer without bias), flexatt's is Bahdanau-ordered
+(attention queried with h_{t-1}, the 2H context fed to the LSTM, the readout
+tanh(W_o[h_t; c_t; i_t]) computed after the loop for all steps at once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET_RATIO = 1.5
+
+
+# ======================================================================================
+# The Joey NMT side: runs in .venv-joeynmt (imports nothing from flexatt)
+# ======================================================================================
+def worker(args: argparse.Namespace) -> None:
+    """Build Joey's model, trainer and batches, then answer commands, one JSON line each."""
+    proto = os.fdopen(os.dup(1), "w", buffering=1)  # the pipe to the parent
+    os.dup2(2, 1)  # anything Joey prints goes to stderr (the worker log)
+    sys.stdout = sys.stderr
+
+    import torch
+
+    torch.set_num_threads(args.threads)
+    import joeynmt
+    from joeynmt.config import load_config, parse_global_args
+    from joeynmt.prediction import prepare
+    from joeynmt.training import TrainManager
+
+    cfg = load_config(Path(args.config))
+    Path(cfg["model_dir"]).mkdir(parents=True, exist_ok=True)
+    gargs = parse_global_args(cfg, rank=0, mode="train")
+    model, train_data, _, _ = prepare(gargs, rank=0, mode="train")
+    trainer = TrainManager(
+        rank=0, model=model, model_dir=gargs.model_dir, device=gargs.device, n_gpu=gargs.n_gpu,
+        num_workers=gargs.num_workers, autocast=gargs.autocast, seed=gargs.seed,
+        train_args=gargs.train, dev_args=None,
+    )
+    batches: list = []
+
+    def reply(**msg) -> None:
+        proto.write(json.dumps(msg) + "\n")
+
+    def train_round() -> float:
+        """One pass over the batches: the body of Joey's training loop, minus its bookkeeping."""
+        started = time.perf_counter()
+        for batch in batches:
+            trainer._train_step(batch)  # sort, forward + loss, normalise, backward
+            if trainer.clip_grad_fun is not None:
+                trainer.clip_grad_fun(parameters=model.parameters())
+            trainer.optimizer.step()
+            model.zero_grad()
+        return time.perf_counter() - started
+
+    def phase_round() -> dict:
+        """The same step split into phases (``_train_step`` inlined, same calls)."""
+        t = {"forward": 0.0, "backward": 0.0, "clip+adam+zero": 0.0}
+        for batch in batches:
+            t0 = time.perf_counter()
+            model.train()
+            batch.sort_by_src_length()
+            loss, _, _, correct = model(return_type="loss", **vars(batch))
+            norm = batch.normalize(loss, normalization=trainer.args.normalization,
+                                   n_gpu=trainer.n_gpu, n_accumulation=trainer.args.batch_multiplier)
+            t1 = time.perf_counter()
+            norm.backward()
+            norm.item(), correct.item()
+            t2 = time.perf_counter()
+            trainer.clip_grad_fun(parameters=model.parameters())
+            trainer.optimizer.step()
+            model.zero_grad()
+            t3 = time.perf_counter()
+            t["forward"] += t1 - t0
+            t["backward"] += t2 - t1
+            t["clip+adam+zero"] += t3 - t2
+        return t
+
+    for line in sys.stdin:
+        msg = json.loads(line)
+        cmd = msg["cmd"]
+        if cmd == "setup":
+            cpu = torch.device("cpu")
+            batches = [
+                train_data.collate_fn([train_data[i] for i in idx], pad_index=model.pad_index,
+                                      eos_index=model.eos_index, device=cpu)
+                for idx in msg["batches"]
+            ]
+            reply(
+                ok=True,
+                joeynmt=joeynmt.__version__,
+                torch=torch.__version__,
+                threads=torch.get_num_threads(),
+                parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),
+                vocab=[len(model.src_vocab), len(model.trg_vocab)],
+                specials={"pad": model.pad_index, "bos": model.bos_index, "eos": model.eos_index,
+                          "unk": model.unk_index},
+                tokens=[int(b.ntokens) for b in batches],
+                # before any training step (which sorts the rows): the rows in index order
+                src=[b.src.tolist() for b in batches],
+                trg=[b.trg.tolist() for b in batches],
+                trg_input=[b.trg_input.tolist() for b in batches],
+                model=repr(model),
+            )
+        elif cmd == "run":
+            reply(ok=True, seconds=train_round())
+        elif cmd == "phases":
+            reply(ok=True, phases=phase_round())
+        elif cmd == "profile":
+            from torch.profiler import ProfilerActivity, profile
+
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                train_round()
+            reply(ok=True, table=prof.key_averages().table(
+                sort_by="self_cpu_time_total", row_limit=msg.get("rows", 25)))
+        elif cmd == "quit":
+            reply(ok=True)
+            return
+        else:
+            reply(ok=False, error=f"unknown command {cmd!r}")
+
+
+# ======================================================================================
+# The driver: runs in flexatt's .venv
+# ======================================================================================
+class JoeyWorker:
+    """The worker process in .venv-joeynmt, driven over stdin/stdout."""
+
+    def __init__(self, python: Path, config: Path, threads: int, log: Path):
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+        self.log_path = log
+        self.log = log.open("w")
+        self.proc = subprocess.Popen(
+            [str(python), str(Path(__file__).resolve()), "--worker", "--config", str(config),
+             "--threads", str(threads)],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env,
+            cwd=ROOT,
+        )
+
+    def ask(self, cmd: str, **payload) -> dict:
+        self.proc.stdin.write(json.dumps({"cmd": cmd, **payload}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.wait()
+            self.log.flush()
+            tail = "".join(self.log_path.read_text(errors="replace").splitlines(True)[-30:])
+            sys.exit(f"joeynmt_throughput: the Joey NMT worker died (exit {self.proc.returncode}); "
+                     f"last lines of {self.log_path}:\n{tail}")
+        reply = json.loads(line)
+        if not reply.get("ok"):
+            sys.exit(f"joeynmt_throughput: worker error: {reply.get('error')}")
+        return reply
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.ask("quit")
+            self.proc.wait(timeout=60)
+        self.log.close()
+
+
+def joey_config(cfg, work_dir: Path, model_dir: Path, vocab_file: Path, *, updates: int,
+                logging_freq: int) -> dict:
+    """Joey NMT 2.3 config for its recurrent model with flexatt's sizes (see the module doc)."""
+    tok_dir = ROOT / str(cfg.train.data_dir)
+    filter_dir = ROOT / str(cfg.tokenize.in_dir)
+    m = cfg.model
+    if m.att_size != m.hidden_size or m.readout_size != m.hidden_size:
+        print(f"joeynmt_throughput: warning: Joey's attention and attentional-vector sizes equal the "
+              f"decoder's hidden size ({m.hidden_size}); flexatt has att_size {m.att_size}, "
+              f"readout_size {m.readout_size}", file=sys.stderr)
+    dropout = float(m.dropout)
+
+    def side(lang: str, model_file: Path) -> dict:
+        return {
+            "lang": lang,  # Joey reads <data.train>.<lang>: artifacts/filter/train.src / .tgt
+            "level": "bpe",
+            "tokenizer_type": "sentencepiece",
+            "tokenizer_cfg": {"model_file": str(model_file)},
+            "voc_file": str(vocab_file),
+            "lowercase": False,
+            "normalize": False,
+            "max_length": -1,  # the filter stage has limited the length already
+        }
+
+    # validation only after the last update: never inside the timed part
+    validation_freq = logging_freq * (updates // logging_freq + 10)
+    return {
+        "name": "flexatt_joeynmt_bench",
+        "joeynmt_version": "2.3.0",
+        "model_dir": str(model_dir),
+        "use_cuda": False,
+        "fp16": False,
+        "random_seed": int(cfg.seed),
+        "data": {
+            "train": str(filter_dir / "train"),
+            "dev": str(filter_dir / "dev"),
+            "dataset_type": "plain",
+            "src": side("src", tok_dir / "src.model"),
+            "trg": side("tgt", tok_dir / "tgt.model"),
+            # Joey's defaults: unk 0, pad 1, bos 2, eos 3 (the pieces of flexatt's model)
+            "special_symbols": {"unk_token": "<unk>", "unk_id": 0, "pad_token": "<pad>", "pad_id": 1,
+                                "bos_token": "<s>", "bos_id": 2, "eos_token": "</s>", "eos_id": 3},
+        },
+        "testing": {"n_best": 1, "beam_size": 1, "beam_alpha": 1.0, "batch_size": 64,
+                    "batch_type": "sentence", "max_output_length": 100,
+                    "eval_metrics": ["bleu"], "sacrebleu_cfg": {"tokenize": "13a"}},
+        "training": {
+            "optimizer": "adam",
+            "adam_betas": [0.9, 0.999],
+            "learning_rate": float(cfg.train.lr),
+            "learning_rate_min": 1.0e-8,
+            "weight_decay": 0.0,
+            # Joey 2.3 requires a scheduler (no `scheduling` raises ConfigurationError) and its
+            # "plateau" passes `verbose=`, which torch 2.13's ReduceLROnPlateau no longer takes;
+            # "exponential" (ExponentialLR) steps once per epoch, never inside the timed steps,
+            # and with a factor of 1 the rate stays at learning_rate
+            "scheduling": "exponential",
+            "decrease_factor": 1.0,
+            "clip_grad_norm": float(cfg.trainer.gradient_clip_val),
+            "batch_size": int(cfg.train.batch_size),
+            "batch_type": "sentence",
+            "batch_multiplier": 1,
+            "normalization": "batch",
+            "loss": "crossentropy",
+            "label_smoothing": 0.0,
+            "epochs": 1,
+            "updates": updates,
+            "logging_freq": logging_freq,
+            "validation_freq": validation_freq,
+            "early_stopping_metric": "loss",
+            "shuffle": True,
+            "overwrite": True,
+            "keep_best_ckpts": 1,
+            "num_workers": 0,
+            "print_valid_sents": [],
+        },
+        "model": {
+            "initializer": "xavier_uniform",
+            "embed_initializer": "xavier_uniform",
+            "bias_initializer": "zeros",
+            "init_rnn_orthogonal": False,
+            "lstm_forget_gate": 1.0,  # Joey's defaults (initialisation does not change the speed)
+            "tied_embeddings": False,
+            "tied_softmax": False,
+            "encoder": {
+                "type": "recurrent",
+                "rnn_type": "lstm",
+                "hidden_size": int(m.hidden_size),  # per direction, as flexatt's encoder
+                "bidirectional": True,
+                "num_layers": 1,
+                "dropout": dropout,  # between layers only: no effect with one layer
+                "embeddings": {"embedding_dim": int(m.emb_size), "scale": False, "dropout": dropout},
+                "freeze": False,
+            },
+            "decoder": {
+                "type": "recurrent",
+                "rnn_type": "lstm",
+                "hidden_size": int(m.hidden_size),
+                "num_layers": 1,
+                "attention": "bahdanau",
+                "input_feeding": True,
+                "init_hidden": "bridge",
+                "dropout": dropout,  # between layers only
+                "hidden_dropout": dropout,  # on [h_t; c_t] before the attentional layer
+                "embeddings": {"embedding_dim": int(m.emb_size), "scale": False, "dropout": dropout},
+                "freeze": False,
+            },
+        },
+    }
+
+
+def write_yaml(path: Path, data: dict) -> None:
+    import yaml
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
+
+
+def check_same_data(batches, reply: dict, pad_id: int, unk_id: int) -> None:
+    """Joey's batches must hold flexatt's token ids (up to Joey's pad/unk ids) row for row."""
+    to_flex = {reply["specials"]["pad"]: pad_id, reply["specials"]["unk"]: unk_id}
+
+    def mapped(rows):
+        return [[to_flex.get(x, x) for x in row] for row in rows]
+
+    for k, b in enumerate(batches):
+        for name, ours, theirs in (("src", b.src, reply["src"][k]), ("tgt_out", b.tgt_out, reply["trg"][k]),
+                                   ("tgt_in", b.tgt_in, reply["trg_input"][k])):
+            if ours.tolist() != mapped(theirs):
+                sys.exit(f"joeynmt_throughput: batch {k}: Joey's {name} ids differ from flexatt's "
+                         f"(shapes {tuple(ours.shape)} vs {len(theirs)}x{len(theirs[0])})")
+
+
+def run_joey_cli(python: Path, config: Path, model_dir: Path, threads: int, log: Path) -> list[float]:
+    """``joeynmt train CONFIG --skip-test``; returns the 'Tokens per Sec' figures of its log."""
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    with log.open("w") as out:
+        proc = subprocess.run([str(python), "-m", "joeynmt", "train", str(config), "--skip-test"],
+                              stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    text = log.read_text(errors="replace")
+    if proc.returncode != 0:
+        tail = "".join(text.splitlines(True)[-30:])
+        sys.exit(f"joeynmt_throughput: `joeynmt train` failed (exit {proc.returncode}):\n{tail}")
+    if re.search(r"Validation result|Evaluation result", text):
+        print("joeynmt_throughput: warning: `joeynmt train` validated during the run", file=sys.stderr)
+    return [float(x) for x in re.findall(r"Tokens per Sec:\s*([0-9.]+)", text)]
+
+
+def spread(xs: list[float]) -> str:
+    return f"{min(xs):8.0f}–{max(xs):<8.0f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--variant", default="global", help="flexatt variant (default: global)")
+    parser.add_argument("--batches", type=int, default=15, help="training steps per measurement")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--joey-python", default=str(ROOT / ".venv-joeynmt" / "bin" / "python"))
+    parser.add_argument("--work-dir", default="artifacts/bench/joeynmt",
+                        help="Joey's config, vocabulary, model dir and logs")
+    parser.add_argument("--joey-cli-steps", type=int, default=60,
+                        help="also run `joeynmt train` for this many updates (0: skip)")
+    parser.add_argument("--profile", action="store_true",
+                        help="also time the phases of a step and print the top operators of both")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--config", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from flexatt.config import load_params
+    from flexatt.data.batching import LengthGroupedBatches, ParallelData, collate
+    from flexatt.data.subwords import PAD_ID, UNK_ID, EncodedSplit, Vocab
+    from flexatt.model import build_model, count_parameters, sequence_nll
+    from flexatt.train import model_config
+
+    joey_python = Path(args.joey_python)
+    if not joey_python.exists():
+        sys.exit(f"joeynmt_throughput: {joey_python} not found: run `bash benchmarks/setup_joeynmt.sh` first")
+    cfg = load_params(args.params)
+    tok_dir = ROOT / str(cfg.train.data_dir)
+    work = (ROOT / args.work_dir).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+
+    # ---- the batches (benchmarks/train_throughput.py's) -----------------------------------
+    split = EncodedSplit.load(tok_dir / "train.npz")
+    src_vocab, tgt_vocab = Vocab(tok_dir / "src.model"), Vocab(tok_dir / "tgt.model")
+    sampler = LengthGroupedBatches(split.src_lengths, split.tgt_lengths, cfg.train.batch_size, seed=0)
+    data = ParallelData(split)
+    index_lists = list(sampler)[:args.batches]
+    batches = [collate([data[i] for i in idx]) for idx in index_lists]
+    batch_tokens = [b.n_tgt_tokens for b in batches]
+    tokens = sum(batch_tokens)
+
+    # ---- the Joey side: vocabulary (the SentencePiece model's pieces in id order), config ---
+    vocab_file = work / "vocab.txt"
+    pieces = [tgt_vocab.sp.id_to_piece(i) for i in range(len(tgt_vocab))]
+    if [src_vocab.sp.id_to_piece(i) for i in range(len(src_vocab))] != pieces:
+        sys.exit("joeynmt_throughput: src.model and tgt.model differ; one vocabulary file per side "
+                 "is not implemented (tokenize.joint is true by default)")
+
+    def write_vocab() -> None:  # (again before the CLI run: the work dir may have been cleaned)
+        vocab_file.parent.mkdir(parents=True, exist_ok=True)
+        vocab_file.write_text("\n".join(pieces) + "\n", encoding="utf-8")
+
+    write_vocab()
+    bench_cfg = joey_config(cfg, work, work / "model", vocab_file, updates=10**9, logging_freq=100)
+    write_yaml(work / "bench.yaml", bench_cfg)
+
+    worker_proc = JoeyWorker(joey_python, work / "bench.yaml", args.threads, work / "worker.log")
+    try:
+        info = worker_proc.ask("setup", batches=index_lists)
+        if info["tokens"] != batch_tokens:
+            sys.exit(f"joeynmt_throughput: target token counts differ: flexatt {batch_tokens}, "
+                     f"Joey {info['tokens']}")
+        check_same_data(batches, info, PAD_ID, UNK_ID)
+
+        torch.manual_seed(0)
+        model = build_model(model_config(cfg, args.variant), len(src_vocab), len(tgt_vocab), PAD_ID).train()
+        opt = torch.optim.Adam(model.parameters(), lr=float(cfg.train.lr))
+        clip = float(cfg.trainer.gradient_clip_val)
+
+        def flexatt_round() -> float:
+            started = time.perf_counter()
+            for b in batches:
+                logits, _ = model(b.src, b.src_len, b.tgt_in)
+                loss = sequence_nll(logits, b.tgt_out, b.tgt_out != PAD_ID)
+                opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+                opt.step()
+            return time.perf_counter() - started
+
+        def joey_round() -> float:
+            return float(worker_proc.ask("run")["seconds"])
+
+        started = time.perf_counter()
+        flexatt_round(), joey_round()  # warm-up
+        seconds: dict[str, list[float]] = {"flexatt": [], "joeynmt": []}
+        for r in range(args.rounds):
+            order = ("flexatt", "joeynmt") if r % 2 == 0 else ("joeynmt", "flexatt")
+            for name in order:
+                seconds[name].append(flexatt_round() if name == "flexatt" else joey_round())
+        timed_minutes = (time.perf_counter() - started) / 60
+
+        rates = {k: [tokens / s for s in v] for k, v in seconds.items()}
+        med = {k: statistics.median(v) for k, v in rates.items()}
+        paired = [f / j for f, j in zip(rates["flexatt"], rates["joeynmt"])]
+        ratio = med["flexatt"] / med["joeynmt"]
+
+        m = cfg.model
+        print(f"joeynmt_throughput: {len(batches)} batches of {cfg.train.batch_size} pairs "
+              f"({tokens} target tokens incl. EOS), {args.rounds} rounds after a warm-up, "
+              f"{args.threads} threads, torch {torch.__version__}")
+        print(f"  sizes: emb {m.emb_size}, hidden {m.hidden_size} (encoder: per direction), "
+              f"att {m.att_size}, readout {m.readout_size}, vocab {len(tgt_vocab)}, dropout {m.dropout}")
+        print(f"  flexatt {args.variant}: {count_parameters(model):,} parameters; "
+              f"Joey NMT {info['joeynmt']} recurrent (torch {info['torch']}, {info['threads']} threads): "
+              f"{info['parameters']:,} parameters")
+        print(f"  same pairs, same token ids in both (checked batch by batch); Joey config "
+              f"{work / 'bench.yaml'}")
+        print(f"{'model':22s} {'tokens/s':>10s} {'spread':>17s} {'min/epoch':>10s}")
+        epoch_tokens = int(split.tgt_lengths.sum()) + len(split)
+        for name, label in (("flexatt", f"flexatt ({args.variant})"), ("joeynmt", "Joey NMT 2.3 (rnn)")):
+            print(f"{label:22s} {med[name]:10.0f} {spread(rates[name])} {epoch_tokens / med[name] / 60:10.2f}")
+        verdict = "meets" if ratio >= TARGET_RATIO else "is BELOW"
+        print(f"ratio flexatt / Joey NMT: {ratio:.2f}x (median of per-round ratios "
+              f"{statistics.median(paired):.2f}x, range {min(paired):.2f}–{max(paired):.2f}); "
+              f"{verdict} the {TARGET_RATIO}x target")
+        print(f"side by side (warm-up and rounds): {timed_minutes:.1f} min")
+
+        if args.profile:
+            print("\n== phases of one round (seconds; forward incl. loss) ==")
+            t = {"forward": 0.0, "backward": 0.0, "clip+adam+zero": 0.0}
+            for b in batches:
+                t0 = time.perf_counter()
+                logits, _ = model(b.src, b.src_len, b.tgt_in)
+                loss = sequence_nll(logits, b.tgt_out, b.tgt_out != PAD_ID)
+                t1 = time.perf_counter()
+                opt.zero_grad()
+                loss.backward()
+                t2 = time.perf_counter()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+                opt.step()
+                t3 = time.perf_counter()
+                t["forward"] += t1 - t0
+                t["backward"] += t2 - t1
+                t["clip+adam+zero"] += t3 - t2
+            tj = worker_proc.ask("phases")["phases"]
+            for k in t:
+                print(f"  {k:16s} flexatt {t[k]:7.3f}   Joey {tj[k]:7.3f}")
+            from torch.profiler import ProfilerActivity, profile
+
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                flexatt_round()
+            print("\n== flexatt: top operators of one round (self CPU time) ==")
+            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
+            print("== Joey NMT: top operators of one round (self CPU time) ==")
+            print(worker_proc.ask("profile", rows=25)["table"])
+    finally:
+        worker_proc.close()
+
+    if args.joey_cli_steps > 0:
+        logging_freq = max(1, args.joey_cli_steps // 3)
+        cli_cfg = joey_config(cfg, work, work / "model_cli", vocab_file,
+                              updates=args.joey_cli_steps, logging_freq=logging_freq)
+        write_vocab()
+        write_yaml(work / "cli.yaml", cli_cfg)
+        started = time.perf_counter()
+        figures = run_joey_cli(joey_python, work / "cli.yaml", work / "model_cli", args.threads,
+                               work / "cli.log")
+        shown = ", ".join(f"{x:.0f}" for x in figures)
+        later = figures[1:] or figures
+        print(f"cross-check, `joeynmt train` for {args.joey_cli_steps} updates on its own shuffled "
+              f"batches (log every {logging_freq}; the first interval includes start-up): Tokens per Sec "
+              f"{shown}; median after the first {statistics.median(later):.0f}; "
+              f"{(time.perf_counter() - started) / 60:.1f} min; log {work / 'cli.log'}")
+
+
+if __name__ == "__main__":
+    main()
