@@ -15,7 +15,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # W&B stays offline unless you have configured an API key.
 export WANDB_MODE ?= $(if $(WANDB_API_KEY),online,offline)
 
-.PHONY: help venv test test-slow repro smoke params bench clean
+.PHONY: help venv test test-slow repro smoke params bench bench-pipeline clean
 
 help:
 	@echo "make repro      create .venv and run the pipeline (dvc repro) on the default corpus"
@@ -23,7 +23,8 @@ help:
 	@echo "make test-slow  run the slow tests too"
 	@echo "make smoke      run the pipeline on the tiny synthetic 'smoke' profile in a scratch copy"
 	@echo "make params     recompose params.yaml from conf/ (PROFILE=smoke|default|paper)"
-	@echo "make bench      run the benchmarks (after make repro: they use its data)"
+	@echo "make bench      run the benchmarks (after make repro: they use its data and models)"
+	@echo "make bench-pipeline  time dvc repro from scratch, per stage (about an hour)"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +50,14 @@ params: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/train_throughput.py
+	$(BIN)/python benchmarks/decode_speed.py
+	$(BIN)/python benchmarks/beam_speed.py
+	bash benchmarks/setup_joeynmt.sh
+	$(BIN)/python benchmarks/joeynmt_throughput.py
+	$(BIN)/python benchmarks/pipeline.py --noop-only
+
+bench-pipeline: $(STAMP)  # about an hour: deletes artifacts/ and times dvc repro from scratch
+	$(BIN)/python benchmarks/pipeline.py --from-scratch
 
 smoke: $(STAMP)
 	$(BIN)/python scripts/smoke.py
