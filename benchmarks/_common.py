@@ -57,6 +57,20 @@ def first_batches(split: EncodedSplit, n: int, batch_size: int) -> list[Batch]:
     return [collate([data[sub[i]] for i in idx]) for idx in sampler]
 
 
+def warn_if_busy(threads: int) -> None:
+    """Intra-op threads on a machine whose cores are busy with other processes stall at every
+    OpenMP barrier (here: 2 threads next to one busy process made batch-1 decoding 10-100x
+    slower); say so when the load average leaves fewer idle cores than ``threads``."""
+    import os
+
+    cores = os.cpu_count() or 1
+    load = os.getloadavg()[0]
+    if threads > 1 and load > cores - threads + 0.5:
+        print(f"warning: load average {load:.1f} on {cores} cores: other processes are running, and "
+              f"{threads} intra-op threads stall on them; the figures will be unreliable "
+              f"(use --threads 1 on a shared machine)", flush=True)
+
+
 def fmt_tau(tau: float | None) -> str:
     return "inf" if tau is None else f"{tau:g}"
 

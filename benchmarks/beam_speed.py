@@ -64,6 +64,7 @@ def main() -> None:
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
+    B.warn_if_busy(args.threads)
     cfg = load_params(args.params)
     if args.level == "subword":
         tok_dir, ckpts = Path(cfg.train.data_dir), B.SUBWORD_CKPTS

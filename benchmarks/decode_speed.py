@@ -221,6 +221,7 @@ def main() -> None:
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
+    B.warn_if_busy(args.threads)
     started = time.perf_counter()
     cfg = load_params(args.params)
     results = {"threads": args.threads, "rounds": args.rounds, "levels": {}}
@@ -230,11 +231,13 @@ def main() -> None:
     print("\ntargets:")
     verdicts = {}
     for level, res in results["levels"].items():
-        r = res["batch_sizes"].get(1, next(iter(res["batch_sizes"].values())))["ratio_median"]
-        ok = r >= 1.3 if level == "char" else r >= 1.0
-        verdicts[level] = ok
         want = "flexible >= 1.3x as fast as global" if level == "char" else "flexible never slower than global"
-        print(f"  {level:7s} {want}: speed-up {r:.2f}x at batch size 1 -> {'MET' if ok else 'NOT MET'}")
+        for bs, figures in res["batch_sizes"].items():
+            r = figures["ratio_median"]
+            ok = r >= 1.3 if level == "char" else r >= 1.0
+            verdicts[f"{level}@{bs}"] = ok
+            print(f"  {level:7s} {want}: speed-up {r:.2f}x at batch size {bs}"
+                  f"{' (per-sentence latency, the paper)' if bs == 1 else ''} -> {'MET' if ok else 'NOT MET'}")
     results["targets_met"] = verdicts
     results["wall_minutes"] = round((time.perf_counter() - started) / 60, 2)
     print(f"decode_speed: {results['wall_minutes']:.1f} min, {args.threads} threads")

@@ -31,7 +31,6 @@ from flexatt import config as C
 from flexatt.errors import DataError, OutputError
 from flexatt.io import atomic_path, save_torch, write_json, write_lines
 
-NEEDS_PATCH = pytest.mark.xfail(strict=True, reason="needs patch")
 ENV = {**os.environ, "WANDB_MODE": "offline"}
 
 
@@ -242,13 +241,9 @@ def test_only_atomic_writers_in_the_package(root):
             if "atomic_path(" in context or any(rel == f and s in line for f, s in allowed) or '``' in line:
                 continue  # in an atomic_path block, allowed, or a docstring
             offenders.append(f"{rel}:{no}: {line.strip()}")
-    known = {"cli.py: with open(args.stats, \"w\", encoding=\"utf-8\") as handle:",  # patch in the report
-             "training.py: torch.save(checkpoint, tmp)"}  # replaced by flexatt.io.save_torch (patch)
-    unexpected = [o for o in offenders if re.sub(r":\d+:", ":", o) not in known]
-    assert not unexpected, "non-atomic writes:\n" + "\n".join(unexpected)
+    assert not offenders, "non-atomic writes:\n" + "\n".join(offenders)
 
 
-@NEEDS_PATCH
 def test_checkpoints_and_translate_stats_are_written_atomically(root):
     """The two known exceptions of the audit above are gone (flexatt.io.save_torch, atomic_path)."""
     text = (root / "src/flexatt/training.py").read_text() + (root / "src/flexatt/cli.py").read_text()
@@ -372,7 +367,6 @@ def test_unwritable_metrics_folder_keeps_the_checkpoints(trained):
     assert load_checkpoint_state(trained / "m2/flexible/best.ckpt")  # trained and saved before the failure
 
 
-@NEEDS_PATCH
 def test_full_disk_while_saving_a_checkpoint_is_one_line(trained):
     metrics = _tree_digest(trained / "r")
     result = _train(trained, "train.out_dir=m4", "train.metrics_dir=r", "logger.enabled=false",
@@ -434,7 +428,6 @@ def test_truncated_encoded_data_through_train(trained):
     assert not (trained / "m3").exists() and not (trained / "r3").exists()
 
 
-@NEEDS_PATCH
 def test_truncated_last_checkpoint_is_not_resumed(trained):
     """A last.ckpt that its run.json says to resume, but truncated: refused by name."""
     shutil.copytree(trained / "m", trained / "m_trunc")

@@ -4,8 +4,7 @@ Each case runs a stage with one bad override and expects exit status 2, a one-li
 ``error: <key>: <what is allowed>`` on stderr and no output at all (no file created or changed,
 no W&B run). The stages run in-process through :func:`flexatt.config.run_stage` (the same code
 path as ``python -m flexatt.stages.<name>``, minus the interpreter start-up); a few cases run as
-real subprocesses too. Cases marked ``needs patch`` wait for a change to a stage file that is a
-DVC dependency (see the report of issue 7); flip them when it is applied.
+real subprocesses too.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ import torch
 from conftest import compose_params, run_module
 from flexatt import config as C
 
-NEEDS_PATCH = pytest.mark.xfail(strict=True, reason="needs patch")
 VARIANTS = ["global", "local_m", "local_p", "flexible", "sact", "flexible_sact"]
 
 
@@ -90,10 +88,9 @@ def in_workdir(workdir, monkeypatch):
         shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
 
 
-def _case(stage, overrides, *expected, patch=False):
-    marks = [NEEDS_PATCH] if patch else []
+def _case(stage, overrides, *expected):
     overrides = [overrides] if isinstance(overrides, str) else list(overrides)
-    return pytest.param(stage, overrides, expected, marks=marks, id=f"{stage}:{' '.join(overrides)}")
+    return pytest.param(stage, overrides, expected, id=f"{stage}:{' '.join(overrides)}")
 
 
 CASES = [
@@ -117,9 +114,9 @@ CASES = [
     _case("filter", "data.synthetic=null", "data: no input configured: set data.src and data.tgt"),
     _case("filter", "data.synthetic.n_pairs=0", "data.synthetic.n_pairs: must be >= 1 (got 0)"),
     _case("filter", "data.synthetic.chunk=0", "data.synthetic.chunk: must be >= 1 (got 0)"),
-    _case("filter", "data.synthetic.vocab_size=1", "data.synthetic.vocab_size: must be >= 2 (got 1)", patch=True),
+    _case("filter", "data.synthetic.vocab_size=1", "data.synthetic.vocab_size: must be >= 2 (got 1)"),
     _case("filter", ["data.synthetic.min_len=20", "data.synthetic.max_len=5"],
-          "data.synthetic.min_len: must be <= data.synthetic.max_len = 5 (got 20)", patch=True),
+          "data.synthetic.min_len: must be <= data.synthetic.max_len = 5 (got 20)"),
     # ----------------------------------------------------------------------------- tokenize
     _case("tokenize", "tokenize.model_type=wordpiece",
           "tokenize.model_type: must be one of unigram, bpe, char, word (got 'wordpiece')"),
@@ -140,10 +137,9 @@ CASES = [
     _case("train", "train.lr_halve_from_epoch=0", "train.lr_halve_from_epoch: must be >= 1 (got 0)"),
     _case("train", "train.seed=-1", "train.seed: must be >= 0 (got -1)"),
     _case("train", "train.val_max_len_ratio=0", "train.val_max_len_ratio: must be > 0.0 (got 0.0)"),
-    _case("train", "train.early_stopping_patience=0", "train.early_stopping_patience: must be >= 1 (got 0)",
-          patch=True),
+    _case("train", "train.early_stopping_patience=0", "train.early_stopping_patience: must be >= 1 (got 0)"),
     _case("train", "train.early_stopping_patience=soon",
-          "train.early_stopping_patience: must be an integer or null (got 'soon')", patch=True),
+          "train.early_stopping_patience: must be an integer or null (got 'soon')"),
     _case("train", "train.data_dir=nope", "nope/src.model: SentencePiece model not found"),
     _case("train", "model.sigma=0", "model.sigma: got 0; allowed: a finite number > 0"),
     _case("train", "model.sigma=-1.5", "model.sigma: got -1.5; allowed: a finite number > 0"),
@@ -167,37 +163,32 @@ CASES = [
     _case("train", "model.g_feedback=maybe", "model.g_feedback: got 'maybe'; allowed: true | false"),
     _case("train", "logger.mode=sometimes", "logger.mode: must be one of auto, online, offline, disabled"),
     _case("train", "logger.enabled=maybe", "logger.enabled: must be true or false"),
-    _case("train", "logger.log_checkpoint=maybe", "logger.log_checkpoint: must be true or false", patch=True),
-    _case("train", "trainer.devices=0", "trainer.devices: must be an integer >= 1, -1 (every device), auto",
-          patch=True),
-    _case("train", "trainer.accelerator=abacus", "trainer.accelerator: must be one of auto, cpu, gpu",
-          patch=True),
-    _case("train", "trainer.strategy=telepathy", "trainer.strategy: must be one of auto, ddp,", patch=True),
-    _case("train", "trainer.precision=8-bit", "trainer.precision: must be one of 32-true, 16-mixed, bf16-mixed",
-          patch=True),
-    _case("train", "trainer.gradient_clip_val=-1", "trainer.gradient_clip_val: must be >= 0.0 (got -1.0)",
-          patch=True),
+    _case("train", "logger.log_checkpoint=maybe", "logger.log_checkpoint: must be true or false"),
+    _case("train", "trainer.devices=0", "trainer.devices: must be an integer >= 1, -1 (every device), auto"),
+    _case("train", "trainer.accelerator=abacus", "trainer.accelerator: must be one of auto, cpu, gpu"),
+    _case("train", "trainer.strategy=telepathy", "trainer.strategy: must be one of auto, ddp,"),
+    _case("train", "trainer.precision=8-bit", "trainer.precision: must be one of 32-true, 16-mixed, bf16-mixed"),
+    _case("train", "trainer.gradient_clip_val=-1", "trainer.gradient_clip_val: must be >= 0.0 (got -1.0)"),
     _case("train", "trainer.deterministic=maybe",
-          "trainer.deterministic: must be one of true, false, warn, null (got 'maybe')", patch=True),
+          "trainer.deterministic: must be one of true, false, warn, null (got 'maybe')"),
     # ----------------------------------------------------------------------------- finetune
     _case("finetune", "finetune.variant=global", "finetune.variant: must name a flexible model"),
-    _case("finetune", "finetune.variant=bahdanau", "finetune.variant: must be one of global, local_m", patch=True),
+    _case("finetune", "finetune.variant=bahdanau", "finetune.variant: must be one of global, local_m"),
     _case("finetune", "finetune.beta=-0.1", "finetune.beta: must be >= 0.0 (got -0.1)"),
     _case("finetune", "finetune.epochs=0", "finetune.epochs: must be >= 1 (got 0)"),
     _case("finetune", "finetune.lr=0", "finetune.lr: must be > 0.0 (got 0.0)"),
     _case("finetune", "finetune.init_dir=nope", "nope/flexible/best.ckpt: checkpoint to start from not found"),
     # ----------------------------------------------------------------------------- sweep_sigma
     _case("sweep_sigma", "sweep_sigma.grid=[1.5,0]", "sweep_sigma.grid[1]: must be > 0"),
-    _case("sweep_sigma", "sweep_sigma.grid=[-1]", "sweep_sigma.grid[0]: must be > 0", patch=True),
-    _case("sweep_sigma", "sweep_sigma.grid=[]", "sweep_sigma.grid: must not be empty", patch=True),
+    _case("sweep_sigma", "sweep_sigma.grid=[-1]", "sweep_sigma.grid[0]: must be > 0"),
+    _case("sweep_sigma", "sweep_sigma.grid=[]", "sweep_sigma.grid: must not be empty"),
     _case("sweep_sigma", "sweep_sigma.base_variant=global", "sweep_sigma.base_variant: must name a flexible model"),
-    _case("sweep_sigma", "sweep_sigma.base_variant=bahdanau", "sweep_sigma.base_variant: must be one of global",
-          patch=True),
+    _case("sweep_sigma", "sweep_sigma.base_variant=bahdanau", "sweep_sigma.base_variant: must be one of global"),
     _case("sweep_sigma", "sweep_sigma.warm_start_epochs=0", "sweep_sigma.warm_start_epochs: must be >= 1 (got 0)"),
     _case("sweep_sigma", "sweep_sigma.lr=0", "sweep_sigma.lr: must be > 0.0 (got 0.0)"),
-    _case("sweep_sigma", "sweep_tau.grid=[]", "sweep_tau.grid: must not be empty", patch=True),
+    _case("sweep_sigma", "sweep_tau.grid=[]", "sweep_tau.grid: must not be empty"),
     _case("sweep_sigma", "decode.beam_size=0", "decode.beam_size: must be >= 1 (got 0)"),
-    _case("sweep_sigma", "sweep_sigma.out=", "sweep_sigma.out: must be a non-empty string", patch=True),
+    _case("sweep_sigma", "sweep_sigma.out=", "sweep_sigma.out: must be a non-empty string"),
     # ----------------------------------------------------------------------------- sweep_tau
     _case("sweep_tau", "sweep_tau.models=[flexible,bahdanau]", "sweep_tau.models: unknown model 'bahdanau': "
           "must be one of global, local_m"),
@@ -214,8 +205,8 @@ CASES = [
     _case("sweep_tau", "decode.max_len_ratio=0", "decode.max_len_ratio: must be > 0.0 (got 0.0)"),
     _case("sweep_tau", "decode.batch_size=0", "decode.batch_size: must be >= 1 (got 0)"),
     _case("sweep_tau", "evaluate.checkpoints.flexible_ft=nope.ckpt",
-          "evaluate.checkpoints.flexible_ft: file not found: nope.ckpt", patch=True),
-    _case("sweep_tau", "sweep_tau.figure=", "sweep_tau.figure: must be a non-empty string", patch=True),
+          "evaluate.checkpoints.flexible_ft: file not found: nope.ckpt"),
+    _case("sweep_tau", "sweep_tau.figure=", "sweep_tau.figure: must be a non-empty string"),
     # ----------------------------------------------------------------------------- evaluate
     _case("evaluate", "evaluate.split=train", "evaluate.split: must be one of dev, test (got 'train')"),
     _case("evaluate", "~evaluate.checkpoints.global", "evaluate.checkpoints: must include global"),
@@ -223,12 +214,11 @@ CASES = [
     _case("evaluate", "sweep_tau.out=nope.json", "nope.json: not found (run the sweep_tau stage first)"),
     _case("evaluate", "decode.beam_size=0", "decode.beam_size: must be >= 1 (got 0)"),
     _case("evaluate", "evaluate.length_buckets=[20,10]", "evaluate.length_buckets[1]: must be > "
-          "evaluate.length_buckets[0] = 20", patch=True),
-    _case("evaluate", "evaluate.length_buckets=[ten]", "evaluate.length_buckets[0]: must be an integer", patch=True),
-    _case("evaluate", "evaluate.samples=[first]", "evaluate.samples[0]: must be an integer", patch=True),
-    _case("evaluate", "evaluate.checkpoints.sact=nope.ckpt", "evaluate.checkpoints.sact: file not found: nope.ckpt",
-          patch=True),
-    _case("evaluate", "evaluate.table=", "evaluate.table: must be a non-empty string", patch=True),
+          "evaluate.length_buckets[0] = 20"),
+    _case("evaluate", "evaluate.length_buckets=[ten]", "evaluate.length_buckets[0]: must be an integer"),
+    _case("evaluate", "evaluate.samples=[first]", "evaluate.samples[0]: must be an integer"),
+    _case("evaluate", "evaluate.checkpoints.sact=nope.ckpt", "evaluate.checkpoints.sact: file not found: nope.ckpt"),
+    _case("evaluate", "evaluate.table=", "evaluate.table: must be a non-empty string"),
 ]
 
 

@@ -30,7 +30,7 @@ def translate(args: argparse.Namespace) -> None:
     from flexatt.data.subwords import EncodedSplit, Vocab
     from flexatt.errors import ConfigError
     from flexatt.evaluation import load_model, translate_split
-    from flexatt.io import decode_line
+    from flexatt.io import atomic_path, decode_line
 
     if args.beam < 1:
         raise ConfigError("--beam", f"must be >= 1 (got {args.beam})")
@@ -48,7 +48,7 @@ def translate(args: argparse.Namespace) -> None:
                           trace_indices=set(range(len(lines))) if args.stats else None)
     sys.stdout.write("".join(f"{h}\n" for h in out.hypotheses))
     if args.stats:
-        with open(args.stats, "w", encoding="utf-8") as handle:
+        with atomic_path(args.stats) as tmp, open(tmp, "w", encoding="utf-8") as handle:
             for i in range(len(lines)):
                 trace = out.traces[i]
                 handle.write(json.dumps({

@@ -3,7 +3,7 @@
 At step t (1-based), with previous state h_{t-1} and feedback embedding i_t = E[y_{t-1}]:
 
 1. a_t, c_t = attention(query = h_{t-1}, feedback = i_t)           (``attention.py``)
-2. h_t = LSTM([i_t; c_t], h_{t-1})
+2. h_t = LSTM([i_t; c_t], h_{t-1})                                 (:meth:`RecurrentDecoder.lstm`)
 3. o_t = tanh(W_o [h_t; c_t; i_t] + b_o),  logits_t = W_s o_t     (readout, paper: 600 units)
 
 ``forward`` runs teacher forcing over a whole target with the very same recurrence
@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import NamedTuple, Optional
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from flexatt.attention import Attention, AttentionCache, AttentionState, AttentionStats
@@ -39,6 +40,15 @@ class DecoderState(NamedTuple):
             self.cell.index_select(0, index),
             self.attention.index_select(index),
         )
+
+
+class LSTMWeights(NamedTuple):
+    """The decoder LSTM's parameters split for :meth:`RecurrentDecoder.lstm`."""
+
+    feedback: Tensor  # 4H x E        W_ie
+    context: Tensor  # 2H x 4H        W_icᵀ
+    hidden: Tensor  # H x 4H          W_hhᵀ
+    bias: Tensor  # 4H                b_ih + b_hh
 
 
 def reorder(state: DecoderState, index: Tensor) -> DecoderState:
@@ -81,16 +91,46 @@ class RecurrentDecoder(nn.Module):
         att_state = self.attention.init_state(cache, enc.summary)
         return cache, DecoderState(enc.hidden, enc.cell, att_state)
 
+    def lstm_weights(self) -> "LSTMWeights":
+        """``self.rnn``'s parameters with the input projection split by input,
+        W_ih [i_t; c_t] = W_ie i_t + W_ic c_t. Teacher forcing splits them once per batch, not
+        once per step (the backward of a slice fills a zero tensor of the whole W_ih)."""
+        n_emb = self.embed.embedding_dim
+        w_ih = self.rnn.weight_ih  # 4H x (E + 2H)
+        return LSTMWeights(w_ih[:, :n_emb], w_ih[:, n_emb:].t(), self.rnn.weight_hh.t(),
+                           self.rnn.bias_ih + self.rnn.bias_hh)
+
+    @staticmethod
+    def input_gates(i: Tensor, w: "LSTMWeights") -> Tensor:
+        """The feedback half of the LSTM's input projection: W_ie i_t + b_ih + b_hh, for any
+        leading shape (... x E -> ... x 4H). It does not depend on the recurrence, so teacher
+        forcing computes it for every step in one product."""
+        return F.linear(i, w.feedback, w.bias)
+
+    @staticmethod
+    def lstm(gates_i: Tensor, context: Tensor, hidden: Tensor, cell: Tensor,
+             w: "LSTMWeights") -> tuple[Tensor, Tensor]:
+        """h_t, c_t = LSTM([i_t; c_t], (h_{t-1}, c_{t-1})): the equations of ``torch.nn.LSTMCell``
+        (gates i, f, g, o) with its parameters, from the feedback half of the input projection
+        (:meth:`input_gates`, ``gates_i`` batch x 4H). context: batch x 2H, hidden / cell:
+        batch x H."""
+        gates = torch.addmm(gates_i, context, w.context).addmm_(hidden, w.hidden)  # batch x 4H
+        in_gate, forget_gate, cell_gate, out_gate = gates.chunk(4, dim=1)
+        cell = torch.sigmoid(forget_gate) * cell + torch.sigmoid(in_gate) * torch.tanh(cell_gate)
+        return torch.sigmoid(out_gate) * torch.tanh(cell), cell
+
     def _recur(
-        self, i_t: Tensor, state: DecoderState, cache: AttentionCache, tau: Optional[float]
+        self, i_t: Tensor, gates_i: Tensor, state: DecoderState, cache: AttentionCache,
+        tau: Optional[float], w: "LSTMWeights",
     ) -> tuple[Tensor, DecoderState, Tensor, AttentionStats]:
         """Attention and the LSTM for one step, from an (already dropped-out) feedback
-        embedding i_t: batch x E. Returns the context c_t (batch x 2H), the new state
-        (holding h_t), the weights a_t (batch x S) and the stats."""
+        embedding i_t: batch x E and its input gates (:meth:`input_gates`, batch x 4H).
+        Returns the context c_t (batch x 2H), the new state (holding h_t), the weights a_t
+        (batch x S) and the stats."""
         context, weights, att_state, stats = self.attention(
             state.hidden, i_t, cache, state.attention, tau
         )  # batch x 2H, batch x S
-        h_t, c_t = self.rnn(torch.cat([i_t, context], dim=-1), (state.hidden, state.cell))
+        h_t, c_t = self.lstm(gates_i, context, state.hidden, state.cell, w)
         return context, DecoderState(h_t, c_t, att_state), weights, stats
 
     def readout(self, h: Tensor, context: Tensor, i: Tensor) -> Tensor:
@@ -112,7 +152,8 @@ class RecurrentDecoder(nn.Module):
         :return: logits batch x V, new state, attention weights batch x S, stats
         """
         i_t = self.dropout(self.embed(prev_tokens))  # batch x E
-        context, state, weights, stats = self._recur(i_t, state, cache, tau)
+        w = self.lstm_weights()
+        context, state, weights, stats = self._recur(i_t, self.input_gates(i_t, w), state, cache, tau, w)
         return self.readout(state.hidden, context, i_t), state, weights, stats
 
     def forward(
@@ -132,10 +173,12 @@ class RecurrentDecoder(nn.Module):
             Steps at target padding are computed too; mask them in the loss.
         """
         emb = self.dropout(self.embed(tgt_in))  # batch x T x E
+        w = self.lstm_weights()
+        gates_i = self.input_gates(emb, w)  # batch x T x 4H, all steps in one product
         hiddens, contexts, weights, stats = [], [], [], []
         # unbind, not emb[:, t]: the backward of T selects would fill T zero tensors of emb's size
-        for emb_t in emb.unbind(1):
-            context_t, state, weight_t, stat_t = self._recur(emb_t, state, cache, tau)
+        for emb_t, gates_t in zip(emb.unbind(1), gates_i.unbind(1)):
+            context_t, state, weight_t, stat_t = self._recur(emb_t, gates_t, state, cache, tau, w)
             hiddens.append(state.hidden)
             contexts.append(context_t)
             weights.append(weight_t)

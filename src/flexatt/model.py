@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from typing import Any, Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from flexatt.attention import (
@@ -193,10 +192,29 @@ def sequence_nll(logits: Tensor, tgt_out: Tensor, mask: Tensor) -> Tensor:
     :param logits: batch x T x V, :param tgt_out: batch x T, :param mask: batch x T bool
     """
     batch, steps, vocab = logits.shape
-    # over the flattened (batch*T) x V logits: a contiguous log-softmax over V (the transposed
-    # batch x V x T layout costs a strided softmax and a full copy, forward and backward)
-    nll = F.cross_entropy(logits.reshape(-1, vocab), tgt_out.reshape(-1), reduction="none")
+    # over the flattened (batch*T) x V logits, contiguous rows (see :class:`_TokenNLL`)
+    nll = _TokenNLL.apply(logits.reshape(-1, vocab), tgt_out.reshape(-1))
     return (nll.view(batch, steps) * mask.to(nll.dtype)).sum() / batch
+
+
+class _TokenNLL(torch.autograd.Function):
+    """-log softmax(logits)_y = logsumexp(logits) - logits_y per row (``F.cross_entropy`` with
+    ``reduction="none"``), with a backward that writes softmax(logits) - onehot(y) into one
+    buffer. The output layer dominates a training step, and autograd through log-softmax and
+    NLL fills and copies two more (batch*T) x V tensors. ``N x V``, ``N`` -> ``N``."""
+
+    @staticmethod
+    def forward(ctx, logits: Tensor, target: Tensor) -> Tensor:
+        lse = torch.logsumexp(logits, dim=-1)  # N
+        ctx.save_for_backward(logits, lse, target)
+        return lse - logits.gather(1, target.unsqueeze(1)).squeeze(1)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
+        logits, lse, target = ctx.saved_tensors
+        out = torch.sub(logits, lse.unsqueeze(1)).exp_().mul_(grad.unsqueeze(1))  # N x V
+        return out.scatter_add_(1, target.unsqueeze(1), -grad.unsqueeze(1)), None
 
 
 def mean_strength(g: Tensor, mask: Tensor) -> Tensor:

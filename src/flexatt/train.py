@@ -93,27 +93,29 @@ def _file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
-def model_config(cfg: DictConfig, variant: str) -> dict:
-    """``cfg.model`` with the overrides of ``cfg.variants[variant]``."""
+def model_config(cfg: DictConfig, variant: str, key: str = "train.variant") -> dict:
+    """``cfg.model`` with the overrides of ``cfg.variants[variant]``; ``key`` names the setting
+    that chose ``variant`` in the error about an unknown one."""
     variants = C.get(cfg, "variants")
     if variant not in variants:
-        raise ConfigError("train.variant", f"must be one of {', '.join(variants)} (got {variant!r})")
+        raise ConfigError(key, f"must be one of {', '.join(variants)} (got {variant!r})")
     merged = OmegaConf.merge(C.get(cfg, "model"), variants[variant])
     return OmegaConf.to_container(merged, resolve=True)
 
 
 def build_trainer(cfg: DictConfig, ckpt_dir: Path, max_epochs: int, extra_callbacks: list,
                   logger: Any = False) -> pl.Trainer:
-    """A Lightning Trainer from ``cfg.trainer`` with our checkpointing and callbacks."""
-    trainer_cfg = OmegaConf.to_container(C.get(cfg, "trainer"), resolve=True)
-    patience = C.get(cfg, "train.early_stopping_patience")
+    """A Lightning Trainer from ``cfg.trainer`` (checked by :func:`flexatt.config.check_trainer`)
+    with our checkpointing and callbacks."""
+    trainer_cfg = C.check_trainer(cfg)
+    patience = C.check_int(cfg, "train.early_stopping_patience", minimum=1, optional=True)
     callbacks = [
         ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="val/bleu", mode="max",
                         save_top_k=1, save_last=True, enable_version_counter=False),
         *extra_callbacks,
     ]
     if patience is not None:
-        callbacks.append(EarlyStopping(monitor="val/bleu", mode="max", patience=int(patience)))
+        callbacks.append(EarlyStopping(monitor="val/bleu", mode="max", patience=patience))
     try:
         return pl.Trainer(**trainer_cfg, max_epochs=max_epochs, callbacks=callbacks, logger=logger,
                           default_root_dir=str(ckpt_dir), use_distributed_sampler=False,
@@ -149,6 +151,10 @@ def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: 
     halve_from = C.check_int(cfg, "train.lr_halve_from_epoch", minimum=1)
     seed = C.check_int(cfg, "train.seed", minimum=0)
     ratio = C.check_float(cfg, "train.val_max_len_ratio", gt=0.0)
+    # read again by build_trainer once the W&B run is open: checked here, before any work
+    C.check_int(cfg, "train.early_stopping_patience", minimum=1, optional=True)
+    C.check_trainer(cfg)
+    log_checkpoint = C.check_bool(cfg, "logger.log_checkpoint")
     model_cfg = model_config(cfg, variant)
 
     src_vocab, tgt_vocab = Vocab(tok_dir / "src.model"), Vocab(tok_dir / "tgt.model")
@@ -223,7 +229,7 @@ def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: 
             writer.writerows(rows)
     tracker.summary({f"final/{k}": v for k, v in metrics.items() if v is not None})
     best_ckpt = ckpt_dir / "best.ckpt"
-    if C.check_bool(cfg, "logger.log_checkpoint") and best_ckpt.is_file():
+    if log_checkpoint and best_ckpt.is_file():
         tracker.artifact(f"{job}-{variant}", "model", [best_ckpt],
                          {"dev_bleu": metrics["dev_bleu"], "epoch": metrics["best_epoch"]})
     tracker.finish()
@@ -248,9 +254,18 @@ def _resume_point(ckpt_dir: Path, fingerprint: dict) -> Path | None:
 
 
 def _epoch_of(checkpoint: Path | None) -> int | None:
+    """The number of epochs a checkpoint to resume from has done (``None`` without one).
+
+    Raises:
+        DataError: the checkpoint is truncated or not a Lightning checkpoint (it names the file).
+    """
     if checkpoint is None:
         return None
-    return int(torch.load(checkpoint, map_location="cpu", weights_only=True)["epoch"]) + 1
+    try:
+        return int(torch.load(checkpoint, map_location="cpu", weights_only=True)["epoch"]) + 1
+    except Exception as exc:  # truncated zip, pickle error, missing key
+        raise DataError(checkpoint, f"cannot resume: not a readable checkpoint (corrupt or truncated?): {exc} "
+                        "(delete it to train from scratch)") from exc
 
 
 def load_checkpoint_state(path: str | Path) -> dict[str, torch.Tensor]:

@@ -21,6 +21,7 @@ from torch.utils.data import DataLoader
 
 from flexatt.data.batching import Batch, LengthGroupedBatches, ParallelData, collate
 from flexatt.data.subwords import PAD_ID, EncodedSplit
+from flexatt.io import save_torch
 from flexatt.metrics import corpus_bleu
 from flexatt.model import build_model, finetune_loss, sequence_nll
 from flexatt.search import greedy
@@ -139,13 +140,11 @@ class TranslationData(pl.LightningDataModule):
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Write checkpoints under a temporary name and rename them into place, so a kill during a
-    save never leaves a truncated ``last.ckpt`` that a resumed run would trust."""
+    """Write checkpoints under a temporary name and rename them into place
+    (:func:`flexatt.io.save_torch`), so a kill during a save never leaves a truncated
+    ``last.ckpt`` that a resumed run would trust, and a save that fails (a full disk) ends as
+    one :class:`~flexatt.errors.OutputError` naming the checkpoint, the earlier one intact."""
 
     def save_checkpoint(self, checkpoint: dict, path: str | os.PathLike, storage_options: Any = None) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        torch.save(checkpoint, tmp)
-        os.replace(tmp, path)
+        save_torch(checkpoint, path)
 

@@ -39,7 +39,7 @@ from flexatt.metrics import (
     tokenized_bleu,
 )
 from flexatt.search import forced_decode
-from flexatt.stages.sweep_tau import decode_settings
+from flexatt.stages.sweep_tau import checkpoint_of, decode_settings
 from flexatt.tracking import start_run
 
 TABLE_ORDER = ["global", "local_m", "local_p", "flexible", "flexible_tau", "flexible_ft",
@@ -111,16 +111,22 @@ def run(cfg: DictConfig) -> dict:
     tok_dir = Path(C.check_str(cfg, "train.data_dir"))
     filter_dir = Path(C.check_str(cfg, "tokenize.in_dir"))
     split = C.check_choice(cfg, "evaluate.split", ("dev", "test"))
-    checkpoints = {str(k): Path(v) for k, v in C.get(cfg, "evaluate.checkpoints").items()}
-    if "global" not in checkpoints:
+    names = [str(k) for k in C.get(cfg, "evaluate.checkpoints")]
+    if "global" not in names:
         raise ConfigError("evaluate.checkpoints", "must include global (the reference of the window reduction)")
+    checkpoints = {name: checkpoint_of(cfg, name, "evaluate.checkpoints") for name in names}
     tau_rows = [str(r) for r in C.get(cfg, "evaluate.tau_rows")]
     for i, name in enumerate(tau_rows):
         if name not in checkpoints:
             raise ConfigError(f"evaluate.tau_rows[{i}]", f"must be one of {', '.join(checkpoints)} (got {name!r})")
-    buckets = [int(b) for b in C.get(cfg, "evaluate.length_buckets")]
-    samples = [int(s) for s in C.get(cfg, "evaluate.samples")]
+    buckets = C.check_ints(cfg, "evaluate.length_buckets", minimum=1, increasing=True)
+    samples = C.check_ints(cfg, "evaluate.samples", minimum=0, nonempty=False)
     settings = decode_settings(cfg)
+    out_file = C.check_str(cfg, "evaluate.out")
+    table_file = C.check_str(cfg, "evaluate.table")
+    by_length_file = C.check_str(cfg, "evaluate.by_length_file")
+    translations_dir = Path(C.check_str(cfg, "evaluate.translations_dir"))
+    C.check_str(cfg, "evaluate.figures_dir")  # read by draw_figures
     sweep_file = Path(C.check_str(cfg, "sweep_tau.out"))
     if not sweep_file.is_file():
         raise DataError(sweep_file, "not found (run the sweep_tau stage first)")
@@ -161,7 +167,7 @@ def run(cfg: DictConfig) -> dict:
                 metrics[f"{key}_mean"] = round(float(values.mean()), 4)
         metrics["bleu_by_length"] = bleu_by_length(out.hypotheses, [data.references], src_words, tuple(buckets))
         results[row] = metrics
-        write_lines(Path(C.check_str(cfg, "evaluate.translations_dir")) / f"{row}.{split}.txt", out.hypotheses)
+        write_lines(translations_dir / f"{row}.{split}.txt", out.hypotheses)
         print(f"evaluate: {row:22s} window {metrics['window']:7.2f}  BLEU {metrics['bleu']:6.2f}  "
               f"RIBES {metrics['ribes']:.4f}  AER {metrics['aer']}  {metrics['decode_ms']:.1f} ms/sentence",
               flush=True)
@@ -171,12 +177,12 @@ def run(cfg: DictConfig) -> dict:
         metrics["reduction"] = round(1.0 - metrics["window"] / global_window, 4)
     report = {"split": split, "beam_size": settings["beam_size"], "selected_tau": selected,
               "models": {row: {k: v for k, v in m.items() if k != "bleu_by_length"} for row, m in results.items()}}
-    write_json(C.check_str(cfg, "evaluate.out"), report)
+    write_json(out_file, report)
     table = render_table(results, cfg, split, settings["beam_size"])
-    with atomic_path(C.check_str(cfg, "evaluate.table")) as tmp:
+    with atomic_path(table_file) as tmp:
         Path(tmp).write_text(table, encoding="utf-8")
     by_length = [{"model": row, **b} for row, m in results.items() for b in m["bleu_by_length"]]
-    with atomic_path(C.check_str(cfg, "evaluate.by_length_file")) as tmp, open(tmp, "w", newline="") as out_csv:
+    with atomic_path(by_length_file) as tmp, open(tmp, "w", newline="") as out_csv:
         writer = csv.DictWriter(out_csv, fieldnames=["model", "bucket", "sentences", "bleu"])
         writer.writeheader()
         writer.writerows(by_length)

@@ -66,8 +66,11 @@ def read_corpus(cfg: DictConfig) -> tuple[ReadResult, dict, str]:
     if spec is None:
         raise ConfigError("data", "no input configured: set data.src and data.tgt (two text files), "
                           "data.tsv (one TSV) or data.synthetic")
-    for key in ("n_pairs", "vocab_size", "min_len", "max_len", "chunk", "seed"):
-        C.check_int(cfg, f"data.synthetic.{key}", minimum=0 if key == "seed" else 1)
+    minimum = {"n_pairs": 1, "vocab_size": 2, "min_len": 1, "max_len": 1, "chunk": 1, "seed": 0}
+    values = {key: C.check_int(cfg, f"data.synthetic.{key}", minimum=m) for key, m in minimum.items()}
+    if values["min_len"] > values["max_len"]:
+        raise ConfigError("data.synthetic.min_len", f"must be <= data.synthetic.max_len = {values['max_len']} "
+                          f"(got {values['min_len']})")
     return read_synthetic(spec), {"kind": "synthetic", **OmegaConf.to_container(spec)}, "synthetic"
 
 

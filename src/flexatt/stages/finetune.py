@@ -24,7 +24,7 @@ from flexatt.train import model_config, train
 
 def run(cfg: DictConfig) -> dict:
     variant = C.check_str(cfg, "finetune.variant")
-    if model_config(cfg, variant)["attention"] not in ("flexible", "flexible_sact"):
+    if model_config(cfg, variant, "finetune.variant")["attention"] not in ("flexible", "flexible_sact"):
         raise ConfigError("finetune.variant", f"must name a flexible model (flexible, flexible_sact), "
                           f"not {variant!r}: the objective needs g_t")
     beta = C.check_float(cfg, "finetune.beta", ge=0.0)

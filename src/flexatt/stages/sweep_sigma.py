@@ -37,18 +37,18 @@ def _dev_point(model, dev: EvalSet, tau: float | None, settings: dict) -> tuple[
 
 
 def run(cfg: DictConfig) -> dict:
-    sigmas = check_taus(cfg, "sweep_sigma.grid")
-    for i, sigma in enumerate(sigmas):
-        if not sigma > 0:
-            raise ConfigError(f"sweep_sigma.grid[{i}]", f"must be > 0 (got {sigma})")
+    sigmas = C.check_floats(cfg, "sweep_sigma.grid", gt=0.0)
     base = C.check_str(cfg, "sweep_sigma.base_variant")
-    if model_config(cfg, base)["attention"] not in ("flexible", "flexible_sact"):
+    if model_config(cfg, base, "sweep_sigma.base_variant")["attention"] not in ("flexible", "flexible_sact"):
         raise ConfigError("sweep_sigma.base_variant", f"must name a flexible model, not {base!r}")
     epochs = C.check_int(cfg, "sweep_sigma.warm_start_epochs", minimum=1)
     lr = C.check_float(cfg, "sweep_sigma.lr", gt=0.0)
     out_dir = Path(C.check_str(cfg, "sweep_sigma.out_dir"))
+    out_file = C.check_str(cfg, "sweep_sigma.out")
+    curve_file = Path(C.check_str(cfg, "sweep_sigma.curve_file"))
+    figure_file = C.check_str(cfg, "sweep_sigma.figure")
     init = Path(C.check_str(cfg, "train.out_dir")) / base / "best.ckpt"
-    grid = check_taus(cfg, "sweep_tau.grid")
+    grid = check_taus(cfg, "sweep_tau.grid", nonempty=True)
     ref_tau = sorted(grid)[len(grid) // 2]
     settings = decode_settings(cfg)
     dev = EvalSet.load(C.check_str(cfg, "train.data_dir"), "dev")
@@ -75,13 +75,12 @@ def run(cfg: DictConfig) -> dict:
     best = max(points, key=lambda p: (p["dev_bleu"], -p["window"]))
     result = {"base_variant": base, "warm_start_epochs": epochs, "reference_tau": ref_tau,
               "points": points, "selected_sigma": best["sigma"]}
-    write_json(C.check_str(cfg, "sweep_sigma.out"), result)
-    curve_file = Path(C.check_str(cfg, "sweep_sigma.curve_file"))
+    write_json(out_file, result)
     with atomic_path(curve_file) as tmp, open(tmp, "w", newline="") as out:
         writer = csv.DictWriter(out, fieldnames=list(points[0]))
         writer.writeheader()
         writer.writerows(points)
-    figure = figures.sigma_curve(points, C.check_str(cfg, "sweep_sigma.figure"))
+    figure = figures.sigma_curve(points, figure_file)
 
     tracker = start_run(cfg, "sweep_sigma", "sigma", tags=[base, cfg.get("profile")])
     table = tracker.table("sweep_sigma/points", list(points[0]), [list(p.values()) for p in points])

@@ -44,15 +44,19 @@ def decode_settings(cfg: DictConfig) -> dict:
 
 
 def checkpoint_of(cfg: DictConfig, name: str, key: str) -> Path:
-    """The checkpoint of row ``name`` (``evaluate.checkpoints``); ``key`` names the list it came from."""
+    """The checkpoint of row ``name`` (``evaluate.checkpoints``), an existing file; ``key`` names
+    the list it came from."""
     checkpoints = C.get(cfg, "evaluate.checkpoints")
     if name not in checkpoints:
         raise ConfigError(key, f"unknown model {name!r}: must be one of {', '.join(checkpoints)}")
-    return Path(checkpoints[name])
+    return C.check_file(cfg, f"evaluate.checkpoints.{name}", hint="train that model first")
 
 
-def check_taus(cfg: DictConfig, key: str) -> list[float]:
+def check_taus(cfg: DictConfig, key: str, nonempty: bool = False) -> list[float]:
+    """A list of thresholds τ >= 0 (not empty when ``nonempty``); errors name ``key[i]``."""
     values = list(C.get(cfg, key))
+    if nonempty and not values:
+        raise ConfigError(key, "must not be empty")
     for i, tau in enumerate(values):
         if isinstance(tau, bool) or not isinstance(tau, (int, float)) or math.isnan(tau) or tau < 0:
             raise ConfigError(f"{key}[{i}]", f"must be a number >= 0 (got {tau!r})")
@@ -98,10 +102,16 @@ def run(cfg: DictConfig) -> dict:
     for i, split in enumerate(curve_splits):
         if split not in ("dev", "test"):
             raise ConfigError(f"sweep_tau.curve_splits[{i}]", f"must be dev or test (got {split!r})")
+    if curve_splits:
+        checkpoint_of(cfg, "global", "evaluate.checkpoints")  # the curve's reference point
+    add_log_mean_len = C.check_bool(cfg, "sweep_tau.add_log_mean_len")
+    out_file = C.check_str(cfg, "sweep_tau.out")
+    curve_file = Path(C.check_str(cfg, "sweep_tau.curve_file"))
+    figure_file = C.check_str(cfg, "sweep_tau.figure")
 
     sets = {name: EvalSet.load(tok_dir, name) for name in {"dev", *curve_splits}}
     log_mean = round(math.log(sets["dev"].mean_src_len), 3)
-    if C.check_bool(cfg, "sweep_tau.add_log_mean_len") and log_mean not in grid:
+    if add_log_mean_len and log_mean not in grid:
         grid = sorted([*grid, log_mean])
     decoder = Decoder(cfg, sets)
     tracker = start_run(cfg, "sweep_tau", "tau", tags=["flexible", cfg.get("profile")])
@@ -131,8 +141,7 @@ def run(cfg: DictConfig) -> dict:
 
     result = {"log_mean_src_len": log_mean, "tolerance": tolerance, "grid": grid,
               "beam_size": decoder.settings["beam_size"], "models": selection, "curve": curve_rows}
-    write_json(C.check_str(cfg, "sweep_tau.out"), result)
-    curve_file = Path(C.check_str(cfg, "sweep_tau.curve_file"))
+    write_json(out_file, result)
     with atomic_path(curve_file) as tmp, open(tmp, "w", newline="") as out:
         writer = csv.DictWriter(out, fieldnames=["model", "split", "tau", "window", "bleu", "ms_per_sentence"])
         writer.writeheader()
@@ -142,7 +151,7 @@ def run(cfg: DictConfig) -> dict:
                                           if r["split"] == split and r["model"] == curve_model]
               for split in curve_splits}
     reference = {f"global ({r['split']})": (r["window"], r["bleu"]) for r in curve_rows if r["model"] == "global"}
-    figure = figures.tradeoff(curves, C.check_str(cfg, "sweep_tau.figure"), reference)
+    figure = figures.tradeoff(curves, figure_file, reference)
 
     tracker.table("sweep_tau/points", ["model", "tau", "window", "bleu"],
                           [[name, p["tau"], p["window"], p["bleu"]]
