@@ -68,6 +68,34 @@ def test_train_learns_and_writes_checkpoints_and_metrics(in_dir):
     assert a.steps.sum() > 0 and torch.all(a.window_sum == a.steps * batch.src_len)
 
 
+@pytest.mark.parametrize("where", ["init", "log"])
+def test_wandb_failure_warns_and_training_goes_on(in_dir, monkeypatch, where):
+    """A W&B failure when the run opens (no network, a bad key) or while Lightning logs into it
+    (its service gone, its folder full): one warning each time, and the stage still trains,
+    saves and writes its metrics."""
+    import warnings
+
+    import wandb
+    from wandb.sdk.wandb_run import Run
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("W&B is down")
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setattr(wandb, "init", broken) if where == "init" else monkeypatch.setattr(Run, "log", broken)
+    cfg = load_params("params.yaml", [f"train.out_dir=w{where}", f"train.metrics_dir=wr{where}",
+                                      "logger.enabled=true", "logger.mode=offline"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        metrics, _ = train(cfg, "global", epochs=1)
+    messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    expected = "W&B init failed" if where == "init" else "W&B log_metrics failed"
+    assert any(m.startswith(expected) and "RuntimeError: W&B is down" in m for m in messages), messages
+    assert metrics["epochs"] == 1
+    assert (in_dir / f"w{where}/global/best.ckpt").is_file()
+    assert json.loads((in_dir / f"wr{where}/global.json").read_text()) == metrics
+
+
 def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
     bad = tmp_path / "best.ckpt"
     bad.write_bytes(b"PK\x03\x04 truncated")

@@ -184,8 +184,36 @@ def lightning_logger(tracker: Tracker) -> Any:
         return False
     from pytorch_lightning.loggers import WandbLogger
 
+    class SafeWandbLogger(WandbLogger):
+        """Lightning's W&B logger whose calls warn instead of raising (a W&B failure during
+        training, e.g. its service gone or its folder full, must not stop the stage)."""
+
+        def log_hyperparams(self, *args: Any, **kwargs: Any) -> None:
+            try:
+                super().log_hyperparams(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001
+                _warn("log_hyperparams", exc)
+
+        def log_metrics(self, *args: Any, **kwargs: Any) -> None:
+            try:
+                super().log_metrics(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001
+                _warn("log_metrics", exc)
+
+        def after_save_checkpoint(self, *args: Any, **kwargs: Any) -> None:
+            try:
+                super().after_save_checkpoint(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001
+                _warn("after_save_checkpoint", exc)
+
+        def finalize(self, *args: Any, **kwargs: Any) -> None:
+            try:
+                super().finalize(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001
+                _warn("finalize", exc)
+
     try:
-        return WandbLogger(experiment=tracker.run, log_model=False)
+        return SafeWandbLogger(experiment=tracker.run, log_model=False)
     except Exception as exc:  # noqa: BLE001
         _warn("Lightning logger", exc)
         return False
