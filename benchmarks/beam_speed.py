@@ -60,7 +60,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--sweep", help="sweep_tau JSON to read tau from (default: the level's)")
     parser.add_argument("--tau", type=float, help="tau instead of the selected one")
-    parser.add_argument("--out", default="artifacts/bench/beam_speed.json")
+    parser.add_argument("--out", default="benchmarks/results/beam_speed.json")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)

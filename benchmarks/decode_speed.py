@@ -217,7 +217,7 @@ def main() -> None:
     parser.add_argument("--char-dev", type=int, default=300, help="dev pairs for validation and tau selection")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="also run torch.profiler over N sentences per model and print the top ops")
-    parser.add_argument("--out", default="artifacts/bench/decode_speed.json")
+    parser.add_argument("--out", default="benchmarks/results/decode_speed.json")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
