@@ -57,18 +57,39 @@ def first_batches(split: EncodedSplit, n: int, batch_size: int) -> list[Batch]:
     return [collate([data[sub[i]] for i in idx]) for idx in sampler]
 
 
+def busy_cores(seconds: float = 1.0) -> float:
+    """Cores kept busy by other processes over the next ``seconds`` (from ``/proc/stat``; this
+    process is idle meanwhile). The load average would also count the benchmark that ran just
+    before, so it is not used."""
+    def sample() -> tuple[int, int]:
+        with open("/proc/stat") as handle:
+            fields = [int(x) for x in handle.readline().split()[1:]]
+        idle = fields[3] + fields[4]  # idle + iowait
+        return sum(fields) - idle, sum(fields)
+
+    busy0, total0 = sample()
+    time.sleep(seconds)
+    busy1, total1 = sample()
+    import os
+
+    return (busy1 - busy0) / max(total1 - total0, 1) * (os.cpu_count() or 1)
+
+
 def warn_if_busy(threads: int) -> None:
     """Intra-op threads on a machine whose cores are busy with other processes stall at every
     OpenMP barrier (here: 2 threads next to one busy process made batch-1 decoding 10-100x
-    slower); say so when the load average leaves fewer idle cores than ``threads``."""
+    slower); say so when other processes leave fewer idle cores than ``threads``."""
     import os
 
     cores = os.cpu_count() or 1
-    load = os.getloadavg()[0]
-    if threads > 1 and load > cores - threads + 0.5:
-        print(f"warning: load average {load:.1f} on {cores} cores: other processes are running, and "
-              f"{threads} intra-op threads stall on them; the figures will be unreliable "
-              f"(use --threads 1 on a shared machine)", flush=True)
+    try:
+        busy = busy_cores()
+    except OSError:  # no /proc
+        return
+    if threads > 1 and busy > cores - threads + 0.3:
+        print(f"warning: other processes keep {busy:.1f} of {cores} cores busy, and {threads} intra-op "
+              f"threads stall on them; the figures will be unreliable (use --threads 1 on a shared "
+              f"machine)", flush=True)
 
 
 def fmt_tau(tau: float | None) -> str:
