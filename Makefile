@@ -56,7 +56,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/joeynmt_throughput.py
 	$(BIN)/python benchmarks/pipeline.py --noop-only
 
-bench-pipeline: $(STAMP)  # about an hour: deletes artifacts/ and times dvc repro from scratch
+bench-pipeline: $(STAMP)  # under an hour: deletes the stage outputs and times dvc repro from scratch
 	$(BIN)/python benchmarks/pipeline.py --from-scratch
 
 smoke: $(STAMP)
