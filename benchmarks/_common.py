@@ -92,6 +92,23 @@ def warn_if_busy(threads: int) -> None:
               f"machine)", flush=True)
 
 
+def training_round(model, opt, batches: list[Batch], clip: float) -> float:
+    """Seconds for one full training step per batch, as the trainer does it: teacher-forced
+    forward, ``sequence_nll``, ``zero_grad``, backward, ``clip_grad_norm_(clip)``, ``opt.step()``."""
+    from flexatt.data.subwords import PAD_ID
+    from flexatt.model import sequence_nll
+
+    started = time.perf_counter()
+    for b in batches:
+        logits, _ = model(b.src, b.src_len, b.tgt_in)
+        loss = sequence_nll(logits, b.tgt_out, b.tgt_out != PAD_ID)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+    return time.perf_counter() - started
+
+
 def fmt_tau(tau: float | None) -> str:
     return "inf" if tau is None else f"{tau:g}"
 
@@ -120,27 +137,21 @@ class AttentionTimer:
         att, fwd, pre = self.att, self.att.forward, self.att.precompute
         clock = time.perf_counter
 
-        def forward(*args, **kwargs):
-            t0 = clock()
-            if self.record:
-                with torch.profiler.record_function("attention.step"):
-                    out = fwd(*args, **kwargs)
-            else:
-                out = fwd(*args, **kwargs)
-            self.step_s += clock() - t0
-            self.calls += 1
-            return out
+        def timed(fn, label: str, total: str, count: bool):
+            def wrapper(*args, **kwargs):
+                t0 = clock()
+                if self.record:
+                    with torch.profiler.record_function(label):
+                        out = fn(*args, **kwargs)
+                else:
+                    out = fn(*args, **kwargs)
+                setattr(self, total, getattr(self, total) + clock() - t0)
+                self.calls += count
+                return out
+            return wrapper
 
-        def precompute(*args, **kwargs):
-            t0 = clock()
-            if self.record:
-                with torch.profiler.record_function("attention.precompute"):
-                    out = pre(*args, **kwargs)
-            else:
-                out = pre(*args, **kwargs)
-            self.pre_s += clock() - t0
-            return out
-
+        forward = timed(fwd, "attention.step", "step_s", count=True)
+        precompute = timed(pre, "attention.precompute", "pre_s", count=False)
         att.forward, att.precompute = forward, precompute
         return self
 

@@ -400,6 +400,9 @@ def main() -> None:
     from flexatt.model import build_model, count_parameters, sequence_nll
     from flexatt.train import model_config
 
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from _common import training_round
+
     joey_python = Path(args.joey_python)
     if not joey_python.exists():
         sys.exit(f"joeynmt_throughput: {joey_python} not found: run `bash benchmarks/setup_joeynmt.sh` first")
@@ -447,15 +450,7 @@ def main() -> None:
         clip = float(cfg.trainer.gradient_clip_val)
 
         def flexatt_round() -> float:
-            started = time.perf_counter()
-            for b in batches:
-                logits, _ = model(b.src, b.src_len, b.tgt_in)
-                loss = sequence_nll(logits, b.tgt_out, b.tgt_out != PAD_ID)
-                opt.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-                opt.step()
-            return time.perf_counter() - started
+            return training_round(model, opt, batches, clip)
 
         def joey_round() -> float:
             return float(worker_proc.ask("run")["seconds"])

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
+import sys
 from pathlib import Path
 
 import torch
@@ -23,8 +23,11 @@ import torch
 from flexatt.config import load_params
 from flexatt.data.batching import LengthGroupedBatches, ParallelData, collate
 from flexatt.data.subwords import PAD_ID, EncodedSplit, Vocab
-from flexatt.model import build_model, sequence_nll
+from flexatt.model import build_model
 from flexatt.train import model_config
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import training_round  # noqa: E402
 
 
 def main() -> None:
@@ -55,16 +58,7 @@ def main() -> None:
         models[v] = (model, torch.optim.Adam(model.parameters(), lr=1e-3))
 
     def step(v: str) -> float:
-        model, opt = models[v]
-        started = time.perf_counter()
-        for b in batches:
-            logits, _ = model(b.src, b.src_len, b.tgt_in)
-            loss = sequence_nll(logits, b.tgt_out, b.tgt_out != PAD_ID)
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), float(cfg.trainer.gradient_clip_val))
-            opt.step()
-        return tokens / (time.perf_counter() - started)
+        return tokens / training_round(*models[v], batches, float(cfg.trainer.gradient_clip_val))
 
     for v in variants:  # warm-up
         step(v)

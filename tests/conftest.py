@@ -35,6 +35,15 @@ def run_module(module: str, *args: str, cwd: Path) -> subprocess.CompletedProces
                           capture_output=True, timeout=600)
 
 
+def tokenized_smoke(path: Path) -> Path:
+    """``path`` with the smoke profile's params, filtered and tokenized (stages run for real)."""
+    compose_params(path, "profile=smoke")
+    for stage in ("filter", "tokenize"):
+        result = run_module(f"flexatt.stages.{stage}", cwd=path)
+        assert result.returncode == 0, result.stderr
+    return path
+
+
 @pytest.fixture
 def smoke_dir(tmp_path: Path) -> Path:
     """A scratch folder holding params.yaml of the smoke profile."""

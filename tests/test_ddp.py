@@ -16,18 +16,14 @@ import sys
 
 import pytest
 
-from conftest import compose_params, run_module
+from conftest import compose_params, tokenized_smoke
 from wandb_records import find_runs
 
 
 @pytest.fixture(scope="module")
 def tokenized(tmp_path_factory):
     path = tmp_path_factory.mktemp("ddp")
-    compose_params(path, "profile=smoke")
-    for stage in ("filter", "tokenize"):
-        result = run_module(f"flexatt.stages.{stage}", cwd=path)
-        assert result.returncode == 0, result.stderr
-    return path
+    return tokenized_smoke(path)
 
 
 def _train(cwd, name: str, *overrides: str, threads: str | None = None) -> subprocess.CompletedProcess:

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 import flexatt.io
-from conftest import compose_params, run_module
+from conftest import run_module, tokenized_smoke
 from flexatt import config as C
 from flexatt.errors import DataError, OutputError
 from flexatt.io import atomic_path, save_torch, write_json, write_lines
@@ -334,11 +334,7 @@ def test_read_only_output_folder_is_one_line(filtered):
 @pytest.fixture(scope="module")
 def tokenized(tmp_path_factory):
     path = tmp_path_factory.mktemp("faults")
-    compose_params(path, "profile=smoke")
-    for stage in ("filter", "tokenize"):
-        result = run_module(f"flexatt.stages.{stage}", cwd=path)
-        assert result.returncode == 0, result.stderr
-    return path
+    return tokenized_smoke(path)
 
 
 def _train(cwd: Path, *overrides: str, preexec=None) -> subprocess.CompletedProcess:

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from conftest import compose_params, run_module
+from conftest import run_module, tokenized_smoke
 from flexatt.config import load_params
 from flexatt.errors import DataError
 from flexatt.search import greedy
@@ -24,11 +24,7 @@ from flexatt.training import lr_factor
 def tokenized(tmp_path_factory):
     """A scratch folder with the smoke profile's params, filtered and tokenized."""
     path = tmp_path_factory.mktemp("train")
-    compose_params(path, "profile=smoke")
-    for stage in ("filter", "tokenize"):
-        result = run_module(f"flexatt.stages.{stage}", cwd=path)
-        assert result.returncode == 0, result.stderr
-    return path
+    return tokenized_smoke(path)
 
 
 @pytest.fixture

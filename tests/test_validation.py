@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import compose_params, run_module
+from conftest import run_module, tokenized_smoke
 from flexatt import config as C
 
 VARIANTS = ["global", "local_m", "local_p", "flexible", "sact", "flexible_sact"]
@@ -28,11 +28,7 @@ VARIANTS = ["global", "local_m", "local_p", "flexible", "sact", "flexible_sact"]
 def workdir(tmp_path_factory) -> Path:
     """Smoke params, filtered and tokenized data, placeholder checkpoints at every path the
     later stages read (a rule must fail before any of them is opened), a small user corpus."""
-    path = tmp_path_factory.mktemp("validation")
-    compose_params(path, "profile=smoke")
-    for stage in ("filter", "tokenize"):
-        result = run_module(f"flexatt.stages.{stage}", cwd=path)
-        assert result.returncode == 0, result.stderr
+    path = tokenized_smoke(tmp_path_factory.mktemp("validation"))
     for folder in [*(f"artifacts/models/{v}" for v in VARIANTS), "artifacts/models_ft/flexible",
                    "artifacts/models_ft/flexible_sact"]:
         (path / folder).mkdir(parents=True)
