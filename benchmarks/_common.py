@@ -23,6 +23,11 @@ from omegaconf import DictConfig, OmegaConf
 
 from flexatt.data.batching import Batch, LengthGroupedBatches, ParallelData, collate
 from flexatt.data.subwords import EncodedSplit
+from flexatt.runtime import tune_allocator
+
+#: benchmarks run flexatt as its stages do, with the C allocator tuned for large tensors
+#: (``flexatt.runtime``; ``FLEXATT_ALLOCATOR=default`` turns it off)
+ALLOCATOR_TUNED = tune_allocator()
 
 CHAR_ROOT = Path("artifacts/bench/char")
 SUBWORD_CKPTS = {"global": Path("artifacts/models/global/best.ckpt"),

@@ -28,11 +28,15 @@ Throughput is target tokens per second: every target token plus EOS, padding exc
 both flexatt's ``Batch.n_tgt_tokens`` and Joey's ``Batch.ntokens`` (checked equal per batch).
 
 Joey NMT runs in its own virtualenv (``.venv-joeynmt``, see ``benchmarks/setup_joeynmt.sh``), in
-a worker process that this script starts and drives over a pipe (this file, run with
-``--worker`` by Joey's Python). The two are measured side by side: after one warm-up round each,
-every round times both once, in alternating order, while the other process waits idle; the
-figures are the median over rounds, the spread (min–max) and the ratio of the medians. Both use
-``--threads`` intra-op threads (``torch.set_num_threads`` and ``OMP_NUM_THREADS``).
+worker processes that this script starts and drives over a pipe (this file, run with
+``--worker`` by Joey's Python): one as Joey runs out of the box, and one with the C allocator
+settings that flexatt's stages make for themselves (``flexatt.runtime.tune_allocator``; given to
+Joey's process as glibc's ``MALLOC_*_`` environment variables), so that the second ratio shows
+what is left of the difference when both get them. flexatt runs as its stages run it (tuned;
+``FLEXATT_ALLOCATOR=default`` turns that off). All are measured side by side: after one
+warm-up round each, every round times each once, in a rotating order, while the others wait
+idle; the figures are the median over rounds, the spread (min–max) and the ratio of the medians.
+All use ``--threads`` intra-op threads (``torch.set_num_threads`` and ``OMP_NUM_THREADS``).
 
 ``--joey-cli-steps N`` (default 60, 0: off) afterwards also runs ``joeynmt train`` itself for N
 updates on the same config and prints the "Tokens per Sec" its log reports (its own loop with
@@ -184,8 +188,8 @@ def worker(args: argparse.Namespace) -> None:
 class JoeyWorker:
     """The worker process in .venv-joeynmt, driven over stdin/stdout."""
 
-    def __init__(self, python: Path, config: Path, threads: int, log: Path):
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    def __init__(self, python: Path, config: Path, threads: int, log: Path, extra_env: dict | None = None):
+        env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), **(extra_env or {}))
         self.log_path = log
         self.log = log.open("w")
         self.proc = subprocess.Popen(
@@ -401,7 +405,7 @@ def main() -> None:
     from flexatt.train import model_config
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from _common import training_round
+    from _common import ALLOCATOR_TUNED, training_round
 
     joey_python = Path(args.joey_python)
     if not joey_python.exists():
@@ -436,13 +440,19 @@ def main() -> None:
     bench_cfg = joey_config(cfg, work, work / "model", vocab_file, updates=10**9, logging_freq=100)
     write_yaml(work / "bench.yaml", bench_cfg)
 
-    worker_proc = JoeyWorker(joey_python, work / "bench.yaml", args.threads, work / "worker.log")
+    from flexatt.runtime import GLIBC_ENV
+
+    workers = {"joeynmt": JoeyWorker(joey_python, work / "bench.yaml", args.threads, work / "worker.log"),
+               "joeynmt_tuned": JoeyWorker(joey_python, work / "bench.yaml", args.threads,
+                                           work / "worker_tuned.log", GLIBC_ENV)}
+    worker_proc = workers["joeynmt"]
     try:
-        info = worker_proc.ask("setup", batches=index_lists)
-        if info["tokens"] != batch_tokens:
-            sys.exit(f"joeynmt_throughput: target token counts differ: flexatt {batch_tokens}, "
-                     f"Joey {info['tokens']}")
-        check_same_data(batches, info, PAD_ID, UNK_ID)
+        for w in workers.values():
+            info = w.ask("setup", batches=index_lists)
+            if info["tokens"] != batch_tokens:
+                sys.exit(f"joeynmt_throughput: target token counts differ: flexatt {batch_tokens}, "
+                         f"Joey {info['tokens']}")
+            check_same_data(batches, info, PAD_ID, UNK_ID)
 
         torch.manual_seed(0)
         model = build_model(model_config(cfg, args.variant), len(src_vocab), len(tgt_vocab), PAD_ID).train()
@@ -452,22 +462,21 @@ def main() -> None:
         def flexatt_round() -> float:
             return training_round(model, opt, batches, clip)
 
-        def joey_round() -> float:
-            return float(worker_proc.ask("run")["seconds"])
+        def run(name: str) -> float:
+            return flexatt_round() if name == "flexatt" else float(workers[name].ask("run")["seconds"])
 
+        names = ["flexatt", *workers]
         started = time.perf_counter()
-        flexatt_round(), joey_round()  # warm-up
-        seconds: dict[str, list[float]] = {"flexatt": [], "joeynmt": []}
+        for name in names:  # warm-up
+            run(name)
+        seconds: dict[str, list[float]] = {name: [] for name in names}
         for r in range(args.rounds):
-            order = ("flexatt", "joeynmt") if r % 2 == 0 else ("joeynmt", "flexatt")
-            for name in order:
-                seconds[name].append(flexatt_round() if name == "flexatt" else joey_round())
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                seconds[name].append(run(name))
         timed_minutes = (time.perf_counter() - started) / 60
 
         rates = {k: [tokens / s for s in v] for k, v in seconds.items()}
         med = {k: statistics.median(v) for k, v in rates.items()}
-        paired = [f / j for f, j in zip(rates["flexatt"], rates["joeynmt"])]
-        ratio = med["flexatt"] / med["joeynmt"]
 
         m = cfg.model
         print(f"joeynmt_throughput: {len(batches)} batches of {cfg.train.batch_size} pairs "
@@ -480,14 +489,22 @@ def main() -> None:
               f"{info['parameters']:,} parameters")
         print(f"  same pairs, same token ids in both (checked batch by batch); Joey config "
               f"{work / 'bench.yaml'}")
-        print(f"{'model':22s} {'tokens/s':>10s} {'spread':>17s} {'min/epoch':>10s}")
+        tuned = "tuned" if ALLOCATOR_TUNED else "C library defaults"
+        print(f"{'model':50s} {'tokens/s':>10s} {'spread':>17s} {'min/epoch':>10s}")
         epoch_tokens = int(split.tgt_lengths.sum()) + len(split)
-        for name, label in (("flexatt", f"flexatt ({args.variant})"), ("joeynmt", "Joey NMT 2.3 (rnn)")):
-            print(f"{label:22s} {med[name]:10.0f} {spread(rates[name])} {epoch_tokens / med[name] / 60:10.2f}")
-        verdict = "meets" if ratio >= TARGET_RATIO else "is BELOW"
-        print(f"ratio flexatt / Joey NMT: {ratio:.2f}x (median of per-round ratios "
-              f"{statistics.median(paired):.2f}x, range {min(paired):.2f}–{max(paired):.2f}); "
-              f"{verdict} the {TARGET_RATIO}x target")
+        labels = {"flexatt": f"flexatt ({args.variant}; allocator {tuned})",
+                  "joeynmt": "Joey NMT 2.3 (rnn; out of the box)",
+                  "joeynmt_tuned": "Joey NMT 2.3 (rnn; flexatt's allocator settings)"}
+        for name in names:
+            print(f"{labels[name]:50s} {med[name]:10.0f} {spread(rates[name])} {epoch_tokens / med[name] / 60:10.2f}")
+        for name, what in (("joeynmt", "Joey NMT out of the box (the target)"),
+                           ("joeynmt_tuned", "Joey NMT with the same allocator settings")):
+            paired = [f / j for f, j in zip(rates["flexatt"], rates[name])]
+            r = med["flexatt"] / med[name]
+            verdict = ("meets" if r >= TARGET_RATIO else "is BELOW") + f" the {TARGET_RATIO}x target"
+            print(f"ratio flexatt / {what}: {r:.2f}x (median of per-round ratios "
+                  f"{statistics.median(paired):.2f}x, range {min(paired):.2f}–{max(paired):.2f})"
+                  + (f"; {verdict}" if name == "joeynmt" else ""))
         print(f"side by side (warm-up and rounds): {timed_minutes:.1f} min")
 
         if args.profile:
@@ -519,7 +536,8 @@ def main() -> None:
             print("== Joey NMT: top operators of one round (self CPU time) ==")
             print(worker_proc.ask("profile", rows=25)["table"])
     finally:
-        worker_proc.close()
+        for w in workers.values():
+            w.close()
 
     if args.joey_cli_steps > 0:
         logging_freq = max(1, args.joey_cli_steps // 3)

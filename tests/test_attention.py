@@ -385,6 +385,31 @@ def test_finite_tau_equals_masked_dense_and_scores_only_window(attention, tau):
     assert total < len(queries) * sum(LENGTHS)  # something was actually skipped
 
 
+@pytest.mark.parametrize("attention", ["local_m", "local_p", "flexible", "flexible_sact"])
+def test_single_row_window_path_equals_the_batched_one(attention):
+    """A batch of one (per-sentence decoding) takes its window as a slice of the keys and h̄; each
+    sentence decoded alone gives the batched path's weights, context, state and window stats,
+    and its score function sees exactly the same positions."""
+    att = make(attention, sigma=1.0)
+    values, mask, queries, feedbacks = inputs(scale=2.0)
+    tau = 0.3
+    counter = ScoreCounter(att.scorer)
+    batched = run(att, values, mask, queries, feedbacks, tau)
+    seen_batched = [p for p in counter.positions]
+    for i, length in enumerate(LENGTHS):
+        counter.positions = []
+        alone = run(att, values[i:i + 1, :length], mask[i:i + 1, :length], queries[:, i:i + 1],
+                    feedbacks[:, i:i + 1], tau)
+        for t, ((c0, w0, _, n0, s0), (c1, w1, _, n1, s1)) in enumerate(zip(batched, alone)):
+            torch.testing.assert_close(c1[0], c0[i])
+            torch.testing.assert_close(w1[0], w0[i, :length])
+            torch.testing.assert_close(n1.position[0], n0.position[i])
+            for name in ("window", "span_lo", "span_hi"):
+                assert getattr(s1, name).tolist() == [getattr(s0, name)[i].item()], name
+            rows = torch.repeat_interleave(torch.arange(len(LENGTHS)), s0.window)
+            assert torch.equal(counter.positions[t].flatten(), seen_batched[t][rows == i])
+
+
 @pytest.mark.parametrize("attention", ["flexible", "flexible_sact"])
 def test_tau_inf_or_none_is_dense(attention):
     att = make(attention)

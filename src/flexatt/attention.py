@@ -25,7 +25,8 @@ pairs of the window are packed into one flat list with a single batched index op
 the score function is evaluated on that list, and the scores are scattered into a
 ``batch x W_max`` slice padded with ``-inf`` (:meth:`Attention.score_window`). The number of
 evaluated positions per row (``stats.window``) is counted from the very index list that is
-handed to the score function. Dense variants score all ``S_max`` slots of the padded batch
+handed to the score function. A batch of one row (per-sentence decoding) needs no index list:
+its window is a slice of the cached keys and of h̄, and its count is the slice's length. Dense variants score all ``S_max`` slots of the padded batch
 (one batched kernel) and report the real length ``S_i`` of each row.
 
 Padding and out-of-window slots are always masked with ``-inf`` before a softmax
@@ -316,6 +317,13 @@ class Attention(nn.Module):
             scored per row, counted from the index list handed to the score function.
         """
         batch = q.size(0)
+        if batch == 1:  # one row (per-sentence decoding): the window is a slice, no index list
+            first, last = int(lo), int(hi)
+            positions = torch.arange(first, last + 1, device=q.device)  # W (1-based)
+            flat = self.scorer(q, cache.keys[0, first - 1:last], positions - 1)  # W
+            count = torch.full((1,), last - first + 1, dtype=torch.long, device=q.device)
+            return (flat.unsqueeze(0), positions.unsqueeze(0),
+                    torch.ones(1, flat.numel(), dtype=torch.bool, device=q.device), count)
         width = hi - lo + 1  # batch
         w_max = int(width.max())
         slot = torch.arange(w_max, device=q.device)  # W_max
@@ -351,23 +359,29 @@ class Attention(nn.Module):
     def window_to_full(
         slot_weights: Tensor, positions: Tensor, cache: AttentionCache
     ) -> tuple[Tensor, Tensor]:
-        """Context from the gathered values of the window, and the weights scattered back.
+        """The weights scattered back to the source positions, and the context (eq. 1) from them.
+
+        Only the window was scored; the context is the sum over the window's h̄_s. A single row
+        takes its window as a slice of h̄. A batch scatters the slot weights to ``batch x S`` (exact
+        zeros outside each row's window) and sums with one ``bmm`` over h̄: at the sizes of this
+        project that is faster than gathering each row's window of h̄ first (the gathered rows
+        are written and read again; ``benchmarks/decode_speed.py`` measures the whole step).
 
         :param slot_weights: batch x W_max (exact zeros outside the row's window)
         :param positions: batch x W_max 1-based positions of the slots
         :return: context batch x 2H (eq. 1 over the window), weights batch x S
         """
-        batch, src_len, dim = cache.values.shape
+        batch, src_len, _ = cache.values.shape
+        if batch == 1:  # one row: the window is a slice of h̄
+            first = int(positions[0, 0]) - 1
+            window = slice(first, first + positions.size(1))
+            context = torch.mm(slot_weights, cache.values[0, window])  # 1 x 2H
+            full = slot_weights.new_zeros(1, src_len)
+            full[:, window] = slot_weights
+            return context, full
         index = (positions - 1).clamp(0, src_len - 1)  # batch x W_max (slots outside are 0-weight)
-        # whole rows of h̄ with one index_select (far cheaper than an element-wise gather)
-        rows = torch.arange(batch, device=index.device).unsqueeze(1) * src_len
-        gathered = cache.values.flatten(0, 1).index_select(0, (rows + index).flatten())
-        gathered = gathered.view(batch, -1, dim)  # batch x W_max x 2H
-        context = Attention.context_dense(slot_weights, gathered)  # batch x 2H
-        full = slot_weights.new_zeros(slot_weights.size(0), src_len).scatter_add(
-            1, index, slot_weights
-        )  # batch x S
-        return context, full
+        full = slot_weights.new_zeros(batch, src_len).scatter_add(1, index, slot_weights)  # batch x S
+        return Attention.context_dense(full, cache.values), full
 
     def dense_spans(self, cache: AttentionCache) -> tuple[Tensor, Tensor, Tensor]:
         """(window, span_lo, span_hi) of a dense call: every real position, S_i per row."""

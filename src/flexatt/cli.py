@@ -77,7 +77,9 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.command == "translate":
         from flexatt.errors import FlexattError
+        from flexatt.runtime import tune_allocator
 
+        tune_allocator()
         try:
             translate(args)
         except FlexattError as exc:

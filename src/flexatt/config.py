@@ -88,9 +88,13 @@ def run_stage(task: Callable[[DictConfig], Any], argv: Sequence[str] | None = No
     printed as ``error: <message>`` and the process exits with status 2; so is an ``OSError``
     (a full disk, a read-only folder: ``error: <file>: <reason>``), without a traceback.
     Outputs are written atomically (:mod:`flexatt.io`), so the earlier ones stay intact.
+    The C allocator is tuned for large tensors first (:func:`flexatt.runtime.tune_allocator`).
     """
     import hydra
 
+    from flexatt.runtime import tune_allocator
+
+    tune_allocator()
     argv = list(sys.argv[1:] if argv is None else argv)
     params = Path(os.environ.get(PARAMS_ENV, "params.yaml")).resolve()
     if not params.is_file():

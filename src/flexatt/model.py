@@ -198,22 +198,25 @@ def sequence_nll(logits: Tensor, tgt_out: Tensor, mask: Tensor) -> Tensor:
 
 
 class _TokenNLL(torch.autograd.Function):
-    """-log softmax(logits)_y = logsumexp(logits) - logits_y per row (``F.cross_entropy`` with
-    ``reduction="none"``), with a backward that writes softmax(logits) - onehot(y) into one
-    buffer. The output layer dominates a training step, and autograd through log-softmax and
-    NLL fills and copies two more (batch*T) x V tensors. ``N x V``, ``N`` -> ``N``."""
+    """-log softmax(logits)_y per row (``F.cross_entropy`` with ``reduction="none"``), with a
+    backward that turns the saved log-probabilities into softmax(logits) - onehot(y) in place.
+    The output layer dominates a training step, and autograd through log-softmax and NLL fills
+    and copies two more (batch*T) x V tensors. ``N x V``, ``N`` -> ``N``.
+
+    The forward is one ``log_softmax`` pass (no separate max / subtract / exp / sum passes of a
+    logsumexp), and its output is what the backward needs."""
 
     @staticmethod
     def forward(ctx, logits: Tensor, target: Tensor) -> Tensor:
-        lse = torch.logsumexp(logits, dim=-1)  # N
-        ctx.save_for_backward(logits, lse, target)
-        return lse - logits.gather(1, target.unsqueeze(1)).squeeze(1)
+        logp = torch.log_softmax(logits, dim=-1)  # N x V
+        ctx.save_for_backward(logp, target)
+        return logp.gather(1, target.unsqueeze(1)).squeeze(1).neg()
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
-        logits, lse, target = ctx.saved_tensors
-        out = torch.sub(logits, lse.unsqueeze(1)).exp_().mul_(grad.unsqueeze(1))  # N x V
+        logp, target = ctx.saved_tensors
+        out = torch.exp(logp).mul_(grad.unsqueeze(1))  # N x V: softmax · grad
         return out.scatter_add_(1, target.unsqueeze(1), -grad.unsqueeze(1)), None
 
 
