@@ -41,10 +41,9 @@ with the pipeline's rule (``select_tau`` over ``sweep_tau.grid`` + log S̄, beam
 ``decode.*``). These models are far from converged: **only the speed comparison is
 meaningful**, not their BLEU. The timed sentences are the same test pairs as at subword level.
 
-Time (2-core CPU, 2 threads, defaults): preparing the char setting takes about
-PREP_MINUTES minutes once (tokenize < 1 min; training global and flexible ~ TRAIN_MINUTES min each
-for half an epoch; fine-tuning ~ FT_MINUTES min; τ selection ~ SEL_MINUTES min); the timing itself
-about TIMING_MINUTES minutes (subword ~ SUB_MINUTES, char ~ CHAR_MINUTES). ``artifacts/bench/char/prep.json``
+Time (2-core CPU, 2 threads, defaults): preparing the char setting takes about 11 minutes once
+(tokenize < 1 min; training global and flexible ~ 4–5 min each for half an epoch; fine-tuning
+~ 2 min; τ selection < 1 min); the timing itself about 3 minutes. ``artifacts/bench/char/prep.json``
 records the minutes of each preparation step.
 
 Targets (the issue): at char level the flexible model at its selected τ is at least 1.3x as
