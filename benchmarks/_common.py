@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import statistics
 import time
@@ -75,8 +76,6 @@ def busy_cores(seconds: float = 1.0) -> float:
     busy0, total0 = sample()
     time.sleep(seconds)
     busy1, total1 = sample()
-    import os
-
     return (busy1 - busy0) / max(total1 - total0, 1) * (os.cpu_count() or 1)
 
 
@@ -84,8 +83,6 @@ def warn_if_busy(threads: int) -> None:
     """Intra-op threads on a machine whose cores are busy with other processes stall at every
     OpenMP barrier (here: 2 threads next to one busy process made batch-1 decoding 10-100x
     slower); say so when other processes leave fewer idle cores than ``threads``."""
-    import os
-
     cores = os.cpu_count() or 1
     try:
         busy = busy_cores()

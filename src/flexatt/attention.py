@@ -26,8 +26,9 @@ the score function is evaluated on that list, and the scores are scattered into 
 ``batch x W_max`` slice padded with ``-inf`` (:meth:`Attention.score_window`). The number of
 evaluated positions per row (``stats.window``) is counted from the very index list that is
 handed to the score function. A batch of one row (per-sentence decoding) needs no index list:
-its window is a slice of the cached keys and of h̄, and its count is the slice's length. Dense variants score all ``S_max`` slots of the padded batch
-(one batched kernel) and report the real length ``S_i`` of each row.
+its window is a slice of the cached keys and of h̄, and its count is the slice's length. Dense
+variants score all ``S_max`` slots of the padded batch (one batched kernel) and report the real
+length ``S_i`` of each row.
 
 Padding and out-of-window slots are always masked with ``-inf`` before a softmax
 (``masked_fill``), never multiplied by 0.

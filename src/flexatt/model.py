@@ -199,9 +199,10 @@ def sequence_nll(logits: Tensor, tgt_out: Tensor, mask: Tensor) -> Tensor:
 
 class _TokenNLL(torch.autograd.Function):
     """-log softmax(logits)_y per row (``F.cross_entropy`` with ``reduction="none"``), with a
-    backward that turns the saved log-probabilities into softmax(logits) - onehot(y) in place.
-    The output layer dominates a training step, and autograd through log-softmax and NLL fills
-    and copies two more (batch*T) x V tensors. ``N x V``, ``N`` -> ``N``.
+    backward that writes softmax(logits) - onehot(y) (times the incoming gradient) into one new
+    buffer, from the saved log-probabilities. The output layer dominates a training step, and
+    autograd through log-softmax and NLL fills and copies two more (batch*T) x V tensors.
+    ``N x V``, ``N`` -> ``N``.
 
     The forward is one ``log_softmax`` pass (no separate max / subtract / exp / sum passes of a
     logsumexp), and its output is what the backward needs."""
