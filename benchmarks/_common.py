@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -94,16 +95,28 @@ def warn_if_busy(threads: int) -> None:
               f"machine)", flush=True)
 
 
-def training_round(model, opt, batches: list[Batch], clip: float) -> float:
+def precision_context(precision: str):
+    """The autocast Lightning's Trainer puts around a training step for ``trainer.precision``
+    (``bf16-mixed``: bfloat16 autocast; ``32-true``: none)."""
+    if str(precision) in ("bf16-mixed", "bf16"):
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    if str(precision) in ("32-true", "32"):
+        return contextlib.nullcontext()
+    raise ValueError(f"precision {precision!r}: the benchmarks time 32-true and bf16-mixed")
+
+
+def training_round(model, opt, batches: list[Batch], clip: float, precision: str = "32-true") -> float:
     """Seconds for one full training step per batch, as the trainer does it: teacher-forced
-    forward, ``sequence_nll``, ``zero_grad``, backward, ``clip_grad_norm_(clip)``, ``opt.step()``."""
+    forward and ``sequence_nll`` (under ``precision``'s autocast, as Lightning runs its
+    ``training_step``), ``zero_grad``, backward, ``clip_grad_norm_(clip)``, ``opt.step()``."""
     from flexatt.data.subwords import PAD_ID
     from flexatt.model import sequence_nll
 
     started = time.perf_counter()
     for b in batches:
-        logits, _ = model(b.src, b.src_len, b.tgt_in)
-        loss = sequence_nll(logits, b.tgt_out, b.tgt_out != PAD_ID)
+        with precision_context(precision):
+            logits, _ = model(b.src, b.src_len, b.tgt_in)
+            loss = sequence_nll(logits, b.tgt_out, b.tgt_out != PAD_ID)
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), clip)

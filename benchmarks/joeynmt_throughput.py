@@ -18,7 +18,12 @@ What is timed, per round, is a full training step on every batch, exactly as eac
 training loop does it, without data loading, logging or validation:
 
 * flexatt (``benchmarks/train_throughput.py``'s loop, the ``global`` variant by default):
-  forward, ``sequence_nll``, ``zero_grad``, backward, ``clip_grad_norm_(3.0)``, Adam;
+  forward, ``sequence_nll``, ``zero_grad``, backward, ``clip_grad_norm_(3.0)``, Adam; at
+  ``trainer.precision`` (the default profile's bf16-mixed: the readout under bfloat16
+  autocast, as the Lightning Trainer runs the training step), and a second copy at 32-true.
+  Joey NMT 2.3 trains in float32 on a CPU (its config turns ``fp16`` off there), so the
+  32-true ratio is the like-for-like arithmetic and the first one what each gives out of the
+  box;
 * Joey NMT (the body of ``TrainManager.train_and_validate``'s batch loop): its own
   ``TrainManager._train_step`` (sort by source length, forward with the loss, normalisation
   by the number of sentences, backward), its gradient clipper (``clip_grad_norm``: 3.0), its
@@ -405,7 +410,7 @@ def main() -> None:
     from flexatt.train import model_config
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from _common import ALLOCATOR_TUNED, training_round
+    from _common import ALLOCATOR_TUNED, precision_context, training_round
 
     joey_python = Path(args.joey_python)
     if not joey_python.exists():
@@ -454,18 +459,24 @@ def main() -> None:
                          f"Joey {info['tokens']}")
             check_same_data(batches, info, PAD_ID, UNK_ID)
 
-        torch.manual_seed(0)
-        model = build_model(model_config(cfg, args.variant), len(src_vocab), len(tgt_vocab), PAD_ID).train()
-        opt = torch.optim.Adam(model.parameters(), lr=float(cfg.train.lr))
+        precision = str(cfg.trainer.precision)
+        own = {"flexatt": precision}
+        if precision not in ("32-true", "32"):
+            own["flexatt_fp32"] = "32-true"
+        models = {}
+        for name in own:
+            torch.manual_seed(0)
+            model = build_model(model_config(cfg, args.variant), len(src_vocab), len(tgt_vocab), PAD_ID).train()
+            models[name] = model, torch.optim.Adam(model.parameters(), lr=float(cfg.train.lr))
+        model, opt = models["flexatt"]
         clip = float(cfg.trainer.gradient_clip_val)
 
-        def flexatt_round() -> float:
-            return training_round(model, opt, batches, clip)
-
         def run(name: str) -> float:
-            return flexatt_round() if name == "flexatt" else float(workers[name].ask("run")["seconds"])
+            if name in own:
+                return training_round(*models[name], batches, clip, own[name])
+            return float(workers[name].ask("run")["seconds"])
 
-        names = ["flexatt", *workers]
+        names = [*own, *workers]
         started = time.perf_counter()
         for name in names:  # warm-up
             run(name)
@@ -492,19 +503,22 @@ def main() -> None:
         tuned = "tuned" if ALLOCATOR_TUNED else "C library defaults"
         print(f"{'model':50s} {'tokens/s':>10s} {'spread':>17s} {'min/epoch':>10s}")
         epoch_tokens = int(split.tgt_lengths.sum()) + len(split)
-        labels = {"flexatt": f"flexatt ({args.variant}; allocator {tuned})",
+        labels = {"flexatt": f"flexatt ({args.variant}; {precision}; allocator {tuned})",
+                  "flexatt_fp32": f"flexatt ({args.variant}; 32-true; allocator {tuned})",
                   "joeynmt": "Joey NMT 2.3 (rnn; out of the box)",
                   "joeynmt_tuned": "Joey NMT 2.3 (rnn; flexatt's allocator settings)"}
         for name in names:
             print(f"{labels[name]:50s} {med[name]:10.0f} {spread(rates[name])} {epoch_tokens / med[name] / 60:10.2f}")
-        for name, what in (("joeynmt", "Joey NMT out of the box (the target)"),
-                           ("joeynmt_tuned", "Joey NMT with the same allocator settings")):
-            paired = [f / j for f, j in zip(rates["flexatt"], rates[name])]
-            r = med["flexatt"] / med[name]
-            verdict = ("meets" if r >= TARGET_RATIO else "is BELOW") + f" the {TARGET_RATIO}x target"
-            print(f"ratio flexatt / {what}: {r:.2f}x (median of per-round ratios "
-                  f"{statistics.median(paired):.2f}x, range {min(paired):.2f}–{max(paired):.2f})"
-                  + (f"; {verdict}" if name == "joeynmt" else ""))
+        for ours in own:
+            for name, what in (("joeynmt", "Joey NMT out of the box"),
+                               ("joeynmt_tuned", "Joey NMT with the same allocator settings")):
+                paired = [f / j for f, j in zip(rates[ours], rates[name])]
+                r = med[ours] / med[name]
+                target = ours == "flexatt" and name == "joeynmt"
+                verdict = ("meets" if r >= TARGET_RATIO else "is BELOW") + f" the {TARGET_RATIO}x target"
+                print(f"ratio flexatt {own[ours]} / {what}{' (the target)' if target else ''}: {r:.2f}x "
+                      f"(median of per-round ratios {statistics.median(paired):.2f}x, range "
+                      f"{min(paired):.2f}–{max(paired):.2f})" + (f"; {verdict}" if target else ""))
         print(f"side by side (warm-up and rounds): {timed_minutes:.1f} min")
 
         if args.profile:
@@ -512,8 +526,9 @@ def main() -> None:
             t = {"forward": 0.0, "backward": 0.0, "clip+adam+zero": 0.0}
             for b in batches:
                 t0 = time.perf_counter()
-                logits, _ = model(b.src, b.src_len, b.tgt_in)
-                loss = sequence_nll(logits, b.tgt_out, b.tgt_out != PAD_ID)
+                with precision_context(precision):
+                    logits, _ = model(b.src, b.src_len, b.tgt_in)
+                    loss = sequence_nll(logits, b.tgt_out, b.tgt_out != PAD_ID)
                 t1 = time.perf_counter()
                 opt.zero_grad()
                 loss.backward()
@@ -530,7 +545,7 @@ def main() -> None:
             from torch.profiler import ProfilerActivity, profile
 
             with profile(activities=[ProfilerActivity.CPU]) as prof:
-                flexatt_round()
+                run("flexatt")
             print("\n== flexatt: top operators of one round (self CPU time) ==")
             print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
             print("== Joey NMT: top operators of one round (self CPU time) ==")

@@ -5,8 +5,11 @@
 
 Measures target tokens per second of full training steps (teacher-forced forward, backward,
 gradient clipping, Adam) on real batches of the encoded training split (``train.data_dir``), the
-same batches for every variant. The variants are measured side by side: each round times every
-variant once, in a rotating order, so that load from elsewhere on the machine spreads over all
+same batches for every variant, at ``trainer.precision`` (bf16-mixed: the readout under bfloat16
+autocast, as the Lightning Trainer runs it; see ``flexatt.decoders``). The variants given by
+``--fp32-variants`` (default: global and flexible) are also measured at 32-true, so the
+precision's share of the speed shows in the same run. All are measured side by side: each round
+times every contender once, in a rotating order, so that load from elsewhere on the machine spreads over all
 of them; the figures are the median over rounds and the spread (min–max). Minutes per epoch
 are extrapolated from the median to the split's full token count.
 """
@@ -37,6 +40,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--variants", nargs="*", help="default: every key of `variants`")
+    parser.add_argument("--precision", help="default: trainer.precision of --params")
+    parser.add_argument("--fp32-variants", nargs="*", default=["global", "flexible"],
+                        help="also time these at 32-true (none: skip)")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -51,33 +57,42 @@ def main() -> None:
     epoch_tokens = int(split.tgt_lengths.sum()) + len(split)
 
     variants = args.variants or list(cfg.variants)
+    precision = str(args.precision or cfg.trainer.precision)
+    contenders = [(v, precision) for v in variants]
+    if precision not in ("32-true", "32"):
+        contenders += [(v, "32-true") for v in args.fp32_variants if v in cfg.variants]
     models = {}
-    for v in variants:
+    for v, p in contenders:
         torch.manual_seed(0)
         model = build_model(model_config(cfg, v), *vocab_size, PAD_ID).train()
-        models[v] = (model, torch.optim.Adam(model.parameters(), lr=1e-3))
+        models[v, p] = (model, torch.optim.Adam(model.parameters(), lr=1e-3))
 
-    def step(v: str) -> float:
-        return tokens / training_round(*models[v], batches, float(cfg.trainer.gradient_clip_val))
+    def step(c: tuple[str, str]) -> float:
+        return tokens / training_round(*models[c], batches, float(cfg.trainer.gradient_clip_val), c[1])
 
-    for v in variants:  # warm-up
-        step(v)
-    rates: dict[str, list[float]] = {v: [] for v in variants}
+    for c in contenders:  # warm-up
+        step(c)
+    rates: dict[tuple[str, str], list[float]] = {c: [] for c in contenders}
     for r in range(args.rounds):
-        order = variants[r % len(variants):] + variants[:r % len(variants)]
-        for v in order:
-            rates[v].append(step(v))
+        order = contenders[r % len(contenders):] + contenders[:r % len(contenders)]
+        for c in order:
+            rates[c].append(step(c))
 
     m = cfg.model
     print(f"train_throughput: {len(batches)} batches of {cfg.train.batch_size} pairs ({tokens} target tokens), "
           f"{args.rounds} rounds, {args.threads} threads; sizes emb {m.emb_size} hidden {m.hidden_size} "
           f"readout {m.readout_size}, vocab {vocab_size[1]}")
-    print(f"{'variant':15s} {'tokens/s':>10s} {'spread':>17s} {'min/epoch':>10s} {'vs global':>10s}")
-    base = statistics.median(rates[variants[0]])
-    for v in variants:
-        med = statistics.median(rates[v])
-        print(f"{v:15s} {med:10.0f} {min(rates[v]):8.0f}–{max(rates[v]):<8.0f} "
+    print(f"{'variant':15s} {'precision':>10s} {'tokens/s':>10s} {'spread':>17s} {'min/epoch':>10s} {'vs global':>10s}")
+    base = statistics.median(rates[contenders[0]])
+    for c in contenders:
+        med = statistics.median(rates[c])
+        print(f"{c[0]:15s} {c[1]:>10s} {med:10.0f} {min(rates[c]):8.0f}–{max(rates[c]):<8.0f} "
               f"{epoch_tokens / med / 60:10.2f} {med / base:9.2f}x")
+    for v in variants:
+        if (v, "32-true") in rates and (v, precision) != (v, "32-true"):
+            paired = [a / b for a, b in zip(rates[v, precision], rates[v, "32-true"])]
+            print(f"{v}: {precision} / 32-true = {statistics.median(rates[v, precision]) / statistics.median(rates[v, '32-true']):.2f}x "
+                  f"(per-round ratios {min(paired):.2f}–{max(paired):.2f})")
 
 
 if __name__ == "__main__":

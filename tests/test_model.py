@@ -106,6 +106,49 @@ def test_teacher_forced_forward_equals_step_loop(attention, tau):
     assert (aux["temperature"] is not None) == attention.endswith("sact")
 
 
+@pytest.mark.parametrize("attention,tau", [(a, None) for a in ATTENTION_TYPES] + [("flexible", 0.5)])
+def test_bf16_autocast_runs_only_the_readout_in_bf16(attention, tau):
+    """trainer.precision=bf16-mixed runs the training step under autocast: the encoder and the
+    recurrence stay float32 (identical attention, windows, p_t, g_t and state), the readout's
+    products are bf16 and the logits come back float32, close to the float32 ones; every
+    parameter gets a float32 gradient. The step path (greedy validation) does the same."""
+    model = tiny_model(attention).train()  # dropout 0: train mode only changes what autograd keeps
+    src, src_len, tgt_in, tgt_out, mask = batch()
+    logits32, aux32 = model(src, src_len, tgt_in, tau=tau)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits, aux = model(src, src_len, tgt_in, tau=tau)
+        loss = sequence_nll(logits, tgt_out, mask).sum()
+        cache, state = model.encode(src, src_len)
+        step_logits, state, _, _ = model.decode_step(tgt_in[:, 0], state, cache, tau)
+    assert logits.dtype == step_logits.dtype == torch.float32
+    for key in ("attention", "window", "position", "span_lo", "span_hi", "g", "temperature"):
+        if aux32[key] is not None:
+            assert aux[key].dtype == aux32[key].dtype and torch.equal(aux[key], aux32[key]), key
+    assert torch.equal(aux["state"].hidden, aux32["state"].hidden)
+    assert not torch.equal(logits, logits32)  # the readout did run in bf16 ...
+    torch.testing.assert_close(logits, logits32, atol=0.05, rtol=0.02)  # ... to bf16 accuracy
+    torch.testing.assert_close(step_logits, logits[:, 0])
+    loss.backward()
+    for name, p in model.named_parameters():
+        if name != "decoder.embed.weight" or attention != "local_m":  # unused rows have zero grads
+            assert p.grad is not None and p.grad.dtype == torch.float32, name
+
+
+def test_bf16_on_a_cpu_without_native_bf16_warns_naming_the_key(monkeypatch):
+    import warnings
+
+    from flexatt.train import warn_slow_bf16
+
+    monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: False)
+    with pytest.warns(UserWarning, match=r"trainer\.precision=bf16-mixed: .*32-true"):
+        warn_slow_bf16({"accelerator": "cpu", "precision": "bf16-mixed"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warn_slow_bf16({"accelerator": "cpu", "precision": "32-true"})
+        monkeypatch.setattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", lambda: True)
+        warn_slow_bf16({"accelerator": "cpu", "precision": "bf16-mixed"})
+
+
 @pytest.mark.parametrize("attention", ATTENTION_TYPES)
 def test_padding_does_not_change_outputs(attention):
     """A sentence decoded alone equals the same sentence inside a padded batch."""

@@ -11,10 +11,18 @@ At step t (1-based), with previous state h_{t-1} and feedback embedding i_t = E[
 back into the recurrence, it is applied once to all steps (one large matrix product instead
 of T small ones). Dropout is applied to the feedback
 embeddings i_t and to o_t before W_s.
+
+Mixed precision (``trainer.precision: bf16-mixed``, which runs the training and validation steps
+under ``torch.autocast``): the readout follows the autocast (its two products, above all W_s
+over every target token, are most of a training step's arithmetic, and bf16 products run several
+times faster on CPUs with AVX512-BF16 or AMX); the recurrence does not (:func:`full_precision`):
+its products are small, the casts would cost more than they save, and p_t, g_t and the windows
+stay exact float32 quantities. The logits are returned in float32 either way.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import NamedTuple, Optional
 
 import torch
@@ -23,6 +31,14 @@ from torch import Tensor, nn
 
 from flexatt.attention import Attention, AttentionCache, AttentionState, AttentionStats
 from flexatt.encoders import EncoderOutput
+
+
+def full_precision(device_type: str):
+    """A context that turns an enclosing ``torch.autocast`` off for ``device_type`` ("cpu",
+    "cuda"), or does nothing when none is on (the common case costs one flag check)."""
+    if torch.is_autocast_enabled(device_type):
+        return torch.autocast(device_type, enabled=False)
+    return contextlib.nullcontext()
 
 
 class DecoderState(NamedTuple):
@@ -137,7 +153,7 @@ class RecurrentDecoder(nn.Module):
         """o_t = tanh(W_o [h_t; c_t; i_t] + b_o), logits = W_s o_t, for any leading shape
         (one step: batch x ..., or every step of teacher forcing at once: batch x T x ...)."""
         o = torch.tanh(self.W_o(torch.cat([h, context, i], dim=-1)))  # ... x readout
-        return self.W_s(self.dropout(o))  # ... x V
+        return self.W_s(self.dropout(o)).float()  # ... x V (float32 also under autocast)
 
     def step(
         self,
@@ -151,9 +167,10 @@ class RecurrentDecoder(nn.Module):
         :param prev_tokens: batch, y_{t-1} (BOS at t = 1)
         :return: logits batch x V, new state, attention weights batch x S, stats
         """
-        i_t = self.dropout(self.embed(prev_tokens))  # batch x E
-        w = self.lstm_weights()
-        context, state, weights, stats = self._recur(i_t, self.input_gates(i_t, w), state, cache, tau, w)
+        with full_precision(prev_tokens.device.type):
+            i_t = self.dropout(self.embed(prev_tokens))  # batch x E
+            w = self.lstm_weights()
+            context, state, weights, stats = self._recur(i_t, self.input_gates(i_t, w), state, cache, tau, w)
         return self.readout(state.hidden, context, i_t), state, weights, stats
 
     def forward(
@@ -172,18 +189,20 @@ class RecurrentDecoder(nn.Module):
             (``None`` for variants without them), ``state`` the final DecoderState.
             Steps at target padding are computed too; mask them in the loss.
         """
-        emb = self.dropout(self.embed(tgt_in))  # batch x T x E
-        w = self.lstm_weights()
-        gates_i = self.input_gates(emb, w)  # batch x T x 4H, all steps in one product
-        hiddens, contexts, weights, stats = [], [], [], []
-        # unbind, not emb[:, t]: the backward of T selects would fill T zero tensors of emb's size
-        for emb_t, gates_t in zip(emb.unbind(1), gates_i.unbind(1)):
-            context_t, state, weight_t, stat_t = self._recur(emb_t, gates_t, state, cache, tau, w)
-            hiddens.append(state.hidden)
-            contexts.append(context_t)
-            weights.append(weight_t)
-            stats.append(stat_t)
-        # the readout does not feed back into the recurrence: one batched call for all steps
+        with full_precision(tgt_in.device.type):
+            emb = self.dropout(self.embed(tgt_in))  # batch x T x E
+            w = self.lstm_weights()
+            gates_i = self.input_gates(emb, w)  # batch x T x 4H, all steps in one product
+            hiddens, contexts, weights, stats = [], [], [], []
+            # unbind, not emb[:, t]: the backward of T selects would fill T zero tensors of emb's size
+            for emb_t, gates_t in zip(emb.unbind(1), gates_i.unbind(1)):
+                context_t, state, weight_t, stat_t = self._recur(emb_t, gates_t, state, cache, tau, w)
+                hiddens.append(state.hidden)
+                contexts.append(context_t)
+                weights.append(weight_t)
+                stats.append(stat_t)
+        # the readout does not feed back into the recurrence: one batched call for all steps,
+        # under the caller's autocast if there is one
         logits = self.readout(torch.stack(hiddens, 1), torch.stack(contexts, 1), emb)
         aux = {"attention": torch.stack(weights, 1), "state": state}
         for name in AttentionStats._fields:

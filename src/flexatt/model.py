@@ -30,7 +30,7 @@ from flexatt.attention import (
     AttentionStats,
     build_attention,
 )
-from flexatt.decoders import DecoderState, RecurrentDecoder
+from flexatt.decoders import DecoderState, RecurrentDecoder, full_precision
 from flexatt.encoders import RecurrentEncoder
 
 #: model config keys and their defaults (``max_src_len`` is optional, location score only)
@@ -73,8 +73,12 @@ class Seq2Seq(nn.Module):
         :param src: batch x src_len ids, :param src_len: batch lengths
         :return: the attention cache (keys computed once per sentence) and the state
             before step 1 (h_0, c_0, p_0 = 1, c̃_0 = mean h̄)
+
+        Under autocast (bf16-mixed training) the encoder and the key cache stay in float32,
+        like the decoder's recurrence (see :mod:`flexatt.decoders`).
         """
-        return self.decoder.init_state(self.encoder(src, src_len))
+        with full_precision(src.device.type):
+            return self.decoder.init_state(self.encoder(src, src_len))
 
     def decode_step(
         self,

@@ -18,6 +18,7 @@ import json
 import logging
 import shutil
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -103,11 +104,25 @@ def model_config(cfg: DictConfig, variant: str, key: str = "train.variant") -> d
     return OmegaConf.to_container(merged, resolve=True)
 
 
+def warn_slow_bf16(trainer_cfg: dict) -> None:
+    """Warn when ``trainer.precision`` asks for bf16 on a CPU without native bf16 products
+    (AVX512-BF16 or AMX): there they are emulated and slower than float32."""
+    precision = str(trainer_cfg.get("precision", ""))
+    accelerator = trainer_cfg.get("accelerator", "auto")
+    on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
+    if (precision.startswith("bf16") and on_cpu
+            and not torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+        warnings.warn(f"trainer.precision={precision}: this CPU has no native bf16 matrix products "
+                      f"(AVX512-BF16 / AMX); training is faster with trainer.precision=32-true",
+                      stacklevel=2)
+
+
 def build_trainer(cfg: DictConfig, ckpt_dir: Path, max_epochs: int, extra_callbacks: list,
                   logger: Any = False) -> pl.Trainer:
     """A Lightning Trainer from ``cfg.trainer`` (checked by :func:`flexatt.config.check_trainer`)
     with our checkpointing and callbacks."""
     trainer_cfg = C.check_trainer(cfg)
+    warn_slow_bf16(trainer_cfg)
     patience = C.check_int(cfg, "train.early_stopping_patience", minimum=1, optional=True)
     callbacks = [
         ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="val/bleu", mode="max",
