@@ -426,6 +426,34 @@ def test_tau_inf_or_none_is_dense(attention):
         torch.testing.assert_close(c2, c0)
 
 
+@pytest.mark.parametrize("sigma", [0.5, 1.0, 1.5, 3.0])
+def test_single_row_span_is_bit_identical_to_the_batched_span(sigma):
+    """vision_span_row (per-sentence decoding, numpy float32 scalars) gives the bounds of
+    vision_span (tensors) for random and adversarial p_{t-1}, g_t, τ and S: g_t = 0 and
+    denormal (infinite radius), p on and next to half-integers (round half to even), p ± r
+    on an integer (the open interval's edge), p outside [1, S], τ = 0."""
+    att = make("flexible", sigma=sigma)
+    gen = torch.Generator().manual_seed(int(sigma * 10))
+    n = 4000
+    prev = torch.rand(n, generator=gen) * 60 - 5
+    prev[:400] = torch.arange(400) * 0.5 - 5  # half-integers
+    prev[400:800] = torch.nextafter(prev[:400], torch.tensor(float("inf")))
+    g = torch.rand(n, generator=gen)
+    g[800:810] = 0.0
+    g[810:820] = torch.finfo(torch.float32).tiny / 4  # denormal
+    g[820:830] = 1e-30
+    lengths = torch.randint(1, 50, (n,), generator=gen)
+    for tau in (0.0, 1e-6, 0.1, 0.8, 3.547, 50.0):
+        # p chosen so that p - r is (about) an integer: the edge of the open interval
+        radius = sigma * torch.sqrt(2.0 * tau / g[1000:2000].clamp_min(torch.finfo(torch.float32).tiny))
+        prev[1000:2000] = torch.round(torch.rand(1000, generator=gen) * 40) + radius
+        lo, hi = att.vision_span(prev, g, tau, lengths)
+        for i in range(n):
+            radius = float(att.span_radius(g[i:i + 1], tau))
+            row = att.vision_span_row(float(prev[i]), radius, int(lengths[i]))
+            assert row == (int(lo[i]), int(hi[i])), (i, float(prev[i]), float(g[i]), tau, int(lengths[i]))
+
+
 @pytest.mark.parametrize("tau", [0.0, 1e-9])
 def test_nearest_position_always_scored(tau):
     att = make("flexible")

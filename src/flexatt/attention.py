@@ -39,10 +39,12 @@ from __future__ import annotations
 import math
 from typing import NamedTuple, Optional
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
 NEG_INF = float("-inf")
+_F32 = np.float32
 
 ATTENTION_TYPES = ("global", "local_m", "local_p", "flexible", "sact", "flexible_sact")
 SCORE_TYPES = ("concat", "general", "dot", "scaled_dot", "location")
@@ -319,12 +321,8 @@ class Attention(nn.Module):
         """
         batch = q.size(0)
         if batch == 1:  # one row (per-sentence decoding): the window is a slice, no index list
-            first, last = int(lo), int(hi)
-            positions = torch.arange(first, last + 1, device=q.device)  # W (1-based)
-            flat = self.scorer(q, cache.keys[0, first - 1:last], positions - 1)  # W
-            count = torch.full((1,), last - first + 1, dtype=torch.long, device=q.device)
-            return (flat.unsqueeze(0), positions.unsqueeze(0),
-                    torch.ones(1, flat.numel(), dtype=torch.bool, device=q.device), count)
+            scores, positions, count = self.score_slice(q, cache, int(lo), int(hi))
+            return scores, positions, torch.ones_like(scores, dtype=torch.bool), count
         width = hi - lo + 1  # batch
         w_max = int(width.max())
         slot = torch.arange(w_max, device=q.device)  # W_max
@@ -338,6 +336,18 @@ class Attention(nn.Module):
         scores = q.new_full((batch, w_max), NEG_INF).index_put((rows, cols), flat)
         count = torch.bincount(rows, minlength=batch)  # batch
         return scores, positions, in_window, count
+
+    def score_slice(self, q: Tensor, cache: AttentionCache, first: int, last: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Scores of positions ``first..last`` (1-based, inclusive) of a batch of one row: the
+        window is a slice of the cached keys, no index list.
+
+        :return: ``scores`` 1 x W, ``positions`` 1 x W (1-based), ``count`` (1,) long: the number
+            of positions handed to the score function.
+        """
+        positions = torch.arange(first, last + 1, device=q.device)  # W (1-based)
+        flat = self.scorer(q, cache.keys[0, first - 1:last], positions - 1)  # W
+        count = torch.full((1,), flat.numel(), dtype=torch.long, device=q.device)
+        return flat.unsqueeze(0), positions.unsqueeze(0), count
 
     def content_logits(self, scores: Tensor) -> Tensor:
         """e_t / T for the fixed-temperature baseline (SACT paper, Fig. 1); identity if unset."""
@@ -634,6 +644,10 @@ class FlexibleAttention(Attention):
         dist = (positions.to(g.dtype) - prev_pos.unsqueeze(1)).pow(2) / (2.0 * self.sigma**2)
         return g.unsqueeze(1) * dist
 
+    def span_radius(self, g: Tensor, tau: float) -> Tensor:
+        """σ√(2τ/g_t) (2017 §3.1): penalty(s) < τ  <=>  |s - p_{t-1}| < radius; inf when g_t = 0."""
+        return self.sigma * torch.sqrt(2.0 * tau / g.clamp_min(torch.finfo(g.dtype).tiny))
+
     def vision_span(
         self, prev_pos: Tensor, g: Tensor, tau: float, lengths: Tensor
     ) -> tuple[Tensor, Tensor]:
@@ -641,8 +655,7 @@ class FlexibleAttention(Attention):
         s ∈ (p_{t-1} - σ√(2τ/g_t), p_{t-1} + σ√(2τ/g_t)) ∩ [1, S_i], widened to include the
         position nearest p_{t-1}. Returns 1-based inclusive bounds (batch, long).
         """
-        tiny = torch.finfo(g.dtype).tiny
-        radius = self.sigma * torch.sqrt(2.0 * tau / g.clamp_min(tiny))  # inf when g_t = 0
+        radius = self.span_radius(g, tau)
         length = lengths.to(g.dtype)
         lo = torch.floor(prev_pos - radius) + 1  # smallest integer s > p - r
         hi = torch.ceil(prev_pos + radius) - 1  # largest integer s < p + r
@@ -650,6 +663,19 @@ class FlexibleAttention(Attention):
         lo = torch.minimum(lo.clamp_min(1.0), nearest)
         hi = torch.maximum(torch.minimum(hi, length), nearest)
         return lo.long(), hi.long()
+
+    def vision_span_row(self, prev_pos: float, radius: float, length: int) -> tuple[int, int]:
+        """:meth:`vision_span` of a single row (per-sentence decoding), from Python scalars:
+        p_{t-1}, the radius σ√(2τ/g_t) (:meth:`span_radius`) and S. The same float32 operations
+        in the same order on ``numpy.float32`` scalars (``round`` is half-to-even in both), so
+        the bounds are bit-identical to the batched ones, without ~16 tensor operations on one
+        element. (The radius itself comes from torch: its ``sqrt`` need not round as numpy's.)
+        """
+        p, r, length_f = _F32(prev_pos), _F32(radius), _F32(length)
+        lo = np.floor(p - r) + _F32(1.0)  # smallest integer s > p - r
+        hi = np.ceil(p + r) - _F32(1.0)  # largest integer s < p + r
+        nearest = min(max(np.rint(p), _F32(1.0)), length_f)
+        return int(min(max(lo, _F32(1.0)), nearest)), int(max(min(hi, length_f), nearest))
 
     def flexible_logits(self, scores: Tensor, penalty: Tensor, temp: Optional[Tensor]) -> Tensor:
         """Logits of the softmax of 2017 eq. 7: score - penalty; with a SACT temperature
@@ -677,10 +703,19 @@ class FlexibleAttention(Attention):
         else:
             if tau < 0:
                 raise ValueError(f"tau must be >= 0, got {tau}")
-            lo, hi = self.vision_span(prev_pos, g, tau, cache.lengths)
-            scores, positions, in_window, count = self.score_window(q, cache, lo, hi)
-            logits = self.flexible_logits(scores, self.penalty(positions, prev_pos, g), temp)
-            slot_weights = masked_softmax(logits, in_window)  # eq. 7 over the span
+            if query.size(0) == 1:  # one sentence: the span from scalars, the window a slice
+                radius = float(self.span_radius(g, tau))
+                first, last = self.vision_span_row(float(prev_pos), radius, int(cache.lengths))
+                scores, positions, count = self.score_slice(q, cache, first, last)
+                lo = torch.tensor([first], device=query.device)
+                hi = torch.tensor([last], device=query.device)
+                logits = self.flexible_logits(scores, self.penalty(positions, prev_pos, g), temp)
+                slot_weights = torch.softmax(logits, dim=-1)  # eq. 7 over the span (all slots in it)
+            else:
+                lo, hi = self.vision_span(prev_pos, g, tau, cache.lengths)
+                scores, positions, in_window, count = self.score_window(q, cache, lo, hi)
+                logits = self.flexible_logits(scores, self.penalty(positions, prev_pos, g), temp)
+                slot_weights = masked_softmax(logits, in_window)  # eq. 7 over the span
             context, weights = self.window_to_full(slot_weights, positions, cache)
             p_t = self.expected_position(slot_weights, positions)  # eq. 4
         new_state = AttentionState(p_t, context, state.step + 1)
