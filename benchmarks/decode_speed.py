@@ -9,7 +9,8 @@ decoder (``flexatt.search.forced_decode``: ``model.decode_step`` one token at a 
 decoding code path) by the **global** model and by the **fine-tuned flexible** model at its
 **selected τ**, so both decode exactly the same steps and only the attention differs. Per
 level it prints, for each model: ms per sentence at batch size 1 (the paper's per-sentence
-latency) and, with ``--batch-sizes 1 50``, at a batched size; the global/flexible ratio
+latency) and at batched sizes (default ``--batch-sizes 1 50 200``: 50 is the pipeline's
+``decode.batch_size``); the global/flexible ratio
 (> 1: flexible is faster); the mean window (positions scored per step, counted in the scoring
 path) and the share of the decoding time spent in the attention module.
 
@@ -132,6 +133,26 @@ def profile(name: str, model, tau, batches, top: int) -> dict:
     return {"profiler_share": att / total}
 
 
+def step_arithmetic(models: dict, windows: dict) -> dict:
+    """Multiply-adds (and tanh) per decoding step and sentence, from the models' parameter
+    shapes and the measured mean windows, for the concat score: the query projection W_q h, per
+    scored position v_aᵀ tanh(q + k_s) (A multiply-adds, A tanh) and the context term a_s h̄_s
+    (2H), for flexible also g_t (W_g [h; i], v_g: 2017 eq. 8); the rest of the step is the LSTM
+    (W_ih, W_hh), the readout W_o and the output layer W_s. (The keys U_k h̄ are computed once
+    per sentence and left out.) A tanh costs far more than a multiply-add inside a matrix
+    product, so the two are counted apart."""
+    out = {}
+    for name, model in models.items():
+        dec, att = model.decoder, model.decoder.attention
+        per_pos = att.scorer.v_a.weight.numel() + dec.rnn.weight_ih.size(1) - dec.embed.embedding_dim
+        strength = att.W_g.weight.numel() + att.v_g.numel() if hasattr(att, "W_g") else 0
+        attention = att.scorer.W_q.weight.numel() + strength + windows[name] * per_pos
+        tanh = (att.v_g.numel() if strength else 0) + windows[name] * att.scorer.v_a.weight.numel()
+        rest = sum(w.numel() for w in (dec.rnn.weight_ih, dec.rnn.weight_hh, dec.W_o.weight, dec.W_s.weight))
+        out[name] = {"attention_macs": attention, "g_macs": strength, "attention_tanh": tanh, "rest_macs": rest}
+    return out
+
+
 def run_level(level: str, args, cfg) -> dict:
     if level == "subword":
         tok_dir = Path(cfg.train.data_dir)
@@ -195,6 +216,15 @@ def run_level(level: str, args, cfg) -> dict:
     for bs in args.batch_sizes:
         r = out["batch_sizes"][bs]["ratio_per_round"]
         print(f"  speed-up global/flexible at batch size {bs}: {B.med(r):.2f}x (rounds {B.spread(r)})")
+    arith = out["arithmetic"] = step_arithmetic(models, {k: v["window"] for k, v in shares.items()})
+    print("  arithmetic per step and sentence (multiply-adds, concat score):")
+    for name in MODELS:
+        a = arith[name]
+        print(f"    {name:12s} attention {a['attention_macs']:9,.0f} (g_t {a['g_macs']:,}; tanh {a['attention_tanh']:,.0f})"
+              f"   rest of the step {a['rest_macs']:9,.0f}")
+    g, f = arith["global"], arith["flexible_ft"]
+    print(f"    flexible's attention: {f['attention_macs'] / g['attention_macs']:.2f}x global's multiply-adds "
+          f"(g_t included), {f['attention_tanh'] / g['attention_tanh']:.2f}x its tanh")
     return out
 
 
@@ -204,7 +234,7 @@ def main() -> None:
     parser.add_argument("--levels", nargs="+", default=["subword", "char"], choices=["subword", "char"])
     parser.add_argument("--sentences", type=int, default=200, help="the first N test pairs")
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 50],
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 50, 200],
                         help="1 = per-sentence latency; more: length-grouped batches as translate_split")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--sweep", default="results/sweep_tau.json", help="where the subword tau is read")
