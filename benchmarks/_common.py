@@ -95,12 +95,16 @@ def warn_if_busy(threads: int) -> None:
               f"machine)", flush=True)
 
 
+#: ``trainer.precision`` values that mean plain float32
+FP32 = ("32-true", "32")
+
+
 def precision_context(precision: str):
     """The autocast Lightning's Trainer puts around a training step for ``trainer.precision``
     (``bf16-mixed``: bfloat16 autocast; ``32-true``: none)."""
     if str(precision) in ("bf16-mixed", "bf16"):
         return torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False)  # as Lightning
-    if str(precision) in ("32-true", "32"):
+    if str(precision) in FP32:
         return contextlib.nullcontext()
     raise ValueError(f"precision {precision!r}: the benchmarks time 32-true and bf16-mixed")
 

@@ -410,7 +410,7 @@ def main() -> None:
     from flexatt.train import model_config
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from _common import ALLOCATOR_TUNED, precision_context, training_round
+    from _common import ALLOCATOR_TUNED, FP32, precision_context, training_round
 
     joey_python = Path(args.joey_python)
     if not joey_python.exists():
@@ -461,7 +461,7 @@ def main() -> None:
 
         precision = str(cfg.trainer.precision)
         own = {"flexatt": precision}
-        if precision not in ("32-true", "32"):
+        if precision not in FP32:
             own["flexatt_fp32"] = "32-true"
         models = {}
         for name in own:

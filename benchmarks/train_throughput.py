@@ -30,7 +30,7 @@ from flexatt.model import build_model
 from flexatt.train import model_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import training_round  # noqa: E402
+from _common import FP32, training_round  # noqa: E402
 
 
 def main() -> None:
@@ -59,7 +59,7 @@ def main() -> None:
     variants = args.variants or list(cfg.variants)
     precision = str(args.precision or cfg.trainer.precision)
     contenders = [(v, precision) for v in variants]
-    if precision not in ("32-true", "32"):
+    if precision not in FP32:
         contenders += [(v, "32-true") for v in args.fp32_variants if v in cfg.variants]
     models = {}
     for v, p in contenders:
@@ -89,7 +89,7 @@ def main() -> None:
         print(f"{c[0]:15s} {c[1]:>10s} {med:10.0f} {min(rates[c]):8.0f}–{max(rates[c]):<8.0f} "
               f"{epoch_tokens / med / 60:10.2f} {med / base:9.2f}x")
     for v in variants:
-        if (v, "32-true") in rates and (v, precision) != (v, "32-true"):
+        if precision not in FP32 and (v, "32-true") in rates:
             paired = [a / b for a, b in zip(rates[v, precision], rates[v, "32-true"])]
             print(f"{v}: {precision} / 32-true = {statistics.median(rates[v, precision]) / statistics.median(rates[v, '32-true']):.2f}x "
                   f"(per-round ratios {min(paired):.2f}–{max(paired):.2f})")
