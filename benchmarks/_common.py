@@ -25,6 +25,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from flexatt.data.batching import Batch, LengthGroupedBatches, ParallelData, collate
 from flexatt.data.subwords import EncodedSplit
+from flexatt.fused import PhaseTimer
 from flexatt.runtime import tune_allocator
 
 #: benchmarks run flexatt as its stages do, with the C allocator tuned for large tensors
@@ -138,6 +139,10 @@ def fmt_tau(tau: float | None) -> str:
 class AttentionTimer:
     """Wall time spent inside the attention module while decoding.
 
+    Forced decoding takes the fused path (:mod:`flexatt.fused`) where it applies; its attention
+    runs inside one compiled call, which times its own phases (:class:`flexatt.fused.PhaseTimer`,
+    entered with this timer): :attr:`attention_s` and :attr:`steps` add both.
+
     Shadows ``model.decoder.attention.forward`` (one decoding step of the attention: g_t,
     vision span, scoring, softmax, context; called through ``nn.Module.__call__``) and
     ``.precompute`` (the per-sentence key projection U_k h̄) with wrappers that add up
@@ -151,8 +156,20 @@ class AttentionTimer:
         self.record = record
         self.step_s = self.pre_s = 0.0
         self.calls = 0
+        self.fused = PhaseTimer()
+
+    @property
+    def attention_s(self) -> float:
+        """Attention steps, eager (this wrapper) and fused (the kernel's own phase clock)."""
+        return self.step_s + self.fused.attention_s
+
+    @property
+    def steps(self) -> int:
+        """Attention steps (per sentence) timed, eager and fused."""
+        return self.calls + self.fused.steps
 
     def __enter__(self) -> "AttentionTimer":
+        self.fused.__enter__()
         att, fwd, pre = self.att, self.att.forward, self.att.precompute
         clock = time.perf_counter
 
@@ -175,6 +192,7 @@ class AttentionTimer:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.fused.__exit__(*exc)
         del self.att.forward
         del self.att.precompute
 

@@ -20,7 +20,8 @@ class EncoderOutput(NamedTuple):
 
 
 class RecurrentEncoder(nn.Module):
-    """Embeddings -> dropout -> bidirectional LSTM over packed sequences.
+    """Embeddings -> dropout -> bidirectional LSTM over packed sequences (unpacked when no row
+    is padded, as a single sentence: the same result without the packing).
 
     Initial decoder state (the papers do not fix it; this is our choice):
     h_0 = tanh(W_init · m + b_init) with m = (1/S_i) Σ_{s<=S_i} h̄_s the mean of the encoder
@@ -56,11 +57,13 @@ class RecurrentEncoder(nn.Module):
         """
         max_len = src.size(1)
         emb = self.dropout(self.embed(src))  # batch x S x E
-        packed = pack_padded_sequence(
-            emb, src_len.detach().cpu(), batch_first=True, enforce_sorted=False
-        )
-        out, _ = self.rnn(packed)
-        states, _ = pad_packed_sequence(out, batch_first=True, total_length=max_len)  # batch x S x 2H
+        lengths = src_len.detach().cpu()
+        if bool((lengths == max_len).all()):  # no padding (e.g. one sentence): nothing to pack
+            states, _ = self.rnn(emb)  # batch x S x 2H
+        else:
+            packed = pack_padded_sequence(emb, lengths, batch_first=True, enforce_sorted=False)
+            out, _ = self.rnn(packed)
+            states, _ = pad_packed_sequence(out, batch_first=True, total_length=max_len)  # batch x S x 2H
         positions = torch.arange(max_len, device=src.device)
         mask = positions.unsqueeze(0) < src_len.to(src.device).unsqueeze(1)  # batch x S
         summary = states.sum(1) / src_len.to(states.dtype).to(states.device).unsqueeze(1)  # batch x 2H

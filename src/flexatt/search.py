@@ -417,9 +417,17 @@ def forced_decode(
     tau: float | None = None,
     tgt_len: Optional[Tensor] = None,
     return_traces: bool = False,
+    fused: Optional[bool] = None,
 ) -> SearchResult:
-    """Feed the reference through ``decode_step`` one token at a time (the decoding code path,
-    not the teacher-forced ``forward``), at threshold ``tau``.
+    """Feed the reference through the decoder one token at a time, at threshold ``tau``.
+
+    Two implementations of the same recurrence: the eager one calls ``decode_step`` once per
+    step (the decoding code path of greedy and beam search, not the teacher-forced
+    ``forward``); the fused one (:mod:`flexatt.fused`) runs the recurrence in one compiled call
+    and the readout once over all steps. ``fused=None`` (default) takes the fused one where it
+    applies (global or flexible attention with the concat score, float32 inference on the CPU;
+    ``FLEXATT_FUSED=0`` turns it off), ``True`` requires it, ``False`` forces the eager one. Both
+    count the window in the loop that computes the scores, and the tests hold them equal.
 
     Args:
         src: batch x S ids, src_len: batch.
@@ -436,6 +444,15 @@ def forced_decode(
     batch, device = tgt_out.shape[0], src.device
     lengths = (tgt_out != PAD_ID).sum(1) if tgt_len is None else tgt_len.to(device).long()
     t_max = tgt_out.size(1)
+    if fused is not False and batch:
+        from flexatt import fused as fused_path
+
+        reason = fused_path.unsupported(model, src)
+        if fused and reason is not None:
+            raise ValueError(f"forced_decode(fused=True): the fused path does not support {reason}")
+        if reason is None and (fused or (fused_path.enabled() and fused_path.extension() is not None)):
+            out = fused_path.forced_decode(model, src, src_len, tgt_in, tgt_out, lengths, tau)
+            return _forced_result(out, tgt_out, lengths, src_len, return_traces)
     cache, state = model.encode(src, src_len)
     window_sum = torch.zeros(batch, dtype=torch.long, device=device)
     steps = torch.zeros(batch, dtype=torch.long, device=device)
@@ -461,10 +478,7 @@ def forced_decode(
             keep = (~ended).nonzero(as_tuple=True)[0]
             active = active[keep]
             state, cache = state.index_select(keep), cache.index_select(keep)
-    in_ref = torch.arange(t_max, device=device).unsqueeze(0) < lengths.unsqueeze(1)
-    ref = tgt_out.masked_fill(~in_ref, PAD_ID)
-    last = ref.gather(1, (lengths - 1).clamp_min(0).unsqueeze(1)).squeeze(1)
-    out_lengths = lengths - ((last == EOS_ID) & (lengths > 0)).long()
+    ref, out_lengths = _reference(tgt_out, lengths)
     traces = None
     if buffer is not None:
         traces = buffer.traces(list(range(batch)), lengths.tolist(), src_len.tolist(), ref)
@@ -473,6 +487,42 @@ def forced_decode(
         tokens=ref.masked_fill(ref == EOS_ID, PAD_ID),
         window_sum=window_sum,
         steps=steps,
+        lengths=out_lengths,
+        scores=lp,
+        log_probs=lp,
+        attention=attention,
+        traces=traces,
+    )
+
+
+def _reference(tgt_out: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """The reference cut at ``lengths`` (PAD after) and its length without a final EOS."""
+    in_ref = torch.arange(tgt_out.size(1), device=tgt_out.device).unsqueeze(0) < lengths.unsqueeze(1)
+    ref = tgt_out.masked_fill(~in_ref, PAD_ID)
+    last = ref.gather(1, (lengths - 1).clamp_min(0).unsqueeze(1)).squeeze(1)
+    return ref, lengths - ((last == EOS_ID) & (lengths > 0)).long()
+
+
+def _forced_result(out: dict, tgt_out: Tensor, lengths: Tensor, src_len: Tensor,
+                   return_traces: bool) -> SearchResult:
+    """:class:`SearchResult` of :func:`forced_decode` from the fused path's outputs."""
+    batch, t_max = tgt_out.shape
+    ref, out_lengths = _reference(tgt_out, lengths)
+    attention = out["attention"]
+    if attention.size(1) < t_max:  # the fused path stops at the longest reference
+        attention = torch.cat([attention, attention.new_zeros(batch, t_max - attention.size(1),
+                                                              attention.size(2))], 1)
+    traces = None
+    if return_traces:
+        buffer = _TraceBuffer(batch, 0, 0, attention)
+        buffer.attention = attention
+        buffer.fields = {name: out[name] for name in AttentionStats._fields if out.get(name) is not None}
+        traces = buffer.traces(list(range(batch)), lengths.tolist(), src_len.tolist(), ref)
+    lp = out["log_probs"].unsqueeze(1)
+    return SearchResult(
+        tokens=ref.masked_fill(ref == EOS_ID, PAD_ID),
+        window_sum=out["window"].sum(1),
+        steps=lengths.clone(),
         lengths=out_lengths,
         scores=lp,
         log_probs=lp,

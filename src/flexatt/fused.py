@@ -1,0 +1,234 @@
+"""Fused forced decoding: the whole recurrence of :func:`flexatt.search.forced_decode` in one
+compiled call per batch (``csrc/fused_decode.cpp``), for inference on a CPU.
+
+Forced decoding feeds the reference back, so nothing of step t+1 waits for the readout of step
+t: the recurrence (attention + LSTM) runs in C++ without a Python round trip per step, and the
+readout and log-softmax run once over all steps afterwards (one matrix product, as in teacher
+forcing). The feedback halves of the LSTM's input gates (W_ie i_t) and of g_t (W_ge i_t, 2017
+eq. 8) do not depend on the recurrence either and are computed for all steps in one product.
+Inside a step, the query projection W_q h_{t-1} and g_t's hidden half W_gh h_{t-1} are one
+product, and the LSTM's two input products one more; everything else (g_t, the vision span, the
+scores of the span's positions, the penalty, the softmax, c_t, p_t, the LSTM cell) is a loop
+over the span of each sentence. Global attention runs through the very same code with the span
+[1, S_i] and no penalty, so the two are compared on equal terms.
+
+Supported: :class:`~flexatt.attention.GlobalAttention` and plain
+:class:`~flexatt.attention.FlexibleAttention` (2017 eq. 8 or 2016 eq. 7 strength) with the
+concat score, no fixed temperature, float32 parameters on the CPU, the model in eval mode and no
+autocast. Anything else is decoded by the eager path, which stays the reference: the tests check
+that both give the same log-probabilities (within float32 rounding), attention, spans, p_t, g_t
+and window counts.
+
+The extension is compiled on first use with the C++ compiler PyTorch's
+``torch.utils.cpp_extension`` finds (``g++``; about a minute on two cores) for the SIMD level
+PyTorch itself dispatches to on this CPU, and cached under ``$FLEXATT_EXT_DIR`` (default
+``~/.cache/flexatt/ext``) by a hash of the source, the torch version and that level; a later
+process loads it in well under a second. ``FLEXATT_FUSED=0`` turns the fused path off (every
+forced decoding then runs eagerly); without a compiler it is off with one warning.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import warnings
+from pathlib import Path
+from types import ModuleType
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from flexatt.attention import ConcatScore, FlexibleAttention, GlobalAttention
+
+ENV = "FLEXATT_FUSED"
+EXT_DIR_ENV = "FLEXATT_EXT_DIR"
+SOURCE = Path(__file__).with_name("csrc") / "fused_decode.cpp"
+
+#: compiler flags per SIMD level of ``torch.backends.cpu.get_cpu_capability()``: the flags
+#: PyTorch builds its own kernels of that level with, so ``at::vec::Vectorized`` matches
+_SIMD_FLAGS = {
+    "AVX512": ["-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512dq", "-mfma",
+               "-DCPU_CAPABILITY=AVX512", "-DCPU_CAPABILITY_AVX512"],
+    "AVX2": ["-mavx2", "-mfma", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"],
+}
+_state: dict[str, object] = {}
+
+
+def enabled() -> bool:
+    """False when ``FLEXATT_FUSED=0`` (or ``false``/``off``)."""
+    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+def _build_key(level: str) -> str:
+    digest = hashlib.sha256(SOURCE.read_bytes())
+    digest.update(f"{torch.__version__}|{level}".encode())
+    return digest.hexdigest()[:12]
+
+
+def extension(required: bool = False) -> Optional[ModuleType]:
+    """The compiled extension (built on first use, then cached), or ``None`` if it cannot be
+    built; ``required=True`` raises instead of returning ``None``."""
+    if "ext" not in _state:
+        try:
+            from torch.utils.cpp_extension import load
+
+            level = torch.backends.cpu.get_cpu_capability()
+            flags = _SIMD_FLAGS.get(level, ["-DCPU_CAPABILITY=DEFAULT", "-DCPU_CAPABILITY_DEFAULT"])
+            key = _build_key(level)
+            root = Path(os.environ.get(EXT_DIR_ENV) or Path.home() / ".cache" / "flexatt" / "ext")
+            build_dir = root / f"fused_decode_{level.lower()}_{key}"
+            build_dir.mkdir(parents=True, exist_ok=True)
+            # -fopenmp: at::parallel_for is inline in ATen's headers and runs its OpenMP loop
+            # (over sentences, or over columns of the two products) only when compiled with it;
+            # the OpenMP runtime is the one PyTorch has already loaded (libgomp.so.1)
+            _state["ext"] = load(name=f"flexatt_fused_decode_{key}", sources=[str(SOURCE)],
+                                 build_directory=str(build_dir),
+                                 extra_cflags=["-O3", "-fopenmp", *flags], extra_ldflags=["-fopenmp"],
+                                 verbose=False)
+            _state["error"] = None
+        except Exception as exc:  # no compiler, no ninja, a failed build: fall back to eager
+            _state["ext"], _state["error"] = None, exc
+            warnings.warn(f"flexatt.fused: the fused forced decoder could not be built ({exc}); "
+                          f"forced decoding runs eagerly (set {ENV}=0 to silence this)", RuntimeWarning,
+                          stacklevel=2)
+    if _state["ext"] is None and required:
+        raise RuntimeError(f"flexatt.fused: the fused forced decoder could not be built: {_state['error']}")
+    return _state["ext"]  # type: ignore[return-value]
+
+
+def unsupported(model, src: Tensor) -> Optional[str]:
+    """Why ``model`` cannot be decoded by the fused path (``None`` if it can)."""
+    att = model.decoder.attention
+    if type(att) not in (GlobalAttention, FlexibleAttention):
+        return f"attention {type(att).__name__} (fused: GlobalAttention, FlexibleAttention)"
+    if isinstance(att, FlexibleAttention) and att.sact:
+        return "flexible attention with a SACT temperature"
+    if type(att.scorer) is not ConcatScore:
+        return f"score {type(att.scorer).__name__} (fused: ConcatScore)"
+    if att.temperature is not None:
+        return "a fixed softmax temperature"
+    if model.training:
+        return "the model is in training mode"
+    if torch.is_autocast_enabled("cpu"):
+        return "autocast is on"
+    if src.device.type != "cpu" or not _weights(model)["float32_cpu"]:
+        return "not float32 on the CPU"
+    return None
+
+
+def _weights(model) -> dict:
+    """The decoder's parameters arranged for the kernel (see ``csrc/fused_decode.cpp``), kept
+    on the model until a parameter changes (its version counter or its storage)."""
+    cached = getattr(model, "_fused_weights", None)
+    if cached is not None:
+        params, stamp, out = cached
+        if all(p._version == v and p.data_ptr() == d for p, (v, d) in zip(params, stamp)):
+            return out
+    params = list(model.decoder.parameters())
+    out = _arrange(model)
+    stamp = [(p._version, p.data_ptr()) for p in params]
+    object.__setattr__(model, "_fused_weights", (params, stamp, out))  # not a submodule or buffer
+    return out
+
+
+@torch.no_grad()
+def _arrange(model) -> dict:
+    """``w_x``, ``w_qg``, ``v_a``, ``v_g``, ``b_g`` and ``sigma`` as the kernel takes them;
+    ``table``: per vocabulary entry y, every term of the fed-back embedding i = E[y] that does
+    not depend on the recurrence, [W_ie i + b_ih + b_hh (4H); W_ge i (G, flexible); W_oi i + b_o
+    (the readout's share, R)], so that a step's feedback is one row lookup; ``w_ohc`` the
+    readout's [h; c] columns."""
+    dec, att = model.decoder, model.decoder.attention
+    float32_cpu = all(p.device.type == "cpu" and p.dtype == torch.float32 for p in model.parameters())
+    if not float32_cpu:
+        return {"float32_cpu": False}
+    w = dec.lstm_weights()
+    hidden, ctx = dec.hidden_size, w.context.size(0)
+    emb = dec.embed.weight  # V x E
+    w_o = dec.W_o.weight  # R x (H + C + E)
+    parts = [F.linear(emb, w.feedback, w.bias)]  # V x 4H
+    out = {"float32_cpu": True, "w_x": torch.cat([w.context, w.hidden], 0).contiguous(),  # (C + H) x 4H
+           "v_a": att.scorer.v_a.weight.reshape(-1).contiguous(), "flexible": isinstance(att, FlexibleAttention),
+           "w_ohc": w_o[:, :hidden + ctx].contiguous(), "ctx_t": w.context}
+    w_q = att.scorer.W_q.weight  # A x H
+    if out["flexible"]:
+        w_g = att.W_g.weight  # G x (H [+ E])
+        out["w_qg"] = torch.cat([w_q, w_g[:, :hidden]], 0).t().contiguous()  # H x (A + G)
+        if att.g_feedback:  # 2017 eq. 8: W_g [h; i] = W_gh h + W_ge i, b_g outside the tanh
+            parts.append(F.linear(emb, w_g[:, hidden:]))
+            out["b_g"] = float(att.b_g)
+        else:  # 2016 eq. 7: the vector bias inside the tanh, the same for every token
+            parts.append(att.b_g.expand(emb.size(0), -1))
+            out["b_g"] = 0.0
+        out["v_g"], out["sigma"] = att.v_g.contiguous(), float(att.sigma)
+    else:
+        out["w_qg"] = w_q.t().contiguous()
+        out["v_g"], out["b_g"], out["sigma"] = emb.new_empty(0), 0.0, 1.0
+    parts.append(F.linear(emb, w_o[:, hidden + ctx:], dec.W_o.bias))  # V x R
+    out["table"] = torch.cat(parts, 1).contiguous()  # V x (4H [+ G] + R)
+    out["readout_at"] = out["table"].size(1) - w_o.size(0)
+    return out
+
+
+class PhaseTimer:
+    """``with PhaseTimer() as timer:`` makes every fused forced decoding inside the block time
+    its phases (in the kernel, with a steady clock at each phase boundary): ``timer.attention_s``
+    (the query products, g_t, the span, scores, softmax, c_t, p_t) and ``timer.lstm_s``."""
+
+    def __init__(self):
+        self.attention_s = self.lstm_s = 0.0
+        self.calls = self.steps = 0
+
+    def __enter__(self) -> "PhaseTimer":
+        _state["timer"] = self
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _state.pop("timer", None)
+
+
+def forced_decode(model, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: Tensor,
+                  lengths: Tensor, tau: Optional[float]) -> dict:
+    """Forced decoding of a batch with the fused kernel: ``lengths`` (batch, long) forced steps
+    per sentence. Returns ``log_probs`` batch (log p(reference | source) over those steps),
+    ``attention`` batch x T x S and per step (batch x T): ``window``, ``span_lo``, ``span_hi``,
+    ``position`` (p_t) and ``g`` (``None`` for global), zeros past each sentence's end.
+    The caller (:func:`flexatt.search.forced_decode`) checks :func:`unsupported` first."""
+    ext = extension(required=True)
+    w = _weights(model)
+    dec = model.decoder
+    flexible = w["flexible"]
+    if flexible and tau is not None and tau < 0:
+        raise ValueError(f"tau must be >= 0, got {tau}")
+    cache, state = model.encode(src, src_len)
+    t_max = int(lengths.max())
+    tokens = tgt_in[:, :t_max].t().reshape(-1)  # T·batch, step-major
+    feedback = w["table"].index_select(0, tokens).view(t_max, src.size(0), -1)  # T x batch x (4H [+ G] + R)
+    values = cache.values.contiguous()
+    # a few rows: W_ic hbar_s once per sentence, summed over the span at each step
+    small = src.size(0) <= ext.small_batch()
+    ctx_gates = torch.matmul(values, w["ctx_t"]) if small else values.new_empty(0)
+    timer: Optional[PhaseTimer] = _state.get("timer")  # type: ignore[assignment]
+    hc, attention, window, span_lo, span_hi, position, g, phases = ext.forced_decode(
+        cache.keys.contiguous(), values, cache.lengths.long().contiguous(), lengths.long().contiguous(),
+        state.hidden.contiguous().clone(), state.cell.contiguous().clone(), feedback, w["w_x"], w["w_qg"],
+        w["v_a"], w["v_g"], w["b_g"], w["sigma"], math.inf if tau is None else float(tau), flexible, ctx_gates,
+        timer is not None)
+    if timer is not None:
+        timer.attention_s += float(phases[0])
+        timer.lstm_s += float(phases[1])
+        timer.calls += 1
+        timer.steps += int(lengths.sum())
+    # the readout does not feed back: one product over every step, as in teacher forcing;
+    # o_t = tanh(W_o [h_t; c_t; i_t] + b_o) with the i_t share looked up with the feedback
+    o = torch.tanh(torch.baddbmm(feedback[..., w["readout_at"]:], hc, w["w_ohc"].t().expand(t_max, -1, -1)))
+    logits = dec.W_s(o)  # T x batch x V
+    gold = tgt_out[:, :t_max].t().unsqueeze(-1)  # T x batch x 1
+    token_lp = torch.log_softmax(logits, -1).gather(-1, gold).squeeze(-1)  # T x batch
+    inside = torch.arange(t_max, device=src.device).unsqueeze(1) < lengths.unsqueeze(0)
+    log_probs = token_lp.masked_fill(~inside, 0.0).sum(0)
+    return {"log_probs": log_probs, "attention": attention, "window": window, "span_lo": span_lo,
+            "span_hi": span_hi, "position": position, "g": g if flexible else None}
