@@ -20,8 +20,9 @@ class EncoderOutput(NamedTuple):
 
 
 class RecurrentEncoder(nn.Module):
-    """Embeddings -> dropout -> bidirectional LSTM over packed sequences (unpacked when no row
-    is padded, as a single sentence: the same result without the packing).
+    """Embeddings -> dropout -> bidirectional LSTM over the real positions of each row (on a
+    CPU with the two directions run apart, :meth:`_directions_apart`; elsewhere over packed
+    sequences; a batch without padding, e.g. one sentence, directly).
 
     Initial decoder state (the papers do not fix it; this is our choice):
     h_0 = tanh(W_init · m + b_init) with m = (1/S_i) Σ_{s<=S_i} h̄_s the mean of the encoder
@@ -60,7 +61,9 @@ class RecurrentEncoder(nn.Module):
         lengths = src_len.detach().cpu()
         if bool((lengths == max_len).all()):  # no padding (e.g. one sentence): nothing to pack
             states, _ = self.rnn(emb)  # batch x S x 2H
-        else:
+        elif emb.device.type == "cpu":
+            states = self._directions_apart(emb, lengths)
+        else:  # cuDNN runs packed sequences well
             packed = pack_padded_sequence(emb, lengths, batch_first=True, enforce_sorted=False)
             out, _ = self.rnn(packed)
             states, _ = pad_packed_sequence(out, batch_first=True, total_length=max_len)  # batch x S x 2H
@@ -70,3 +73,29 @@ class RecurrentEncoder(nn.Module):
         hidden = torch.tanh(self.bridge(summary))  # batch x H
         cell = torch.zeros_like(hidden)
         return EncoderOutput(states, mask, summary, hidden, cell)
+
+    def _directions_apart(self, emb: Tensor, lengths: Tensor) -> Tensor:
+        """``self.rnn`` over a padded batch (lengths: batch, on the CPU) without packing: the
+        forward direction runs over the padded batch as it is (its states at real positions never
+        see the padding that follows them); the backward direction runs forward over each row
+        reversed within its length, and its states are reversed back. Padding positions are zero,
+        as after ``pad_packed_sequence``. The same equations and parameters as the packed call;
+        on a CPU each direction is then one oneDNN call over the whole batch, several times
+        faster than PyTorch's packed-sequence loop, in training too (the backward included).
+
+        :param emb: batch x S x E. :return: batch x S x 2H.
+        """
+        rnn = self.rnn
+        batch, max_len, _ = emb.shape
+        steps = torch.arange(max_len).unsqueeze(0)  # 1 x S
+        real = steps < lengths.unsqueeze(1)  # batch x S
+        # slot s of a row reversed within its length: len - 1 - s inside, s on the padding (an involution)
+        rev = torch.where(real, lengths.unsqueeze(1) - 1 - steps, steps).to(emb.device)
+        h0 = emb.new_zeros(1, batch, rnn.hidden_size)
+        outputs = []
+        for suffix, inp in (("", emb), ("_reverse", emb.gather(1, rev.unsqueeze(-1).expand_as(emb)))):
+            params = [getattr(rnn, f"{name}_l0{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+            out = torch._VF.lstm(inp, (h0, h0), params, True, 1, 0.0, self.training, False, True)[0]  # batch x S x H
+            outputs.append(out)
+        outputs[1] = outputs[1].gather(1, rev.unsqueeze(-1).expand_as(outputs[1]))
+        return torch.cat(outputs, -1) * real.to(emb.device).unsqueeze(-1).to(emb.dtype)

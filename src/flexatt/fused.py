@@ -224,8 +224,9 @@ def forced_decode(model, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: 
         timer.steps += int(lengths.sum())
     # the readout does not feed back: one product over every step, as in teacher forcing;
     # o_t = tanh(W_o [h_t; c_t; i_t] + b_o) with the i_t share looked up with the feedback
-    o = torch.tanh(torch.baddbmm(feedback[..., w["readout_at"]:], hc, w["w_ohc"].t().expand(t_max, -1, -1)))
-    logits = dec.W_s(o)  # T x batch x V
+    rows = hc.view(-1, hc.size(-1))  # T·batch x (H + C)
+    o = torch.tanh(torch.addmm(feedback.view(rows.size(0), -1)[:, w["readout_at"]:], rows, w["w_ohc"].t()))
+    logits = dec.W_s(o).view(t_max, src.size(0), -1)  # T x batch x V
     gold = tgt_out[:, :t_max].t().unsqueeze(-1)  # T x batch x 1
     token_lp = torch.log_softmax(logits, -1).gather(-1, gold).squeeze(-1)  # T x batch
     inside = torch.arange(t_max, device=src.device).unsqueeze(1) < lengths.unsqueeze(0)
