@@ -645,8 +645,14 @@ class FlexibleAttention(Attention):
         return g.unsqueeze(1) * dist
 
     def span_radius(self, g: Tensor, tau: float) -> Tensor:
-        """σ√(2τ/g_t) (2017 §3.1): penalty(s) < τ  <=>  |s - p_{t-1}| < radius; inf when g_t = 0."""
-        return self.sigma * torch.sqrt(2.0 * tau / g.clamp_min(torch.finfo(g.dtype).tiny))
+        """σ√(2τ/g_t) (2017 §3.1): penalty(s) < τ  <=>  |s - p_{t-1}| < radius; inf when g_t = 0.
+
+        The square root is taken in float64 and rounded once to g's dtype: the correctly rounded
+        result, the same for any batch size and in the fused kernel (``csrc/fused_decode.cpp``),
+        whereas PyTorch's float32 CPU ``sqrt`` of more than a few elements is not always
+        correctly rounded, which moved a span bound whenever p ± radius fell next to an integer."""
+        arg = 2.0 * tau / g.clamp_min(torch.finfo(g.dtype).tiny)
+        return self.sigma * torch.sqrt(arg.double()).to(g.dtype)
 
     def vision_span(
         self, prev_pos: Tensor, g: Tensor, tau: float, lengths: Tensor
@@ -709,13 +715,13 @@ class FlexibleAttention(Attention):
                 scores, positions, count = self.score_slice(q, cache, first, last)
                 lo = torch.tensor([first], device=query.device)
                 hi = torch.tensor([last], device=query.device)
-                logits = self.flexible_logits(scores, self.penalty(positions, prev_pos, g), temp)
-                slot_weights = torch.softmax(logits, dim=-1)  # eq. 7 over the span (all slots in it)
+                in_window = None  # every slot of the slice is in the span
             else:
                 lo, hi = self.vision_span(prev_pos, g, tau, cache.lengths)
                 scores, positions, in_window, count = self.score_window(q, cache, lo, hi)
-                logits = self.flexible_logits(scores, self.penalty(positions, prev_pos, g), temp)
-                slot_weights = masked_softmax(logits, in_window)  # eq. 7 over the span
+            logits = self.flexible_logits(scores, self.penalty(positions, prev_pos, g), temp)
+            # eq. 7 over the span
+            slot_weights = torch.softmax(logits, -1) if in_window is None else masked_softmax(logits, in_window)
             context, weights = self.window_to_full(slot_weights, positions, cache)
             p_t = self.expected_position(slot_weights, positions)  # eq. 4
         new_state = AttentionState(p_t, context, state.step + 1)

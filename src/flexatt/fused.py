@@ -32,6 +32,8 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import shutil
+import sysconfig
 import warnings
 from pathlib import Path
 from types import ModuleType
@@ -42,6 +44,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from flexatt.attention import ConcatScore, FlexibleAttention, GlobalAttention
+from flexatt.encoders import EncoderOutput, RecurrentEncoder
 
 ENV = "FLEXATT_FUSED"
 EXT_DIR_ENV = "FLEXATT_EXT_DIR"
@@ -63,9 +66,18 @@ def enabled() -> bool:
 
 
 def _build_key(level: str) -> str:
-    digest = hashlib.sha256(SOURCE.read_bytes())
+    digest = hashlib.sha256(SOURCE.read_bytes() + Path(__file__).read_bytes())
     digest.update(f"{torch.__version__}|{level}".encode())
     return digest.hexdigest()[:12]
+
+
+def _find_ninja() -> None:
+    """torch.utils.cpp_extension runs ``ninja`` from PATH; the ``ninja`` package installs it next
+    to this interpreter, which is not on PATH when the environment is not activated."""
+    if shutil.which("ninja") is None:
+        scripts = sysconfig.get_path("scripts")
+        if scripts and (Path(scripts) / "ninja").exists():
+            os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
 
 
 def extension(required: bool = False) -> Optional[ModuleType]:
@@ -75,18 +87,23 @@ def extension(required: bool = False) -> Optional[ModuleType]:
         try:
             from torch.utils.cpp_extension import load
 
+            _find_ninja()
+
             level = torch.backends.cpu.get_cpu_capability()
             flags = _SIMD_FLAGS.get(level, ["-DCPU_CAPABILITY=DEFAULT", "-DCPU_CAPABILITY_DEFAULT"])
             key = _build_key(level)
             root = Path(os.environ.get(EXT_DIR_ENV) or Path.home() / ".cache" / "flexatt" / "ext")
             build_dir = root / f"fused_decode_{level.lower()}_{key}"
             build_dir.mkdir(parents=True, exist_ok=True)
+            # -ffp-contract=off: every product and sum rounded as written, as PyTorch's ops round
+            # them (a fused p - σ·√x moved a span bound); explicit FMAs stay where written.
             # -fopenmp: at::parallel_for is inline in ATen's headers and runs its OpenMP loop
             # (over sentences, or over columns of the two products) only when compiled with it;
             # the OpenMP runtime is the one PyTorch has already loaded (libgomp.so.1)
             _state["ext"] = load(name=f"flexatt_fused_decode_{key}", sources=[str(SOURCE)],
                                  build_directory=str(build_dir),
-                                 extra_cflags=["-O3", "-fopenmp", *flags], extra_ldflags=["-fopenmp"],
+                                 extra_cflags=["-O3", "-ffp-contract=off", "-fopenmp", *flags],
+                                 extra_ldflags=["-fopenmp"],
                                  verbose=False)
             _state["error"] = None
         except Exception as exc:  # no compiler, no ninja, a failed build: fall back to eager
@@ -102,6 +119,8 @@ def extension(required: bool = False) -> Optional[ModuleType]:
 def unsupported(model, src: Tensor) -> Optional[str]:
     """Why ``model`` cannot be decoded by the fused path (``None`` if it can)."""
     att = model.decoder.attention
+    if type(model.encoder) is not RecurrentEncoder:
+        return f"encoder {type(model.encoder).__name__} (fused: RecurrentEncoder)"
     if type(att) not in (GlobalAttention, FlexibleAttention):
         return f"attention {type(att).__name__} (fused: GlobalAttention, FlexibleAttention)"
     if isinstance(att, FlexibleAttention) and att.sact:
@@ -127,7 +146,7 @@ def _weights(model) -> dict:
         params, stamp, out = cached
         if all(p._version == v and p.data_ptr() == d for p, (v, d) in zip(params, stamp)):
             return out
-    params = list(model.decoder.parameters())
+    params = list(model.parameters())
     out = _arrange(model)
     stamp = [(p._version, p.data_ptr()) for p in params]
     object.__setattr__(model, "_fused_weights", (params, stamp, out))  # not a submodule or buffer
@@ -169,8 +188,28 @@ def _arrange(model) -> dict:
         out["v_g"], out["b_g"], out["sigma"] = emb.new_empty(0), 0.0, 1.0
     parts.append(F.linear(emb, w_o[:, hidden + ctx:], dec.W_o.bias))  # V x R
     out["table"] = torch.cat(parts, 1).contiguous()  # V x (4H [+ G] + R)
+    rnn = model.encoder.rnn  # the encoder's LSTM: both directions' input projections in one product
+    out["enc_w_ih"] = torch.cat([rnn.weight_ih_l0, rnn.weight_ih_l0_reverse], 0).contiguous()  # 8H x E
+    out["enc_b"] = torch.cat([rnn.bias_ih_l0 + rnn.bias_hh_l0, rnn.bias_ih_l0_reverse + rnn.bias_hh_l0_reverse])
+    out["enc_w_hh_fwd"] = rnn.weight_hh_l0.t().contiguous()  # H x 4H
+    out["enc_w_hh_bwd"] = rnn.weight_hh_l0_reverse.t().contiguous()
     out["readout_at"] = out["table"].size(1) - w_o.size(0)
     return out
+
+
+def _encode(model, w: dict, src: Tensor, src_len: Tensor):
+    """``model.encode`` (:class:`~flexatt.encoders.RecurrentEncoder`, then the decoder's
+    ``init_state``) with the bidirectional LSTM in the kernel (``bilstm``: its two directions on
+    two threads at once, one product for the input projections of both)."""
+    enc, att = model.encoder, model.decoder.attention
+    emb = enc.embed(src)  # batch x S x E (eval mode: no dropout)
+    gates_x = F.linear(emb, w["enc_w_ih"], w["enc_b"])  # batch x S x 8H
+    lengths = src_len.long().contiguous()
+    states = extension(required=True).bilstm(gates_x, w["enc_w_hh_fwd"], w["enc_w_hh_bwd"], lengths)
+    mask = torch.arange(src.size(1), device=src.device).unsqueeze(0) < lengths.unsqueeze(1)
+    summary = states.sum(1) / lengths.to(states.dtype).unsqueeze(1)  # batch x 2H
+    hidden = torch.tanh(enc.bridge(summary))
+    return model.decoder.init_state(EncoderOutput(states, mask, summary, hidden, torch.zeros_like(hidden)))
 
 
 class PhaseTimer:
@@ -203,13 +242,14 @@ def forced_decode(model, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: 
     flexible = w["flexible"]
     if flexible and tau is not None and tau < 0:
         raise ValueError(f"tau must be >= 0, got {tau}")
-    cache, state = model.encode(src, src_len)
+    small = src.size(0) <= ext.small_batch()
+    # a few rows: the encoder's LSTM in the kernel too (larger batches: oneDNN's is faster)
+    cache, state = _encode(model, w, src, src_len) if small else model.encode(src, src_len)
     t_max = int(lengths.max())
     tokens = tgt_in[:, :t_max].t().reshape(-1)  # T·batch, step-major
     feedback = w["table"].index_select(0, tokens).view(t_max, src.size(0), -1)  # T x batch x (4H [+ G] + R)
     values = cache.values.contiguous()
     # a few rows: W_ic hbar_s once per sentence, summed over the span at each step
-    small = src.size(0) <= ext.small_batch()
     ctx_gates = torch.matmul(values, w["ctx_t"]) if small else values.new_empty(0)
     timer: Optional[PhaseTimer] = _state.get("timer")  # type: ignore[assignment]
     hc, attention, window, span_lo, span_hi, position, g, phases = ext.forced_decode(

@@ -361,11 +361,83 @@ std::vector<torch::Tensor> forced_decode(torch::Tensor keys, torch::Tensor value
   return {hc, attention, window, span_lo, span_hi, position, g_out, phases};
 }
 
+// The encoder's bidirectional LSTM (torch.nn.LSTM, one layer, batch_first) over the real
+// positions of each row, the two directions on two threads at once. gates_x B x S x 8H: the
+// input projections of every position, [W_ih_fwd x_s + b_fwd (4H); W_ih_bwd x_s + b_bwd (4H)]
+// (one product by the caller); w_hh_fwd / w_hh_bwd H x 4H (W_hh transposed); src_len B.
+// Returns the states B x S x 2H ([forward; backward], zeros at padding): the forward direction
+// runs s = 1..S_b, the backward one s = S_b..1, each from a zero state.
+torch::Tensor bilstm(torch::Tensor gates_x, torch::Tensor w_hh_fwd, torch::Tensor w_hh_bwd, torch::Tensor src_len) {
+  check_f32(gates_x, "gates_x", 3);
+  check_f32(w_hh_fwd, "w_hh_fwd", 2);
+  check_f32(w_hh_bwd, "w_hh_bwd", 2);
+  check(src_len, "src_len", 1);
+  TORCH_CHECK(src_len.scalar_type() == at::kLong, "src_len must be int64");
+  const int64_t B = gates_x.size(0), S = gates_x.size(1), H = w_hh_fwd.size(0);
+  TORCH_CHECK(gates_x.size(2) == 8 * H && w_hh_fwd.size(1) == 4 * H && w_hh_bwd.size(0) == H &&
+                  w_hh_bwd.size(1) == 4 * H && src_len.size(0) == B,
+              "bilstm: gates_x must be B x S x 8H, w_hh_* H x 4H, src_len B");
+  const int64_t* len = src_len.data_ptr<int64_t>();
+  for (int64_t b = 0; b < B; ++b)
+    TORCH_CHECK(len[b] >= 1 && len[b] <= S, "src_len[", b, "] = ", len[b], " is outside [1, ", S, "]");
+  auto states = torch::zeros({B, S, 2 * H}, gates_x.options());
+  const float* GX = gates_x.data_ptr<float>();
+  float* OUT = states.data_ptr<float>();
+  const bool small = B <= kSmallBatch;
+  at::parallel_for(0, 2, 1, [&](int64_t d0, int64_t d1) {
+    for (int64_t d = d0; d < d1; ++d) {
+      const torch::Tensor& w_hh = d == 0 ? w_hh_fwd : w_hh_bwd;
+      const float* W = w_hh.data_ptr<float>();
+      auto h = torch::zeros({B, H}, gates_x.options());
+      auto c = torch::zeros({B, H}, gates_x.options());
+      auto gates = torch::empty({B, 4 * H}, gates_x.options());
+      float* HP = h.data_ptr<float>();
+      float* CP = c.data_ptr<float>();
+      float* GP = gates.data_ptr<float>();
+      for (int64_t step = 0; step < S; ++step) {
+        const int64_t s = d == 0 ? step : S - 1 - step;
+        if (small) {
+          for (int64_t b = 0; b < B; ++b)
+            if (s < len[b])
+              gemv_cols(HP + b * H, W, GX + (b * S + s) * 8 * H + d * 4 * H, GP + b * 4 * H, H, 4 * H, 0, 4 * H);
+        } else {  // inside this thread: the library runs it on this thread alone (fused.py
+                  // calls this for small batches only; oneDNN's LSTM is faster on large ones)
+          at::addmm_out(gates, gates_x.select(1, s).narrow(1, d * 4 * H, 4 * H), h, w_hh);
+        }
+        for (int64_t b = 0; b < B; ++b)
+          if (s < len[b])
+            lstm_cell(GP + b * 4 * H, CP + b * H, HP + b * H, OUT + (b * S + s) * 2 * H + d * H, H);
+      }
+    }
+  });
+  return states;
+}
+
+// The vision span of the kernel's decoding loop for given p_{t-1}, g_t and S (float32, float32,
+// int64 tensors of one shape): 1-based inclusive bounds, for the tests against
+// FlexibleAttention.vision_span.
+std::vector<torch::Tensor> vision_spans(torch::Tensor prev, torch::Tensor g, double sigma, double tau,
+                                        torch::Tensor lengths) {
+  check_f32(prev, "prev", 1);
+  check_f32(g, "g", 1);
+  check(lengths, "lengths", 1);
+  TORCH_CHECK(lengths.scalar_type() == at::kLong && g.size(0) == prev.size(0) && lengths.size(0) == prev.size(0),
+              "vision_spans: prev, g (float32) and lengths (int64) of one length");
+  auto lo = torch::empty_like(lengths), hi = torch::empty_like(lengths);
+  const float *P = prev.data_ptr<float>(), *G = g.data_ptr<float>();
+  const int64_t* L = lengths.data_ptr<int64_t>();
+  for (int64_t i = 0; i < prev.size(0); ++i)
+    vision_span(P[i], G[i], static_cast<float>(sigma), tau, L[i], lo.data_ptr<int64_t>() + i, hi.data_ptr<int64_t>() + i);
+  return {lo, hi};
+}
+
 int vector_width() { return static_cast<int>(VL); }
 int small_batch() { return static_cast<int>(kSmallBatch); }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forced_decode", &forced_decode, "fused forced decoding of a batch (see the file's header)");
+  m.def("bilstm", &bilstm, "the encoder's bidirectional LSTM over the real positions of each row");
+  m.def("vision_spans", &vision_spans, "the kernel's vision span for given p, g and S (for tests)");
   m.def("vector_width", &vector_width, "floats per SIMD vector this build uses");
   m.def("small_batch", &small_batch, "batches of up to this many rows take the matrix-vector path");
 }

@@ -1,0 +1,315 @@
+"""The fused forced decoder (flexatt.fused, csrc/fused_decode.cpp) against the eager reference
+(flexatt.search.forced_decode with fused=False), and the encoder's unpacked CPU path against the
+packed one.
+
+Sizes are chosen so that every vector loop of the kernel has a remainder (H = 20, A = 24, E = 12:
+not multiples of 8 or 16 floats), and batches of 1, 3 (the matrix-vector path) and 6 rows (the
+library-product path, a row with no target step included)."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import pytest
+import torch
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+from flexatt import fused
+from flexatt.data.subwords import BOS_ID, EOS_ID, PAD_ID
+from flexatt.model import build_model, sequence_nll
+from flexatt.search import forced_decode
+
+VOCAB = 17
+SIZES = dict(emb_size=12, hidden_size=20, att_size=24, readout_size=14, dropout=0.0)
+SRC_LENGTHS = [9, 4, 11, 6, 2, 8]
+TGT_LENGTHS = [7, 5, 3, 8, 0, 6]
+STEPS = 120  # of copy training
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def built():
+    fused.extension(required=True)  # compiled once (cached on disk), so no test times the build
+
+
+@functools.lru_cache(maxsize=None)
+def copy_state() -> dict:
+    """A global-attention model trained to copy its source, so that the attention (and with it
+    p_t and the vision spans of the flexible models built from it) moves along the source; a
+    fresh model's p_t stays near p_0 = 1."""
+    torch.manual_seed(0)
+    model = build_model({**SIZES, "attention": "global"}, VOCAB, VOCAB, PAD_ID)
+    g = torch.Generator().manual_seed(0)
+    opt = torch.optim.Adam(model.parameters(), lr=0.03)
+    for _ in range(STEPS):
+        lengths = torch.randint(3, 12, (32,), generator=g)
+        src = torch.full((32, int(lengths.max())), PAD_ID, dtype=torch.long)
+        for i, n in enumerate(lengths.tolist()):
+            src[i, :n] = torch.randint(4, VOCAB, (n,), generator=g)
+            src[i, n - 1] = EOS_ID
+        tgt_in = torch.cat([torch.full((32, 1), BOS_ID), src[:, :-1]], 1).masked_fill(src == PAD_ID, PAD_ID)
+        logits, _ = model(src, lengths, tgt_in)
+        loss = sequence_nll(logits, src, src != PAD_ID)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def model_of(attention="global", seed=0, **kw):
+    """A model of variant ``attention`` with the copy model's parameters where their shapes
+    match; the rest (W_p, SACT's, W_g without feedback) as initialised from ``seed``."""
+    torch.manual_seed(seed)
+    model = build_model({**SIZES, "attention": attention, **kw}, VOCAB, VOCAB, PAD_ID)
+    own = model.state_dict()
+    state = {k: v for k, v in copy_state().items() if k in own and own[k].shape == v.shape}
+    model.load_state_dict(state, strict=False)
+    if seed:  # another model: perturb it
+        g = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(0.05 * torch.randn(p.shape, generator=g))
+    return model.eval()
+
+
+def batch_of(rows: int, seed: int = 1):
+    """``rows`` pairs: sources of SRC_LENGTHS (EOS last), references of TGT_LENGTHS (EOS last)."""
+    g = torch.Generator().manual_seed(seed)
+    src_len, tgt_len = torch.tensor(SRC_LENGTHS[:rows]), torch.tensor(TGT_LENGTHS[:rows])
+    src = torch.full((rows, int(src_len.max())), PAD_ID, dtype=torch.long)
+    tgt_out = torch.full((rows, max(1, int(tgt_len.max()))), PAD_ID, dtype=torch.long)
+    for i in range(rows):
+        n, m = int(src_len[i]), int(tgt_len[i])
+        src[i, :n] = torch.randint(4, VOCAB, (n,), generator=g)
+        src[i, n - 1] = EOS_ID
+        if m:
+            tgt_out[i, :m] = torch.randint(4, VOCAB, (m,), generator=g)
+            tgt_out[i, m - 1] = EOS_ID
+    tgt_in = torch.cat([torch.full((rows, 1), BOS_ID), tgt_out[:, :-1]], 1).masked_fill(tgt_out == PAD_ID, PAD_ID)
+    return src, src_len, tgt_in, tgt_out, tgt_len
+
+
+def both(model, rows, tau, seed=1):
+    src, src_len, tgt_in, tgt_out, tgt_len = batch_of(rows, seed)
+    args = (model, src, src_len, tgt_in, tgt_out, tau)
+    eager = forced_decode(*args, tgt_len=tgt_len, return_traces=True, fused=False)
+    fast = forced_decode(*args, tgt_len=tgt_len, return_traces=True, fused=True)
+    return eager, fast
+
+
+def assert_same(eager, fast):
+    torch.testing.assert_close(fast.log_probs, eager.log_probs, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(fast.attention, eager.attention, atol=2e-6, rtol=1e-5)
+    for name in ("window_sum", "steps", "lengths", "tokens"):
+        assert torch.equal(getattr(fast, name), getattr(eager, name)), name
+    for a, b in zip(eager.traces, fast.traces):
+        for name in ("window", "span_lo", "span_hi", "tokens"):
+            assert torch.equal(getattr(a, name), getattr(b, name)), name
+        torch.testing.assert_close(b.position, a.position, atol=2e-5, rtol=1e-5)
+        torch.testing.assert_close(b.attention, a.attention, atol=2e-6, rtol=1e-5)
+        assert (a.g is None) == (b.g is None)
+        if a.g is not None:
+            torch.testing.assert_close(b.g, a.g, atol=1e-6, rtol=1e-5)
+        assert b.temperature is None
+
+
+CASES = [("global", {}, None), ("flexible", {}, None), ("flexible", {}, 0.0), ("flexible", {}, 0.05), ("flexible", {}, 0.3),
+         ("flexible", {}, 2.0), ("flexible", {"g_feedback": False}, 0.3), ("flexible", {"sigma": 5.0}, 0.1)]
+
+
+@pytest.mark.parametrize("rows", [1, 3, 6])
+@pytest.mark.parametrize("attention,kw,tau", CASES)
+def test_fused_equals_the_eager_reference(attention, kw, tau, rows):
+    eager, fast = both(model_of(attention, **kw), rows, tau)
+    assert_same(eager, fast)
+    if attention == "flexible" and tau is not None and rows > 1:  # the windows do restrict
+        assert int(fast.window_sum.sum()) < sum(s * t for s, t in zip(SRC_LENGTHS, TGT_LENGTHS))
+
+
+@pytest.mark.parametrize("rows", [1, 3, 6])
+def test_two_threads_give_the_same_result(rows):
+    """The kernel splits the rows (or, for a few rows, the products' columns and the encoder's
+    two directions) between the threads."""
+    model = model_of("flexible", seed=2)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        assert_same(*both(model, rows, 0.3))
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("sigma", [0.5, 1.5, 5.0, 10.0])
+def test_the_kernels_vision_span_is_bit_identical_to_the_equation(sigma):
+    """The kernel's span (2017 §3.1, float32 in C++) against FlexibleAttention.vision_span, for
+    the adversarial cases of test_attention's row test: g_t = 0 and denormal, p on and next to
+    half-integers (round half to even), p ± r on an integer (the open interval's edge), p
+    outside [1, S], τ = 0."""
+    att = model_of("flexible", sigma=sigma).decoder.attention
+    gen = torch.Generator().manual_seed(int(sigma * 10))
+    n = 4000
+    prev = torch.rand(n, generator=gen) * 60 - 5
+    prev[:400] = torch.arange(400) * 0.5 - 5
+    prev[400:800] = torch.nextafter(prev[:400], torch.tensor(float("inf")))
+    g = torch.rand(n, generator=gen)
+    g[800:810] = 0.0
+    g[810:820] = torch.finfo(torch.float32).tiny / 4
+    g[820:830] = 1e-30
+    lengths = torch.randint(1, 50, (n,), generator=gen)
+    ext = fused.extension(required=True)
+    for tau in (0.0, 1e-6, 0.025, 0.1, 0.8, 3.547, 50.0):
+        radius = att.span_radius(g[1000:2000], tau)
+        prev[1000:2000] = torch.round(torch.rand(1000, generator=gen) * 40) + radius
+        lo, hi = att.vision_span(prev, g, tau, lengths)
+        k_lo, k_hi = ext.vision_spans(prev, g, sigma, tau, lengths)
+        bad = ((lo != k_lo) | (hi != k_hi)).nonzero().flatten().tolist()
+        assert not bad, [(float(prev[i]), float(g[i]), tau, int(lengths[i])) for i in bad[:5]]
+
+
+@pytest.mark.parametrize("tau", [None, 0.3])
+def test_the_window_is_the_span_and_only_it_is_weighted(tau):
+    _, fast = both(model_of("flexible", seed=3), 6, tau)
+    for i, tr in enumerate(fast.traces):
+        src_len = SRC_LENGTHS[i]
+        assert torch.equal(tr.window, tr.span_hi - tr.span_lo + 1)
+        if tau is None:
+            assert tr.window.tolist() == [src_len] * len(tr)
+        positions = torch.arange(1, src_len + 1)
+        inside = (positions >= tr.span_lo.unsqueeze(1)) & (positions <= tr.span_hi.unsqueeze(1))
+        assert bool((tr.attention[~inside] == 0).all())
+        torch.testing.assert_close(tr.attention.sum(1), torch.ones(len(tr)))
+        torch.testing.assert_close(tr.position, (tr.attention * positions).sum(1))
+
+
+def test_parameter_updates_reach_the_fused_path():
+    model = model_of("flexible", seed=4)
+    both(model, 3, 0.5)  # arranges and caches the weights
+    with torch.no_grad():
+        model.decoder.attention.W_g.weight.mul_(-2.0)  # in place: the same storage, a new version
+        model.decoder.W_s.bias.add_(0.5)
+        model.encoder.rnn.weight_hh_l0_reverse.mul_(0.5)
+    assert_same(*both(model, 3, 0.5))
+    model.load_state_dict(model_of("flexible", seed=5).state_dict())
+    assert_same(*both(model, 3, 0.5))
+
+
+@pytest.mark.parametrize("attention,kw", [("local_m", {}), ("local_p", {}), ("sact", {}),
+                                          ("flexible_sact", {}), ("global", {"score": "general"}),
+                                          ("global", {"temperature": 2.0})])
+def test_other_variants_fall_back_to_the_eager_path(attention, kw):
+    model = model_of(attention, **kw)
+    src, src_len, tgt_in, tgt_out, tgt_len = batch_of(3)
+    auto = forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len)
+    eager = forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len, fused=False)
+    assert torch.equal(auto.log_probs, eager.log_probs) and torch.equal(auto.window_sum, eager.window_sum)
+    with pytest.raises(ValueError, match="fused path does not support"):
+        forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len, fused=True)
+
+
+def test_training_mode_and_autocast_are_refused_by_the_fused_path():
+    model = model_of("flexible")
+    src, src_len, tgt_in, tgt_out, tgt_len = batch_of(3)
+    model.train()
+    with pytest.raises(ValueError, match="training mode"):
+        forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len, fused=True)
+    model.eval()
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(ValueError, match="autocast"):
+        forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len, fused=True)
+
+
+def test_the_environment_switch_turns_the_fused_path_off(monkeypatch):
+    model = model_of("flexible")
+    src, src_len, tgt_in, tgt_out, tgt_len = batch_of(3)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the fused path ran")
+
+    monkeypatch.setenv(fused.ENV, "0")
+    monkeypatch.setattr(fused, "forced_decode", refuse)
+    result = forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len)
+    assert result.steps.tolist() == TGT_LENGTHS[:3]
+    monkeypatch.setenv(fused.ENV, "1")
+    with pytest.raises(AssertionError, match="the fused path ran"):
+        forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len)
+
+
+def test_negative_tau_is_refused():
+    model = model_of("flexible")
+    src, src_len, tgt_in, tgt_out, tgt_len = batch_of(1)
+    with pytest.raises(ValueError, match="tau must be >= 0"):
+        forced_decode(model, src, src_len, tgt_in, tgt_out, -1.0, tgt_len=tgt_len, fused=True)
+
+
+def test_the_phase_timer_times_every_step():
+    model = model_of("flexible")
+    src, src_len, tgt_in, tgt_out, tgt_len = batch_of(3)
+    with fused.PhaseTimer() as timer:
+        forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len, fused=True)
+    assert timer.calls == 1 and timer.steps == sum(TGT_LENGTHS[:3])
+    assert timer.attention_s > 0 and timer.lstm_s > 0
+    forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len, fused=True)
+    assert timer.calls == 1  # outside the block nothing is timed
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_the_fused_encoder_equals_the_model_encoder(rows):
+    model = model_of("flexible", seed=6)
+    src, src_len, *_ = batch_of(rows)
+    with torch.no_grad():
+        cache, state = model.encode(src, src_len)
+        f_cache, f_state = fused._encode(model, fused._weights(model), src, src_len)
+    for a, b in zip(cache, f_cache):
+        torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(f_state.hidden, state.hidden, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(f_state.attention.context, state.attention.context, atol=1e-6, rtol=1e-5)
+
+
+def test_the_kernel_refuses_bad_lengths():
+    ext = fused.extension(required=True)
+    gates = torch.zeros(2, 3, 8 * 4)
+    w = torch.zeros(4, 16)
+    with pytest.raises(RuntimeError, match=r"src_len\[1\] = 0 is outside \[1, 3\]"):
+        ext.bilstm(gates, w, w, torch.tensor([3, 0]))
+    with pytest.raises(RuntimeError, match="gates_x must be B x S x 8H"):
+        ext.bilstm(torch.zeros(2, 3, 5), w, w, torch.tensor([3, 2]))
+
+
+def test_the_unpacked_encoder_equals_the_packed_one_with_gradients():
+    """RecurrentEncoder on a CPU runs the directions apart over the padded batch
+    (``_directions_apart``); torch.nn.LSTM over packed sequences is the reference."""
+    torch.manual_seed(0)
+    model = build_model({**SIZES, "attention": "global"}, VOCAB, VOCAB, PAD_ID).train()
+    enc = model.encoder
+    src, src_len, *_ = batch_of(6)
+    out = enc(src, src_len).states
+    packed = pack_padded_sequence(enc.embed(src), src_len, batch_first=True, enforce_sorted=False)
+    ref, _ = pad_packed_sequence(enc.rnn(packed)[0], batch_first=True, total_length=src.size(1))
+    torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-5)
+    weights = torch.randn_like(out)
+    grads = torch.autograd.grad((out * weights).sum(), list(enc.rnn.parameters()))
+    ref_grads = torch.autograd.grad((ref * weights).sum(), list(enc.rnn.parameters()))
+    for g, r in zip(grads, ref_grads):
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-4)
+    pad = torch.arange(src.size(1)).unsqueeze(0) >= src_len.unsqueeze(1)
+    assert bool((out[pad] == 0).all())
+
+
+def test_an_unbuildable_extension_falls_back_with_a_warning(monkeypatch, tmp_path):
+    saved = dict(fused._state)
+    monkeypatch.setattr(fused, "SOURCE", tmp_path / "missing.cpp")
+    fused._state.clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="could not be built"):
+            assert fused.extension() is None
+        with pytest.raises(RuntimeError, match="could not be built"):
+            fused.extension(required=True)
+        model = model_of("flexible")
+        src, src_len, tgt_in, tgt_out, tgt_len = batch_of(3)
+        result = forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len)
+        assert result.steps.tolist() == TGT_LENGTHS[:3]
+    finally:
+        fused._state.clear()
+        fused._state.update(saved)
+    assert math.isfinite(float(result.log_probs.sum()))
