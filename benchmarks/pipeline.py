@@ -68,6 +68,7 @@ def main() -> None:
             sys.exit(f"pipeline: dvc repro failed (exit status {status})")
         result.update(from_scratch=args.from_scratch, total_minutes=round(total / 60, 2),
                       stages={name: round(sec / 60, 2) for name, sec in stages})
+        _write(Path(args.out), result)  # now: a failing no-op run below must not lose these figures
     noop = []
     for _ in range(args.noop_runs):
         seconds, stages, status = timed_repro([], echo=False)
@@ -88,9 +89,13 @@ def main() -> None:
     print(f"  {'no-op dvc repro':28s} {result['noop_seconds_median']:7.2f} s (median of {len(noop)}: "
           f"{', '.join(f'{s:.2f}' for s in noop)})")
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     if out.exists() and args.noop_only:  # keep the stage times of the last full run
         result = {**json.loads(out.read_text()), **result}
+    _write(out, result)
+
+
+def _write(out: Path, result: dict) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
 
 

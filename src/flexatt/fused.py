@@ -1,30 +1,34 @@
-"""Fused forced decoding: the whole recurrence of :func:`flexatt.search.forced_decode` in one
+"""Fused forced decoding: the recurrence of :func:`flexatt.search.forced_decode` in one
 compiled call per batch (``csrc/fused_decode.cpp``), for inference on a CPU.
 
 Forced decoding feeds the reference back, so nothing of step t+1 waits for the readout of step
 t: the recurrence (attention + LSTM) runs in C++ without a Python round trip per step, and the
 readout and log-softmax run once over all steps afterwards (one matrix product, as in teacher
-forcing). The feedback halves of the LSTM's input gates (W_ie i_t) and of g_t (W_ge i_t, 2017
-eq. 8) do not depend on the recurrence either and are computed for all steps in one product.
-Inside a step, the query projection W_q h_{t-1} and g_t's hidden half W_gh h_{t-1} are one
-product, and the LSTM's two input products one more; everything else (g_t, the vision span, the
-scores of the span's positions, the penalty, the softmax, c_t, p_t, the LSTM cell) is a loop
-over the span of each sentence. Global attention runs through the very same code with the span
-[1, S_i] and no penalty, so the two are compared on equal terms.
+forcing). What depends only on the fed-back token — the LSTM's input gates W_ie i_t + b, g_t's
+W_ge i_t (2017 eq. 8) and the readout's W_oi i_t + b_o — is one row of a per-vocabulary table
+(computed once per set of weights), so a step's feedback is one lookup. Inside a step the
+query products W_q h_{t-1} and W_gh h_{t-1} are one product; g_t, the vision span, the scores of
+the span's positions, the penalty, the softmax, c_t and p_t are one loop over the span of each
+sentence; then the LSTM. Batches of up to ``small_batch()`` rows (per-sentence decoding) also
+run the encoder's bidirectional LSTM in the kernel (its two directions on two threads), take
+their products as matrix-vector loops rather than library calls, and get the context's share of
+the LSTM gates, W_ic c_t = Σ_s a_t(s) W_ic h̄_s, from a per-sentence projection summed over the
+span — work that shrinks with the window. Global attention runs through the very same code with
+the span [1, S_i] and no penalty, so the two are compared on equal terms.
 
 Supported: :class:`~flexatt.attention.GlobalAttention` and plain
 :class:`~flexatt.attention.FlexibleAttention` (2017 eq. 8 or 2016 eq. 7 strength) with the
-concat score, no fixed temperature, float32 parameters on the CPU, the model in eval mode and no
-autocast. Anything else is decoded by the eager path, which stays the reference: the tests check
-that both give the same log-probabilities (within float32 rounding), attention, spans, p_t, g_t
-and window counts.
+concat score, no fixed temperature, the recurrent encoder, float32 parameters on the CPU, the
+model in eval mode and no autocast. Anything else is decoded by the eager path, which stays the
+reference: ``tests/test_fused.py`` checks that both give the same log-probabilities (within
+float32 rounding), attention, spans (bit for bit), p_t, g_t and window counts.
 
-The extension is compiled on first use with the C++ compiler PyTorch's
-``torch.utils.cpp_extension`` finds (``g++``; about a minute on two cores) for the SIMD level
-PyTorch itself dispatches to on this CPU, and cached under ``$FLEXATT_EXT_DIR`` (default
-``~/.cache/flexatt/ext``) by a hash of the source, the torch version and that level; a later
-process loads it in well under a second. ``FLEXATT_FUSED=0`` turns the fused path off (every
-forced decoding then runs eagerly); without a compiler it is off with one warning.
+The extension is compiled on first use with the C++ compiler ``torch.utils.cpp_extension``
+finds (``g++``; about 30 seconds on two cores) for the SIMD level PyTorch itself dispatches to
+on this CPU, and cached under ``$FLEXATT_EXT_DIR`` (default ``~/.cache/flexatt/ext``) by a hash
+of the sources, the torch version and that level; a later process loads it in well under a
+second. ``FLEXATT_FUSED=0`` turns the fused path off (every forced decoding then runs eagerly);
+without a compiler it is off with one warning.
 """
 
 from __future__ import annotations

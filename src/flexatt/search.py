@@ -1,9 +1,13 @@
 """Decoding: greedy search, beam search and forced decoding (pure functions, no training state).
 
-All three drive the model through its step API only (``model.encode`` once per batch, then
+All three drive the model through its step API (``model.encode`` once per batch, then
 ``model.decode_step`` once per decoding step), the same code path in which the attention
 evaluates its score function, so the window statistics below come from the scoring path itself
-(``stats.window``: the positions whose score was evaluated in that row at that step).
+(``stats.window``: the positions whose score was evaluated in that row at that step). Forced
+decoding of global and flexible attention (concat score, CPU inference) takes the fused path of
+:mod:`flexatt.fused` by default: the same recurrence in one compiled call, whose window count
+is likewise the number of positions its score loop evaluated; ``fused=False`` takes the step
+API.
 
 The window metric (SPEC §4)
 ---------------------------
