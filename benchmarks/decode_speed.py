@@ -5,9 +5,12 @@
     python benchmarks/decode_speed.py --levels char --retrain   # rebuild the char setting
 
 The reference translations of the first ``--sentences`` test pairs are fed back through the
-decoder (``flexatt.search.forced_decode``: ``model.decode_step`` one token at a time, the
-decoding code path) by the **global** model and by the **fine-tuned flexible** model at its
-**selected τ**, so both decode exactly the same steps and only the attention differs. Per
+decoder (``flexatt.search.forced_decode``, as the pipeline's evaluate stage calls it: the fused
+path of ``flexatt.fused``, the recurrence in one compiled call per batch and the readout once over
+all steps) by the **global** model and by the **fine-tuned flexible** model at its
+**selected τ**, so both decode exactly the same steps with the same code and only the attention
+differs. The eager path (``fused=False``: ``model.decode_step`` once per step, the decoding code
+of greedy and beam search) is timed in the same rotation (``--no-eager`` leaves it out). Per
 level it prints, for each model: ms per sentence at batch size 1 (the paper's per-sentence
 latency) and at batched sizes (default ``--batch-sizes 1 50 200``: 50 is the pipeline's
 ``decode.batch_size``); the global/flexible ratio
@@ -20,12 +23,14 @@ elsewhere on the machine falls on both; the figures are the median over ``--roun
 the spread (min–max) of the per-round values; the ratio is the median of the per-round ratios.
 A warm-up pass precedes the rounds.
 
-Attention share: a separate, untimed pass at batch size 1 wraps the attention module's
-``forward`` (one decoding step: g_t, vision span, scoring, softmax, context) and ``precompute``
-(the key projection U_k h̄, once per sentence) with ``perf_counter`` timers
-(``_common.AttentionTimer``); the share is their time over the whole ``forced_decode`` call
-(encoder, LSTM, readout and the search bookkeeping make up the rest). ``--profile`` adds a
-``torch.profiler`` pass with ``record_function`` ranges around the same calls and prints the
+Attention share: a separate pass at batch size 1 (fused path) in which the kernel clocks its own
+phases (``flexatt.fused.PhaseTimer``: the query products W_q h and W_g h, g_t, the vision span,
+scoring, softmax, context and p_t of every step) and ``precompute`` (the key projection U_k h̄,
+once per sentence) is wrapped with a ``perf_counter`` timer (``_common.AttentionTimer``, which
+also times the eager attention module's ``forward`` where that runs); the share is their time over
+the whole ``forced_decode`` call (encoder, LSTM, readout and bookkeeping make up the rest).
+``--profile`` adds a
+``torch.profiler`` pass over the eager path with ``record_function`` ranges around the same calls and prints the
 ops that take the most self CPU time, as a cross-check.
 
 Subword level: the default pipeline's checkpoints (``artifacts/models/global/best.ckpt``,
@@ -74,27 +79,29 @@ from flexatt.search import forced_decode  # noqa: E402
 MODELS = ("global", "flexible_ft")
 
 
-def decode(model, batch, tau):
-    return forced_decode(model, batch.src, batch.src_len, batch.tgt_in, batch.tgt_out, tau=tau)
+def decode(model, batch, tau, fused=None):
+    return forced_decode(model, batch.src, batch.src_len, batch.tgt_in, batch.tgt_out, tau=tau, fused=fused)
 
 
-def time_side_by_side(models: dict, taus: dict, batches: list, rounds: int, n_sent: int) -> dict:
-    """Per model: the ms per sentence of every round (both models on each batch, back to back)."""
-    names = list(models)
-    for name in names:  # warm-up
+def time_side_by_side(models: dict, taus: dict, batches: list, rounds: int, n_sent: int,
+                      paths: tuple[str, ...]) -> dict:
+    """Per path ("fused", "eager") and model: the ms per sentence of every round (every model on
+    every path on each batch, back to back, in rotating order)."""
+    runs = [(path, name) for path in paths for name in models]
+    for path, name in runs:  # warm-up
         for b in batches[: max(1, min(len(batches), 20))]:
-            decode(models[name], b, taus[name])
-    ms = {name: [] for name in names}
+            decode(models[name], b, taus[name], path == "fused")
+    ms = {path: {name: [] for name in models} for path in paths}
     clock = time.perf_counter
     for r in range(rounds):
-        total = dict.fromkeys(names, 0.0)
+        total = dict.fromkeys(runs, 0.0)
         for i, b in enumerate(batches):
-            for name in B.rotated(names, i + r):
+            for path, name in B.rotated(runs, i + r):
                 t0 = clock()
-                decode(models[name], b, taus[name])
-                total[name] += clock() - t0
-        for name in names:
-            ms[name].append(1000.0 * total[name] / n_sent)
+                decode(models[name], b, taus[name], path == "fused")
+                total[path, name] += clock() - t0
+        for path, name in runs:
+            ms[path][name].append(1000.0 * total[path, name] / n_sent)
     return ms
 
 
@@ -123,11 +130,11 @@ def profile(name: str, model, tau, batches, top: int) -> dict:
     with B.AttentionTimer(model, record=True), tprofile(activities=[ProfilerActivity.CPU]) as prof:
         for b in batches:
             with record_function("forced_decode"):
-                decode(model, b, tau)
+                decode(model, b, tau, fused=False)  # op by op: the eager path
     events = {e.key: e for e in prof.key_averages()}
     total = events["forced_decode"].cpu_time_total
     att = sum(events[k].cpu_time_total for k in ("attention.step", "attention.precompute") if k in events)
-    print(f"  torch.profiler, {name}: attention ranges {att / total:.1%} of forced_decode "
+    print(f"  torch.profiler, {name} (eager path): attention ranges {att / total:.1%} of forced_decode "
           f"(profiler overhead inflates small ops; compare with the timer figure)")
     print("    " + prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=top).replace("\n", "\n    "))
     return {"profiler_share": att / total}
@@ -188,14 +195,19 @@ def run_level(level: str, args, cfg) -> dict:
                  "steps_per_sentence": tgt_mean, "batch_sizes": {}, "note": note}
 
     single = B.first_batches(split, n, 1)
+    paths = ("fused", "eager") if args.eager else ("fused",)
     for bs in args.batch_sizes:
         batches = single if bs == 1 else B.first_batches(split, n, bs)
-        ms = time_side_by_side(models, taus, batches, args.rounds, n)
-        ratios = [g / f for g, f in zip(ms["global"], ms["flexible_ft"])]
-        out["batch_sizes"][bs] = {"ms_per_sentence": ms, "ratio_per_round": ratios,
-                                  "ms_median": {k: B.med(v) for k, v in ms.items()},
-                                  "ratio_median": B.med(ratios)}
-        print(f"  batch size {bs}: {args.rounds} rounds, side by side", flush=True)
+        timed = time_side_by_side(models, taus, batches, args.rounds, n, paths)
+        for path, ms in timed.items():
+            ratios = [g / f for g, f in zip(ms["global"], ms["flexible_ft"])]
+            figures = {"ms_per_sentence": ms, "ratio_per_round": ratios,
+                       "ms_median": {k: B.med(v) for k, v in ms.items()}, "ratio_median": B.med(ratios)}
+            if path == "fused":
+                out["batch_sizes"][bs] = figures
+            else:
+                out.setdefault("eager", {})[bs] = figures
+        print(f"  batch size {bs}: {args.rounds} rounds, side by side ({' and '.join(paths)} paths)", flush=True)
     shares = {name: attention_share(models[name], taus[name], single) for name in MODELS}
     out["attention"] = shares
     if args.profile:
@@ -216,6 +228,15 @@ def run_level(level: str, args, cfg) -> dict:
     for bs in args.batch_sizes:
         r = out["batch_sizes"][bs]["ratio_per_round"]
         print(f"  speed-up global/flexible at batch size {bs}: {B.med(r):.2f}x (rounds {B.spread(r)})")
+    if args.eager:
+        print("  eager path (fused=False: decode_step once per step, the decoding code of greedy and beam search):")
+        for bs in args.batch_sizes:
+            e, f = out["eager"][bs], out["batch_sizes"][bs]
+            gain = {k: e["ms_median"][k] / f["ms_median"][k] for k in MODELS}
+            print(f"    batch size {bs}: global {e['ms_median']['global']:.2f}, flexible_ft "
+                  f"{e['ms_median']['flexible_ft']:.2f} ms/sent, speed-up {e['ratio_median']:.2f}x "
+                  f"(rounds {B.spread(e['ratio_per_round'])}); the fused path is {gain['global']:.1f}x / "
+                  f"{gain['flexible_ft']:.1f}x as fast")
     arith = out["arithmetic"] = step_arithmetic(models, {k: v["window"] for k, v in shares.items()})
     print("  arithmetic per step and sentence (multiply-adds, concat score):")
     for name in MODELS:
@@ -244,6 +265,8 @@ def main() -> None:
     parser.add_argument("--char-train-fraction", type=float, default=0.5, help="of an epoch, per model")
     parser.add_argument("--char-ft-fraction", type=float, default=0.25, help="of an epoch, fine-tuning")
     parser.add_argument("--char-dev", type=int, default=300, help="dev pairs for validation and tau selection")
+    parser.add_argument("--no-eager", dest="eager", action="store_false",
+                        help="time the fused path only (default: the eager path too, side by side)")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="also run torch.profiler over N sentences per model and print the top ops")
     parser.add_argument("--out", default="benchmarks/results/decode_speed.json")
