@@ -1,4 +1,5 @@
-"""Shared fixtures: the repository root, and a scratch folder with a composed params.yaml."""
+"""Shared fixtures: the repository root, a scratch folder with a composed params.yaml, and the
+copy-task training of the tiny decoding-test models."""
 
 from __future__ import annotations
 
@@ -59,3 +60,20 @@ def single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def train_to_copy(model, batches) -> dict:
+    """Adam (lr 0.03) on the copy task, one step per ``(src, src_len)`` of ``batches`` (the
+    target is the source, EOS last); returns a detached copy of the trained state dict."""
+    from flexatt.data.subwords import BOS_ID, PAD_ID
+    from flexatt.model import sequence_nll
+
+    opt = torch.optim.Adam(model.parameters(), lr=0.03)
+    for src, src_len in batches:
+        tgt_in = torch.cat([torch.full((src.size(0), 1), BOS_ID), src[:, :-1]], 1).masked_fill(src == PAD_ID, PAD_ID)
+        logits, _ = model(src, src_len, tgt_in)
+        loss = sequence_nll(logits, src, src != PAD_ID)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}

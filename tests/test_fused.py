@@ -15,9 +15,10 @@ import pytest
 import torch
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
+from conftest import train_to_copy
 from flexatt import fused
 from flexatt.data.subwords import BOS_ID, EOS_ID, PAD_ID
-from flexatt.model import build_model, sequence_nll
+from flexatt.model import build_model
 from flexatt.search import forced_decode
 
 VOCAB = 17
@@ -42,20 +43,16 @@ def copy_state() -> dict:
     torch.manual_seed(0)
     model = build_model({**SIZES, "attention": "global"}, VOCAB, VOCAB, PAD_ID)
     g = torch.Generator().manual_seed(0)
-    opt = torch.optim.Adam(model.parameters(), lr=0.03)
-    for _ in range(STEPS):
+
+    def batch():
         lengths = torch.randint(3, 12, (32,), generator=g)
         src = torch.full((32, int(lengths.max())), PAD_ID, dtype=torch.long)
         for i, n in enumerate(lengths.tolist()):
             src[i, :n] = torch.randint(4, VOCAB, (n,), generator=g)
             src[i, n - 1] = EOS_ID
-        tgt_in = torch.cat([torch.full((32, 1), BOS_ID), src[:, :-1]], 1).masked_fill(src == PAD_ID, PAD_ID)
-        logits, _ = model(src, lengths, tgt_in)
-        loss = sequence_nll(logits, src, src != PAD_ID)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+        return src, lengths
+
+    return train_to_copy(model, (batch() for _ in range(STEPS)))
 
 
 def model_of(attention="global", seed=0, **kw):

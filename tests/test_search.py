@@ -8,8 +8,9 @@ import math
 import pytest
 import torch
 
+from conftest import train_to_copy
 from flexatt.data.subwords import BOS_ID, EOS_ID, PAD_ID
-from flexatt.model import Seq2Seq, build_model, sequence_nll
+from flexatt.model import Seq2Seq, build_model
 from flexatt.search import beam_search, forced_decode, greedy
 
 VOCAB = 12
@@ -32,18 +33,9 @@ def trained_state(vocab: int) -> dict:
     torch.manual_seed(0)
     model = build_model({**TINY, "attention": "flexible"}, vocab, vocab, PAD_ID)
     g = torch.Generator().manual_seed(0)
-    opt = torch.optim.Adam(model.parameters(), lr=0.03)
-    for _ in range(50):
-        lengths = torch.randint(2, 9, (32,), generator=g)
-        src, src_len = sources((lengths + 1).tolist(), generator=g, vocab=vocab)
-        tgt_out = src.clone()
-        tgt_in = torch.cat([torch.full((32, 1), BOS_ID), src[:, :-1]], 1).masked_fill(src == PAD_ID, PAD_ID)
-        logits, _ = model(src, src_len, tgt_in)
-        loss = sequence_nll(logits, tgt_out, tgt_out != PAD_ID)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    batches = (sources((torch.randint(2, 9, (32,), generator=g) + 1).tolist(), generator=g, vocab=vocab)
+               for _ in range(50))
+    return train_to_copy(model, batches)
 
 
 def tiny_model(attention="global", seed=0, vocab=VOCAB, **kw) -> Seq2Seq:
