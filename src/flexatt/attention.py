@@ -675,7 +675,7 @@ class FlexibleAttention(Attention):
         p_{t-1}, the radius σ√(2τ/g_t) (:meth:`span_radius`) and S. The same float32 operations
         in the same order on ``numpy.float32`` scalars (``round`` is half-to-even in both), so
         the bounds are bit-identical to the batched ones, without ~16 tensor operations on one
-        element. (The radius itself comes from torch: its ``sqrt`` need not round as numpy's.)
+        element.
         """
         p, r, length_f = _F32(prev_pos), _F32(radius), _F32(length)
         lo = np.floor(p - r) + _F32(1.0)  # smallest integer s > p - r

@@ -67,8 +67,14 @@ class RecurrentEncoder(nn.Module):
             packed = pack_padded_sequence(emb, lengths, batch_first=True, enforce_sorted=False)
             out, _ = self.rnn(packed)
             states, _ = pad_packed_sequence(out, batch_first=True, total_length=max_len)  # batch x S x 2H
-        positions = torch.arange(max_len, device=src.device)
-        mask = positions.unsqueeze(0) < src_len.to(src.device).unsqueeze(1)  # batch x S
+        return self.output(states, src_len)
+
+    def output(self, states: Tensor, src_len: Tensor) -> EncoderOutput:
+        """The :class:`EncoderOutput` of the LSTM states (batch x S x 2H, zeros at padding):
+        the mask, the mean m of h̄ over the real positions, h_0 = tanh(W_init · m + b_init),
+        c_0 = 0. (``flexatt.fused`` runs the LSTM in its kernel and calls this too.)"""
+        positions = torch.arange(states.size(1), device=states.device)
+        mask = positions.unsqueeze(0) < src_len.to(states.device).unsqueeze(1)  # batch x S
         summary = states.sum(1) / src_len.to(states.dtype).to(states.device).unsqueeze(1)  # batch x 2H
         hidden = torch.tanh(self.bridge(summary))  # batch x H
         cell = torch.zeros_like(hidden)

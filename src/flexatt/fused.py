@@ -48,7 +48,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from flexatt.attention import ConcatScore, FlexibleAttention, GlobalAttention
-from flexatt.encoders import EncoderOutput, RecurrentEncoder
+from flexatt.encoders import RecurrentEncoder
 
 ENV = "FLEXATT_FUSED"
 EXT_DIR_ENV = "FLEXATT_EXT_DIR"
@@ -205,15 +205,12 @@ def _encode(model, w: dict, src: Tensor, src_len: Tensor):
     """``model.encode`` (:class:`~flexatt.encoders.RecurrentEncoder`, then the decoder's
     ``init_state``) with the bidirectional LSTM in the kernel (``bilstm``: its two directions on
     two threads at once, one product for the input projections of both)."""
-    enc, att = model.encoder, model.decoder.attention
+    enc = model.encoder
     emb = enc.embed(src)  # batch x S x E (eval mode: no dropout)
     gates_x = F.linear(emb, w["enc_w_ih"], w["enc_b"])  # batch x S x 8H
     lengths = src_len.long().contiguous()
     states = extension(required=True).bilstm(gates_x, w["enc_w_hh_fwd"], w["enc_w_hh_bwd"], lengths)
-    mask = torch.arange(src.size(1), device=src.device).unsqueeze(0) < lengths.unsqueeze(1)
-    summary = states.sum(1) / lengths.to(states.dtype).unsqueeze(1)  # batch x 2H
-    hidden = torch.tanh(enc.bridge(summary))
-    return model.decoder.init_state(EncoderOutput(states, mask, summary, hidden, torch.zeros_like(hidden)))
+    return model.decoder.init_state(enc.output(states, lengths))
 
 
 class PhaseTimer:
@@ -258,7 +255,7 @@ def forced_decode(model, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: 
     timer: Optional[PhaseTimer] = _state.get("timer")  # type: ignore[assignment]
     hc, attention, window, span_lo, span_hi, position, g, phases = ext.forced_decode(
         cache.keys.contiguous(), values, cache.lengths.long().contiguous(), lengths.long().contiguous(),
-        state.hidden.contiguous().clone(), state.cell.contiguous().clone(), feedback, w["w_x"], w["w_qg"],
+        state.hidden.contiguous(), state.cell.contiguous().clone(), feedback, w["w_x"], w["w_qg"],
         w["v_a"], w["v_g"], w["b_g"], w["sigma"], math.inf if tau is None else float(tau), flexible, ctx_gates,
         timer is not None)
     if timer is not None:

@@ -123,14 +123,21 @@ class _TraceBuffer:
                tokens: Tensor) -> list[Trace]:
         """:class:`Trace` of buffer rows ``index`` with their step counts, source lengths and
         output tokens (``len(index) x >=T`` ids)."""
-        out = []
-        for i, t, s in zip(index, steps, src_len):
-            extra = {name: buf[i, :t].clone() for name, buf in self.fields.items()}
-            for name in ("g", "temperature"):
-                extra.setdefault(name, None)
-            out.append(Trace(tokens=tokens[i, :t].clone(), attention=self.attention[i, :t, :s].clone(),
-                             **extra))
-        return out
+        return _traces(self.attention, self.fields, index, steps, src_len, tokens)
+
+
+def _traces(attention: Tensor, fields: dict[str, Tensor], index: list[int], steps: list[int],
+            src_len: list[int], tokens: Tensor) -> list[Trace]:
+    """:class:`Trace` of rows ``index`` of per-step traces (``attention`` n x T x S, ``fields``:
+    :class:`AttentionStats` names -> n x T) with their step counts, source lengths and output
+    tokens."""
+    out = []
+    for i, t, s in zip(index, steps, src_len):
+        extra = {name: buf[i, :t].clone() for name, buf in fields.items()}
+        for name in ("g", "temperature"):
+            extra.setdefault(name, None)
+        out.append(Trace(tokens=tokens[i, :t].clone(), attention=attention[i, :t, :s].clone(), **extra))
+    return out
 
 
 def _limits(max_len: Tensor | int, batch: int, device: torch.device) -> Tensor:
@@ -518,10 +525,8 @@ def _forced_result(out: dict, tgt_out: Tensor, lengths: Tensor, src_len: Tensor,
                                                               attention.size(2))], 1)
     traces = None
     if return_traces:
-        buffer = _TraceBuffer(batch, 0, 0, attention)
-        buffer.attention = attention
-        buffer.fields = {name: out[name] for name in AttentionStats._fields if out.get(name) is not None}
-        traces = buffer.traces(list(range(batch)), lengths.tolist(), src_len.tolist(), ref)
+        fields = {name: out[name] for name in AttentionStats._fields if out.get(name) is not None}
+        traces = _traces(attention, fields, list(range(batch)), lengths.tolist(), src_len.tolist(), ref)
     lp = out["log_probs"].unsqueeze(1)
     return SearchResult(
         tokens=ref.masked_fill(ref == EOS_ID, PAD_ID),

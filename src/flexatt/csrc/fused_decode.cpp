@@ -171,7 +171,7 @@ void check_f32(const torch::Tensor& t, const char* name, int64_t dim) {
 }  // namespace
 
 // keys B x S x A (U_k hbar), values B x S x C (hbar), src_len B (long), steps B (long: forced
-// steps per sentence), hidden / cell B x H (the state before step 1; updated in place),
+// steps per sentence), hidden / cell B x H (the state before step 1; cell is updated in place),
 // feedback T x B x F: per step the terms of the fed-back token, [W_ie i_t + b_ih + b_hh (4H);
 // g_t's W_ge i_t (G; flexible only); anything after is ignored], w_x (C + H) x 4H ([W_ic W_hh]
 // transposed), w_qg H x (A + G) ([W_q; W_gh] transposed; G = 0 for global), v_a A, v_g G, b_g,
@@ -356,7 +356,6 @@ std::vector<torch::Tensor> forced_decode(torch::Tensor keys, torch::Tensor value
     });
     lap(lstm_s);
   }
-  hidden.copy_(h_prev);
   auto phases = torch::tensor({attention_s, lstm_s}, torch::kFloat64);
   return {hc, attention, window, span_lo, span_hi, position, g_out, phases};
 }
