@@ -250,7 +250,7 @@ def test_the_phase_timer_times_every_step():
     assert timer.calls == 1  # outside the block nothing is timed
 
 
-@pytest.mark.parametrize("rows", [1, 3])
+@pytest.mark.parametrize("rows", [1, 3, 6])
 def test_the_fused_encoder_equals_the_model_encoder(rows):
     model = model_of("flexible", seed=6)
     src, src_len, *_ = batch_of(rows)
@@ -263,14 +263,74 @@ def test_the_fused_encoder_equals_the_model_encoder(rows):
     torch.testing.assert_close(f_state.attention.context, state.attention.context, atol=1e-6, rtol=1e-5)
 
 
-def test_the_kernel_refuses_bad_lengths():
+def test_the_kernel_refuses_bad_lengths_and_tokens():
     ext = fused.extension(required=True)
-    gates = torch.zeros(2, 3, 8 * 4)
-    w = torch.zeros(4, 16)
+    table = torch.zeros(5, 8 * 4)
+    w = ext.pack(torch.zeros(4, 16))
+    src = torch.tensor([[1, 2, 4], [3, 1, 0]])
     with pytest.raises(RuntimeError, match=r"src_len\[1\] = 0 is outside \[1, 3\]"):
-        ext.bilstm(gates, w, w, torch.tensor([3, 0]))
-    with pytest.raises(RuntimeError, match="gates_x must be B x S x 8H"):
-        ext.bilstm(torch.zeros(2, 3, 5), w, w, torch.tensor([3, 2]))
+        ext.bilstm(src, torch.tensor([3, 0]), table, w, w)
+    with pytest.raises(RuntimeError, match=r"src\[0, 2\] = 5 is outside the table's \[0, 5\)"):
+        ext.bilstm(src + 1, torch.tensor([3, 2]), table, w, w)
+    with pytest.raises(RuntimeError, match="table must be V x 8H"):
+        ext.bilstm(src, torch.tensor([3, 2]), torch.zeros(5, 7), w, w)
+    with pytest.raises(RuntimeError, match="w_hh_fwd must have 3 dimensions"):
+        ext.bilstm(src, torch.tensor([3, 2]), table, torch.zeros(4, 16), w)
+    with pytest.raises(RuntimeError, match="w_hh_bwd must be a K x 16 matrix packed by pack"):
+        ext.bilstm(src, torch.tensor([3, 2]), table, w, ext.pack(torch.zeros(4, 200)))
+
+
+def test_the_kernel_refuses_fed_back_tokens_outside_the_table():
+    model = model_of("flexible")
+    src, src_len, tgt_in, tgt_out, tgt_len = batch_of(6)
+    tgt_in[3, 2] = VOCAB
+    with pytest.raises(RuntimeError, match=rf"tokens\[\d, 2\] = {VOCAB} is outside the table's \[0, {VOCAB}\)"):
+        forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len, fused=True)
+
+
+@pytest.mark.parametrize("m", [1, 5, 6, 7, 13, 97, 200])
+@pytest.mark.parametrize("k,n", [(1, 1), (7, 15), (33, 64), (20, 65), (24, 130)])
+@pytest.mark.parametrize("init", ["none", "bias", "rows"])
+def test_the_packed_product_equals_a_matrix_product(m, k, n, init):
+    """``linear`` (the kernel's products: panels of columns, blocks of rows, remainders of both)
+    against torch, and each row's result independent of the other rows (bit for bit)."""
+    ext = fused.extension(required=True)
+    g = torch.Generator().manual_seed(m * 1000 + k * 10 + n)
+    x, w = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
+    wide = torch.randn(m, n + 3, generator=g)
+    init_t = {"none": torch.empty(0), "bias": wide[0, :n], "rows": wide[:, 2:n + 2]}[init]  # rows: a strided view
+    out = ext.linear(x, ext.pack(w), n, init_t)
+    ref = x.double() @ w.double() + (0 if init == "none" else init_t.double())
+    torch.testing.assert_close(out.double(), ref, atol=1e-5 * (k + 1), rtol=1e-5)
+    part = slice(m // 2, m)  # the same rows in a batch of their own
+    alone = ext.linear(x[part].contiguous(), ext.pack(w), n, init_t if init != "rows" else init_t[part])
+    assert torch.equal(alone, out[part])
+
+
+def test_the_packed_product_refuses_mismatched_shapes():
+    ext = fused.extension(required=True)
+    packed = ext.pack(torch.zeros(4, 10))
+    with pytest.raises(RuntimeError, match="x has 3 columns, the packed matrix 4 rows"):
+        ext.linear(torch.zeros(2, 3), packed, 10, torch.empty(0))
+    with pytest.raises(RuntimeError, match="must be a K x 200 matrix packed by pack"):
+        ext.linear(torch.zeros(2, 4), packed, 200, torch.empty(0))
+    with pytest.raises(RuntimeError, match=r"init must be n \(10\) or M x n \(2 x 10\)"):
+        ext.linear(torch.zeros(2, 4), packed, 10, torch.zeros(3, 10))
+
+
+def test_the_batch_order_does_not_change_a_sentence():
+    """The kernel runs the rows longest first; any order of the batch gives each sentence the
+    same result, bit for bit."""
+    model = model_of("flexible", seed=3)
+    src, src_len, tgt_in, tgt_out, tgt_len = batch_of(6)
+    perm = torch.tensor([4, 1, 5, 0, 3, 2])
+    a = forced_decode(model, src, src_len, tgt_in, tgt_out, 0.3, tgt_len=tgt_len, fused=True)
+    b = forced_decode(model, src[perm], src_len[perm], tgt_in[perm], tgt_out[perm], 0.3, tgt_len=tgt_len[perm],
+                      fused=True)
+    assert torch.equal(b.log_probs, a.log_probs[perm])
+    assert torch.equal(b.window_sum, a.window_sum[perm])
+    width = min(a.attention.size(-1), b.attention.size(-1))
+    assert torch.equal(b.attention[..., :width], a.attention[perm][..., :width])
 
 
 def test_the_unpacked_encoder_equals_the_packed_one_with_gradients():

@@ -137,7 +137,8 @@ def unsupported(model, src: Tensor) -> Optional[str]:
         return "the model is in training mode"
     if torch.is_autocast_enabled("cpu"):
         return "autocast is on"
-    if src.device.type != "cpu" or not _weights(model)["float32_cpu"]:
+    if src.device.type != "cpu" or not all(p.device.type == "cpu" and p.dtype == torch.float32
+                                          for p in model.parameters()):
         return "not float32 on the CPU"
     return None
 
@@ -159,23 +160,26 @@ def _weights(model) -> dict:
 
 @torch.no_grad()
 def _arrange(model) -> dict:
-    """``w_x``, ``w_qg``, ``v_a``, ``v_g``, ``b_g`` and ``sigma`` as the kernel takes them;
-    ``table``: per vocabulary entry y, every term of the fed-back embedding i = E[y] that does
-    not depend on the recurrence, [W_ie i + b_ih + b_hh (4H); W_ge i (G, flexible); W_oi i + b_o
-    (the readout's share, R)], so that a step's feedback is one row lookup; ``w_ohc`` the
-    readout's [h; c] columns."""
+    """The model's parameters as the kernel takes them. Matrices are packed (``pack``: panels of
+    columns, see ``csrc/fused_decode.cpp``): ``w_x`` [W_ic W_hh]ᵀ, ``w_qg`` [W_q; W_gh]ᵀ,
+    ``w_ohc`` the readout's [h; c] columns transposed, ``w_s`` W_sᵀ, ``enc_w_hh_fwd`` /
+    ``enc_w_hh_bwd`` the encoder's W_hhᵀ. ``table``: per target vocabulary entry y, every term of
+    the fed-back embedding i = E[y] that does not depend on the recurrence, [W_ie i + b_ih + b_hh
+    (4H); W_ge i (G, flexible); W_oi i + b_o (the readout's share, R)], so that a step's feedback
+    is one row lookup; ``enc_table`` likewise per source entry x the encoder's input projections
+    of both directions, [W_ih_fwd x + b_fwd; W_ih_bwd x + b_bwd] (8H)."""
+    ext = extension(required=True)
     dec, att = model.decoder, model.decoder.attention
-    float32_cpu = all(p.device.type == "cpu" and p.dtype == torch.float32 for p in model.parameters())
-    if not float32_cpu:
-        return {"float32_cpu": False}
     w = dec.lstm_weights()
     hidden, ctx = dec.hidden_size, w.context.size(0)
     emb = dec.embed.weight  # V x E
     w_o = dec.W_o.weight  # R x (H + C + E)
     parts = [F.linear(emb, w.feedback, w.bias)]  # V x 4H
-    out = {"float32_cpu": True, "w_x": torch.cat([w.context, w.hidden], 0).contiguous(),  # (C + H) x 4H
+    out = {"w_x": ext.pack(torch.cat([w.context, w.hidden], 0).contiguous()),  # (C + H) x 4H
            "v_a": att.scorer.v_a.weight.reshape(-1).contiguous(), "flexible": isinstance(att, FlexibleAttention),
-           "w_ohc": w_o[:, :hidden + ctx].contiguous(), "ctx_t": w.context}
+           "w_ohc": ext.pack(w_o[:, :hidden + ctx].t().contiguous()), "readout": w_o.size(0),
+           "w_s": ext.pack(dec.W_s.weight.t().contiguous()), "b_s": dec.W_s.bias.contiguous(),
+           "vocab": dec.W_s.weight.size(0), "ctx_t": w.context}
     w_q = att.scorer.W_q.weight  # A x H
     if out["flexible"]:
         w_g = att.W_g.weight  # G x (H [+ E])
@@ -190,27 +194,29 @@ def _arrange(model) -> dict:
     else:
         out["w_qg"] = w_q.t().contiguous()
         out["v_g"], out["b_g"], out["sigma"] = emb.new_empty(0), 0.0, 1.0
+    out["w_qg"] = ext.pack(out["w_qg"])
     parts.append(F.linear(emb, w_o[:, hidden + ctx:], dec.W_o.bias))  # V x R
     out["table"] = torch.cat(parts, 1).contiguous()  # V x (4H [+ G] + R)
-    rnn = model.encoder.rnn  # the encoder's LSTM: both directions' input projections in one product
-    out["enc_w_ih"] = torch.cat([rnn.weight_ih_l0, rnn.weight_ih_l0_reverse], 0).contiguous()  # 8H x E
-    out["enc_b"] = torch.cat([rnn.bias_ih_l0 + rnn.bias_hh_l0, rnn.bias_ih_l0_reverse + rnn.bias_hh_l0_reverse])
-    out["enc_w_hh_fwd"] = rnn.weight_hh_l0.t().contiguous()  # H x 4H
-    out["enc_w_hh_bwd"] = rnn.weight_hh_l0_reverse.t().contiguous()
     out["readout_at"] = out["table"].size(1) - w_o.size(0)
+    rnn = model.encoder.rnn
+    out["enc_table"] = F.linear(model.encoder.embed.weight,  # V_src x 8H
+                                torch.cat([rnn.weight_ih_l0, rnn.weight_ih_l0_reverse], 0),
+                                torch.cat([rnn.bias_ih_l0 + rnn.bias_hh_l0,
+                                           rnn.bias_ih_l0_reverse + rnn.bias_hh_l0_reverse])).contiguous()
+    out["enc_w_hh_fwd"] = ext.pack(rnn.weight_hh_l0.t().contiguous())  # H x 4H
+    out["enc_w_hh_bwd"] = ext.pack(rnn.weight_hh_l0_reverse.t().contiguous())
     return out
 
 
 def _encode(model, w: dict, src: Tensor, src_len: Tensor):
     """``model.encode`` (:class:`~flexatt.encoders.RecurrentEncoder`, then the decoder's
     ``init_state``) with the bidirectional LSTM in the kernel (``bilstm``: its two directions on
-    two threads at once, one product for the input projections of both)."""
-    enc = model.encoder
-    emb = enc.embed(src)  # batch x S x E (eval mode: no dropout)
-    gates_x = F.linear(emb, w["enc_w_ih"], w["enc_b"])  # batch x S x 8H
+    two threads at once, the input projections looked up per token in ``enc_table``; in eval
+    mode the embedding has no dropout, so this is the same computation)."""
     lengths = src_len.long().contiguous()
-    states = extension(required=True).bilstm(gates_x, w["enc_w_hh_fwd"], w["enc_w_hh_bwd"], lengths)
-    return model.decoder.init_state(enc.output(states, lengths))
+    states = extension(required=True).bilstm(src.long().contiguous(), lengths, w["enc_table"],
+                                              w["enc_w_hh_fwd"], w["enc_w_hh_bwd"])
+    return model.decoder.init_state(model.encoder.output(states, lengths))
 
 
 class PhaseTimer:
@@ -239,23 +245,20 @@ def forced_decode(model, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: 
     The caller (:func:`flexatt.search.forced_decode`) checks :func:`unsupported` first."""
     ext = extension(required=True)
     w = _weights(model)
-    dec = model.decoder
     flexible = w["flexible"]
     if flexible and tau is not None and tau < 0:
         raise ValueError(f"tau must be >= 0, got {tau}")
     small = src.size(0) <= ext.small_batch()
-    # a few rows: the encoder's LSTM in the kernel too (larger batches: oneDNN's is faster)
-    cache, state = _encode(model, w, src, src_len) if small else model.encode(src, src_len)
-    t_max = int(lengths.max())
-    tokens = tgt_in[:, :t_max].t().reshape(-1)  # T·batch, step-major
-    feedback = w["table"].index_select(0, tokens).view(t_max, src.size(0), -1)  # T x batch x (4H [+ G] + R)
+    cache, state = _encode(model, w, src, src_len)
     values = cache.values.contiguous()
     # a few rows: W_ic hbar_s once per sentence, summed over the span at each step
     ctx_gates = torch.matmul(values, w["ctx_t"]) if small else values.new_empty(0)
     timer: Optional[PhaseTimer] = _state.get("timer")  # type: ignore[assignment]
-    hc, attention, window, span_lo, span_hi, position, g, phases = ext.forced_decode(
-        cache.keys.contiguous(), values, cache.lengths.long().contiguous(), lengths.long().contiguous(),
-        state.hidden.contiguous(), state.cell.contiguous().clone(), feedback, w["w_x"], w["w_qg"],
+    lengths = lengths.long().contiguous()
+    tgt_in = tgt_in[:, : max(int(lengths.max()), 1)].long().contiguous()
+    hc, rows_b, rows_t, attention, window, span_lo, span_hi, position, g, phases = ext.forced_decode(
+        cache.keys.contiguous(), values, cache.lengths.long().contiguous(), lengths,
+        state.hidden.contiguous(), state.cell.contiguous(), tgt_in, w["table"], w["w_x"], w["w_qg"],
         w["v_a"], w["v_g"], w["b_g"], w["sigma"], math.inf if tau is None else float(tau), flexible, ctx_gates,
         timer is not None)
     if timer is not None:
@@ -263,14 +266,13 @@ def forced_decode(model, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: 
         timer.lstm_s += float(phases[1])
         timer.calls += 1
         timer.steps += int(lengths.sum())
-    # the readout does not feed back: one product over every step, as in teacher forcing;
-    # o_t = tanh(W_o [h_t; c_t; i_t] + b_o) with the i_t share looked up with the feedback
-    rows = hc.view(-1, hc.size(-1))  # T·batch x (H + C)
-    o = torch.tanh(torch.addmm(feedback.view(rows.size(0), -1)[:, w["readout_at"]:], rows, w["w_ohc"].t()))
-    logits = dec.W_s(o).view(t_max, src.size(0), -1)  # T x batch x V
-    gold = tgt_out[:, :t_max].t().unsqueeze(-1)  # T x batch x 1
-    token_lp = torch.log_softmax(logits, -1).gather(-1, gold).squeeze(-1)  # T x batch
-    inside = torch.arange(t_max, device=src.device).unsqueeze(1) < lengths.unsqueeze(0)
-    log_probs = token_lp.masked_fill(~inside, 0.0).sum(0)
+    # the readout does not feed back: one product over the decoded steps (hc's rows), as in
+    # teacher forcing; o_t = tanh(W_o [h_t; c_t; i_t] + b_o) with the i_t share looked up
+    fed = w["table"].narrow(1, w["readout_at"], w["readout"]).index_select(0, tgt_in[rows_b, rows_t])
+    o = torch.tanh(ext.linear(hc, w["w_ohc"], w["readout"], fed))
+    logits = ext.linear(o, w["w_s"], w["vocab"], w["b_s"])  # N x V
+    gold = tgt_out[rows_b, rows_t].unsqueeze(1)
+    token_lp = torch.log_softmax(logits, -1).gather(1, gold).squeeze(1)  # N
+    log_probs = token_lp.new_zeros(src.size(0)).index_add_(0, rows_b, token_lp)
     return {"log_probs": log_probs, "attention": attention, "window": window, "span_lo": span_lo,
             "span_hi": span_hi, "position": position, "g": g if flexible else None}

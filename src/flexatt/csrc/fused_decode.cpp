@@ -77,47 +77,93 @@ inline void axpy(float w, const float* x, float* out, int64_t n) {
   for (; j < n; ++j) out[j] += w * x[j];
 }
 
-// out[0:n] = (init ? init : 0) + sum_i x[i] * w[i, 0:n] for the columns [j0, j1) of w (row-major,
-// m x ld): a matrix-vector product for one row (at batch sizes of a few rows a library GEMM call
-// costs more than this)
-inline void gemv_cols(const float* x, const float* w, const float* init, float* out, int64_t m, int64_t ld,
-                      int64_t j0, int64_t j1) {
-  w += j0; out += j0; if (init) init += j0;
-  const int64_t n = j1 - j0;
-  if (init) std::copy(init, init + n, out); else std::fill(out, out + n, 0.f);
-  int64_t i = 0;
-  for (; i + 4 <= m; i += 4) {  // four rows of w per pass over out
-    const Vec x0(x[i]), x1(x[i + 1]), x2(x[i + 2]), x3(x[i + 3]);
-    const float *w0 = w + i * ld, *w1 = w0 + ld, *w2 = w1 + ld, *w3 = w2 + ld;
-    int64_t j = 0;
-    for (; j + VL <= n; j += VL) {
-      Vec acc = Vec::loadu(out + j);
-      acc = at::vec::fmadd(x0, Vec::loadu(w0 + j), acc);
-      acc = at::vec::fmadd(x1, Vec::loadu(w1 + j), acc);
-      acc = at::vec::fmadd(x2, Vec::loadu(w2 + j), acc);
-      acc = at::vec::fmadd(x3, Vec::loadu(w3 + j), acc);
-      acc.store(out + j);
+// ---- matrix products with packed weights -------------------------------------------------------
+// A weight matrix W (K x N, row-major) is stored as panels of kPanel columns, panels x K x kPanel
+// (pack(); the columns past N are zeros), so a block of kRowBlock rows streams through one
+// panel's K x kPanel floats in order while its kRowBlock x kPanelVecs accumulators stay in
+// registers. Every output element is init + a_0 w_0 + a_1 w_1 + ... + a_{K-1} w_{K-1}, one fused
+// multiply-add after the other in that order, whatever the number of rows, the blocking or the
+// threads: a row's result does not depend on the batch it is in. (On this kind of problem, tens
+// of rows against a few hundred columns, the library's GEMM reaches a fraction of the CPU's
+// vector throughput; benchmarks/decode_speed.py times the whole decoder.)
+constexpr int kPanelVecs = 4;
+constexpr int64_t kPanel = kPanelVecs * VL;
+constexpr int kRowBlock = 6;
+
+struct Panels {  // a packed K x N matrix (or rows [k0, k0 + K) of one: rows())
+  const float* data;
+  int64_t K, N, stride;  // stride: floats from one panel to the next
+  int64_t count() const { return (N + kPanel - 1) / kPanel; }
+  Panels rows(int64_t k0, int64_t k) const { return {data + k0 * kPanel, k, N, stride}; }
+};
+
+// rows [row0, row0 + MR) of C's columns [col0, col0 + cols) (cols <= kPanel): init(r) + A_r W_panel,
+// init(r) the init row of row r (nullptr: zeros), indexed from column 0
+template <int MR, typename Init>
+inline void block(const float* A, int64_t lda, const float* panel, int64_t K, const Init& init, int64_t row0,
+                  int64_t col0, int64_t cols, float* C, int64_t ldc) {
+  Vec acc[MR][kPanelVecs];
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    const float* in = init(row0 + r);
+#pragma GCC unroll 4
+    for (int v = 0; v < kPanelVecs; ++v) {
+      const int64_t n = std::min<int64_t>(VL, cols - v * VL);
+      acc[r][v] = !in || n <= 0 ? Vec(0.f) : n == VL ? Vec::loadu(in + col0 + v * VL) : Vec::loadu(in + col0 + v * VL, n);
     }
-    for (; j < n; ++j) out[j] += x[i] * w0[j] + x[i + 1] * w1[j] + x[i + 2] * w2[j] + x[i + 3] * w3[j];
   }
-  for (; i < m; ++i) axpy(x[i], w + i * ld, out, n);
+  const float* a = A + row0 * lda;
+  for (int64_t k = 0; k < K; ++k) {
+    Vec w[kPanelVecs];
+#pragma GCC unroll 4
+    for (int v = 0; v < kPanelVecs; ++v) w[v] = Vec::loadu(panel + k * kPanel + v * VL);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+      const Vec x(a[r * lda + k]);
+#pragma GCC unroll 4
+      for (int v = 0; v < kPanelVecs; ++v) acc[r][v] = at::vec::fmadd(x, w[v], acc[r][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < MR; ++r) {
+    float* out = C + (row0 + r) * ldc + col0;
+#pragma GCC unroll 4
+    for (int v = 0; v < kPanelVecs; ++v) {
+      const int64_t n = std::min<int64_t>(VL, cols - v * VL);
+      if (n == VL) acc[r][v].store(out + v * VL);
+      else if (n > 0) acc[r][v].store(out + v * VL, static_cast<int>(n));
+    }
+  }
 }
 
-// gemv_cols over all columns of the rows b < B with t < steps[b], the columns split between the
-// threads (each thread then keeps its part of w in its own cache from step to step)
-inline void gemv_batch(const float* x, int64_t ldx, const float* w, const float* init, int64_t ldi, float* out,
-                       int64_t ldo, int64_t m, int64_t n, int64_t B, int64_t t, const int64_t* n_steps) {
-  const int64_t chunks = std::min<int64_t>(at::get_num_threads(), std::max<int64_t>(1, n / (4 * VL)));
-  const int64_t per = (n / chunks + VL - 1) / VL * VL;
-  at::parallel_for(0, chunks, 1, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c) {
-      const int64_t j0 = c * per, j1 = std::min(n, j0 + per);
-      for (int64_t b = 0; b < B; ++b)
-        if (t < n_steps[b] && j0 < j1)
-          gemv_cols(x + b * ldx, w, init ? init + b * ldi : nullptr, out + b * ldo, m, n, j0, j1);
+// C[0:M, 0:N] = init + A[0:M, 0:K] W: tiles of (panel, rows) split between the threads (inside a
+// parallel region, as in bilstm's directions, on the calling thread alone)
+template <typename Init>
+void product(const float* A, int64_t lda, const Panels& W, const Init& init, float* C, int64_t ldc, int64_t M) {
+  if (M <= 0) return;
+  const int64_t panels = W.count();
+  const int64_t chunk = M <= 24 * kRowBlock ? M : 16 * kRowBlock;
+  const int64_t chunks = (M + chunk - 1) / chunk;
+  at::parallel_for(0, panels * chunks, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t p = i / chunks, m0 = (i % chunks) * chunk, m1 = std::min(M, m0 + chunk);
+      const int64_t col0 = p * kPanel, cols = std::min(kPanel, W.N - col0);
+      const float* panel = W.data + p * W.stride;
+      int64_t m = m0;
+      for (; m + kRowBlock <= m1; m += kRowBlock) block<kRowBlock>(A, lda, panel, W.K, init, m, col0, cols, C, ldc);
+      switch (m1 - m) {
+        case 5: block<5>(A, lda, panel, W.K, init, m, col0, cols, C, ldc); break;
+        case 4: block<4>(A, lda, panel, W.K, init, m, col0, cols, C, ldc); break;
+        case 3: block<3>(A, lda, panel, W.K, init, m, col0, cols, C, ldc); break;
+        case 2: block<2>(A, lda, panel, W.K, init, m, col0, cols, C, ldc); break;
+        case 1: block<1>(A, lda, panel, W.K, init, m, col0, cols, C, ldc); break;
+        default: break;
+      }
     }
   });
 }
+
+inline const float* no_init(int64_t) { return nullptr; }
 
 // the LSTM cell of torch.nn.LSTMCell from its pre-activations (gates i, f, g, o of H each)
 inline void lstm_cell(const float* gates, float* cell, float* h_out, float* h_copy, int64_t H) {
@@ -168,23 +214,90 @@ void check_f32(const torch::Tensor& t, const char* name, int64_t dim) {
   TORCH_CHECK(t.scalar_type() == at::kFloat, name, " must be float32");
 }
 
+Panels panels_of(const torch::Tensor& packed, int64_t n, const char* name) {
+  check_f32(packed, name, 3);
+  TORCH_CHECK(packed.size(0) == (n + kPanel - 1) / kPanel && packed.size(2) == kPanel, name,
+              " must be a K x ", n, " matrix packed by pack()");
+  return {packed.data_ptr<float>(), packed.size(1), n, packed.size(1) * kPanel};
+}
+
+// token ids of the rows b < B, positions t < used[b], inside [0, V); the first one outside is named
+void check_tokens(const torch::Tensor& tokens, const char* name, const int64_t* used, int64_t V) {
+  const int64_t B = tokens.size(0), T = tokens.size(1);
+  const int64_t* ids = tokens.data_ptr<int64_t>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < used[b]; ++t)
+      TORCH_CHECK(ids[b * T + t] >= 0 && ids[b * T + t] < V, name, "[", b, ", ", t, "] = ", ids[b * T + t],
+                  " is outside the table's [0, ", V, ")");
+}
+
+// the rows in the order the kernels run them: longest first (stable), so that the rows still
+// running at any step are a prefix and every product covers just them
+std::vector<int64_t> longest_first(const int64_t* n, int64_t B) {
+  std::vector<int64_t> order(B);
+  for (int64_t b = 0; b < B; ++b) order[b] = b;
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return n[a] > n[b]; });
+  return order;
+}
+
 }  // namespace
 
+// W (K x N, float32) as the products of this file take it: ceil(N / kPanel) x K x kPanel
+torch::Tensor pack(torch::Tensor w) {
+  check_f32(w, "w", 2);
+  const int64_t K = w.size(0), N = w.size(1), P = (N + kPanel - 1) / kPanel;
+  auto out = torch::zeros({P, K, kPanel}, w.options());
+  const float* W = w.data_ptr<float>();
+  float* O = out.data_ptr<float>();
+  for (int64_t p = 0; p < P; ++p) {
+    const int64_t j0 = p * kPanel, cols = std::min(kPanel, N - j0);
+    for (int64_t k = 0; k < K; ++k) std::copy(W + k * N + j0, W + k * N + j0 + cols, O + (p * K + k) * kPanel);
+  }
+  return out;
+}
+
+// init + x W for x M x K, W packed (pack(); n its columns) and init n (a bias, every row) or
+// M x n (unit column stride, any row stride) or empty (none)
+torch::Tensor linear(torch::Tensor x, torch::Tensor packed, int64_t n, torch::Tensor init) {
+  check_f32(x, "x", 2);
+  const Panels W = panels_of(packed, n, "packed");
+  TORCH_CHECK(x.size(1) == W.K, "linear: x has ", x.size(1), " columns, the packed matrix ", W.K, " rows");
+  const int64_t M = x.size(0);
+  auto out = torch::empty({M, n}, x.options());
+  const float* X = x.data_ptr<float>();
+  float* O = out.data_ptr<float>();
+  if (init.numel() == 0) {
+    product(X, W.K, W, no_init, O, n, M);
+  } else {
+    TORCH_CHECK(init.device().is_cpu() && init.scalar_type() == at::kFloat, "init must be float32 on the CPU");
+    TORCH_CHECK((init.dim() == 1 && init.size(0) == n && init.stride(0) == 1) ||
+                    (init.dim() == 2 && init.size(0) == M && init.size(1) == n && init.stride(1) == 1),
+                "init must be n (", n, ") or M x n (", M, " x ", n, ") with unit column stride");
+    const float* I = init.data_ptr<float>();
+    const int64_t ld = init.dim() == 1 ? 0 : init.stride(0);
+    product(X, W.K, W, [&](int64_t r) { return I + r * ld; }, O, n, M);
+  }
+  return out;
+}
+
 // keys B x S x A (U_k hbar), values B x S x C (hbar), src_len B (long), steps B (long: forced
-// steps per sentence), hidden / cell B x H (the state before step 1; cell is updated in place),
-// feedback T x B x F: per step the terms of the fed-back token, [W_ie i_t + b_ih + b_hh (4H);
-// g_t's W_ge i_t (G; flexible only); anything after is ignored], w_x (C + H) x 4H ([W_ic W_hh]
-// transposed), w_qg H x (A + G) ([W_q; W_gh] transposed; G = 0 for global), v_a A, v_g G, b_g,
-// sigma, tau (inf: dense), flexible, ctx_gates B x S x 4H (hbar W_icT; batches of up to
-// kSmallBatch rows only, else unused), timed (also measure the phases).
-// Returns hc T x B x (H + C) ([h_t; c_t]), attention B x T x S (a_t, zeros outside the span and
-// past the end), window / span_lo / span_hi B x T (long), position B x T (p_t), g B x T (g_t;
-// zeros for global) and, if timed, the seconds spent in the attention and in the LSTM (float64
-// [2]; zeros otherwise).
+// steps per sentence), hidden / cell B x H (the state before step 1), tokens B x T' (long, T' >=
+// every steps[b]: the fed-back tokens, row b step t at [b, t]), table V x F (per token, the terms
+// of its embedding i: [W_ie i + b_ih + b_hh (4H); g_t's W_ge i (G; flexible only); anything after
+// is ignored]), w_x ([W_ic W_hh] transposed, (C + H) x 4H) and w_qg ([W_q; W_gh] transposed, H x
+// (A + G); G = 0 for global) packed by pack(), v_a A, v_g G, b_g, sigma, tau (inf: dense),
+// flexible, ctx_gates B x S x 4H (hbar W_icT; batches of up to kSmallBatch rows only, else
+// unused), timed (also measure the phases).
+// The rows run longest first (the products cover only the rows still running). Returns hc N x
+// (H + C) ([h_t; c_t] of the N = sum(steps) decoded steps, step-major: the readout's input),
+// rows_b / rows_t N (long: the sentence and the step of each), attention B x T x S (a_t, zeros
+// outside the span and past the end; T = max steps), window / span_lo / span_hi B x T (long),
+// position B x T (p_t), g B x T (g_t; zeros for global) and, if timed, the seconds spent in the
+// attention and in the LSTM (float64 [2]; zeros otherwise).
 std::vector<torch::Tensor> forced_decode(torch::Tensor keys, torch::Tensor values, torch::Tensor src_len,
                                          torch::Tensor steps, torch::Tensor hidden, torch::Tensor cell,
-                                         torch::Tensor feedback, torch::Tensor w_x, torch::Tensor w_qg,
-                                         torch::Tensor v_a, torch::Tensor v_g, double b_g,
+                                         torch::Tensor tokens, torch::Tensor table, torch::Tensor w_x,
+                                         torch::Tensor w_qg, torch::Tensor v_a, torch::Tensor v_g, double b_g,
                                          double sigma, double tau, bool flexible, torch::Tensor ctx_gates,
                                          bool timed) {
   check_f32(keys, "keys", 3);
@@ -193,34 +306,39 @@ std::vector<torch::Tensor> forced_decode(torch::Tensor keys, torch::Tensor value
   check(steps, "steps", 1);
   check_f32(hidden, "hidden", 2);
   check_f32(cell, "cell", 2);
-  check_f32(feedback, "feedback", 3);
-  check_f32(w_x, "w_x", 2);
-  check_f32(w_qg, "w_qg", 2);
+  check(tokens, "tokens", 2);
+  check_f32(table, "table", 2);
   check_f32(v_a, "v_a", 1);
-  TORCH_CHECK(src_len.scalar_type() == at::kLong && steps.scalar_type() == at::kLong,
-              "src_len and steps must be int64");
+  TORCH_CHECK(src_len.scalar_type() == at::kLong && steps.scalar_type() == at::kLong &&
+                  tokens.scalar_type() == at::kLong,
+              "src_len, steps and tokens must be int64");
   const int64_t B = keys.size(0), S = keys.size(1), A = keys.size(2), C = values.size(2);
-  const int64_t H = hidden.size(1), T = feedback.size(0), G = flexible ? v_g.size(0) : 0;
-  const int64_t F = feedback.size(2);
+  const int64_t H = hidden.size(1), G = flexible ? v_g.size(0) : 0, F = table.size(1);
   TORCH_CHECK(values.size(0) == B && values.size(1) == S, "values must be B x S x C");
   TORCH_CHECK(src_len.size(0) == B && steps.size(0) == B && hidden.size(0) == B && cell.size(0) == B &&
-                  cell.size(1) == H,
-              "src_len, steps, hidden and cell must have B rows");
-  TORCH_CHECK(feedback.size(1) == B && F >= 4 * H + G, "feedback must be T x B x (4H + G + ...)");
-  TORCH_CHECK(w_x.size(0) == C + H && w_x.size(1) == 4 * H, "w_x must be (C + H) x 4H");
-  TORCH_CHECK(w_qg.size(0) == H && w_qg.size(1) == A + G, "w_qg must be H x (A + G)");
+                  cell.size(1) == H && tokens.size(0) == B,
+              "src_len, steps, hidden, cell and tokens must have B rows");
+  TORCH_CHECK(F >= 4 * H + G, "table must be V x (4H + G + ...)");
+  const Panels WX = panels_of(w_x, 4 * H, "w_x");
+  const Panels WQG = panels_of(w_qg, A + G, "w_qg");
+  TORCH_CHECK(WX.K == C + H, "w_x must be (C + H) x 4H");
+  TORCH_CHECK(WQG.K == H, "w_qg must be H x (A + G)");
   TORCH_CHECK(v_a.size(0) == A, "v_a must have A elements");
   if (flexible) check_f32(v_g, "v_g", 1);
   const int64_t* len = src_len.data_ptr<int64_t>();
   const int64_t* n_steps = steps.data_ptr<int64_t>();
+  int64_t T = 0, N = 0;
   for (int64_t b = 0; b < B; ++b) {
     TORCH_CHECK(len[b] >= 1 && len[b] <= S, "src_len[", b, "] = ", len[b], " is outside [1, ", S, "]");
-    TORCH_CHECK(n_steps[b] >= 0 && n_steps[b] <= T, "steps[", b, "] = ", n_steps[b], " is outside [0, ", T, "]");
+    TORCH_CHECK(n_steps[b] >= 0 && n_steps[b] <= tokens.size(1), "steps[", b, "] = ", n_steps[b],
+                " is outside [0, ", tokens.size(1), "]");
+    T = std::max(T, n_steps[b]);
+    N += n_steps[b];
   }
+  check_tokens(tokens, "tokens", n_steps, table.size(0));
   const bool dense = !flexible || std::isinf(tau);
-  // a few rows: the products of a step as matrix-vector loops here, not library calls, and the
-  // context's share of the gates, W_ic c_t = sum_s a_t(s) (W_ic hbar_s), from the per-sentence
-  // projection ctx_gates = hbar W_icT (B x S x 4H) over the span only
+  // a few rows: the context's share of the gates, W_ic c_t = sum_s a_t(s) (W_ic hbar_s), from the
+  // per-sentence projection ctx_gates = hbar W_icT (B x S x 4H) over the span only
   const bool small = B <= kSmallBatch;
   if (small) {
     check_f32(ctx_gates, "ctx_gates", 3);
@@ -228,31 +346,40 @@ std::vector<torch::Tensor> forced_decode(torch::Tensor keys, torch::Tensor value
                 "ctx_gates must be B x S x 4H for batches of up to ", kSmallBatch, " rows");
   }
 
+  // row r of the buffers below is sentence order[r]; the rows of step t are [0, running(t))
+  const std::vector<int64_t> order = longest_first(n_steps, B);
   auto opts = keys.options();
-  auto hc = torch::zeros({T, B, H + C}, opts);  // [h_t; c_t], the readout's input
+  auto hc = torch::empty({N, H + C}, opts);
+  auto rows_b = torch::empty({N}, src_len.options());
+  auto rows_t = torch::empty({N}, src_len.options());
   auto attention = torch::zeros({B, T, S}, opts);
   auto position = torch::zeros({B, T}, opts);
   auto g_out = torch::zeros({B, T}, opts);
   auto window = torch::zeros({B, T}, src_len.options());
   auto span_lo = torch::zeros({B, T}, src_len.options());
   auto span_hi = torch::zeros({B, T}, src_len.options());
-  // x = [c_t; h_{t-1}] per row: the input of the one gate product; its h half is the query
-  auto x = torch::zeros({B, C + H}, opts);
-  x.narrow(1, C, H).copy_(hidden);
-  auto h_prev = x.narrow(1, C, H);
-  auto qg = torch::empty({B, A + G}, opts);
-  auto gates = torch::empty({B, 4 * H}, opts);
+  // x = [c_t; h_{t-1}] per row: the input of the gate product; its h half is the query
+  std::vector<float> x(B * (C + H)), cells(B * H), qg(B * (A + G)), gates(B * 4 * H), prev_pos(B, 1.f);  // p_0 = 1
+  float* X = x.data();
+  float* CELL = cells.data();
+  float* QG = qg.data();
+  float* GATES = gates.data();
+  float* P = prev_pos.data();
+  for (int64_t r = 0; r < B; ++r) {
+    std::copy_n(hidden.data_ptr<float>() + order[r] * H, H, X + r * (C + H) + C);
+    std::copy_n(cell.data_ptr<float>() + order[r] * H, H, CELL + r * H);
+  }
 
   const float* K = keys.data_ptr<float>();
   const float* V = values.data_ptr<float>();
   const float* va = v_a.data_ptr<float>();
   const float* vg = flexible ? v_g.data_ptr<float>() : nullptr;
-  const float* FB = feedback.data_ptr<float>();
-  float* X = x.data_ptr<float>();
-  float* QG = qg.data_ptr<float>();
-  float* GATES = gates.data_ptr<float>();
-  float* CELL = cell.data_ptr<float>();
+  const float* TABLE = table.data_ptr<float>();
+  const int64_t* TOK = tokens.data_ptr<int64_t>();
+  const int64_t t_stride = tokens.size(1);
   float* HC = hc.data_ptr<float>();
+  int64_t* RB = rows_b.data_ptr<int64_t>();
+  int64_t* RT = rows_t.data_ptr<int64_t>();
   float* ATT = attention.data_ptr<float>();
   float* POS = position.data_ptr<float>();
   float* GOUT = g_out.data_ptr<float>();
@@ -264,13 +391,7 @@ std::vector<torch::Tensor> forced_decode(torch::Tensor keys, torch::Tensor value
   const float sigma_f = static_cast<float>(sigma);
   const float two_sigma2 = static_cast<float>(2.0 * sigma * sigma);
   const float gb = static_cast<float>(b_g);
-  const float* WQG = w_qg.data_ptr<float>();
-  const float* WX = w_x.data_ptr<float>();
   const float* PG = small ? ctx_gates.data_ptr<float>() : nullptr;
-  std::vector<float> prev_pos(B, 1.f);  // p_0 = 1
-  float* P = prev_pos.data();
-  int64_t t_max = 0;
-  for (int64_t b = 0; b < B; ++b) t_max = std::max(t_max, n_steps[b]);
 
   // timed: seconds spent in the attention (the query products W_q h and W_gh h, g_t, the span,
   // the scores, the softmax, c_t and p_t) and in the LSTM (its products and the cell)
@@ -285,21 +406,21 @@ std::vector<torch::Tensor> forced_decode(torch::Tensor keys, torch::Tensor value
   };
   if (timed) mark = Clock::now();
 
-  for (int64_t t = 0; t < t_max; ++t) {
-    if (small) {  // B x (A + G)
-      gemv_batch(X + C, C + H, WQG, nullptr, 0, QG, A + G, H, A + G, B, t, n_steps);
-    } else {
-      at::mm_out(qg, h_prev, w_qg);
-    }
-    at::parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b) {
-        if (t >= n_steps[b]) continue;
-        const float* q = QG + b * (A + G);
-        const float p = P[b];
+  int64_t running = B, done = 0;  // rows of this step; hc rows of the steps before
+  for (int64_t t = 0; t < T; ++t) {
+    while (running > 0 && n_steps[order[running - 1]] <= t) --running;
+    // the fed-back token's table row of row r
+    auto fed = [&](int64_t r) { return TABLE + TOK[order[r] * t_stride + t] * F; };
+    product(X + C, C + H, WQG, no_init, QG, A + G, running);  // running x (A + G)
+    at::parallel_for(0, running, 1, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t b = order[r];
+        const float* q = QG + r * (A + G);
+        const float p = P[r];
         float g = 0.f;
         int64_t lo = 1, hi = len[b];
         if (flexible) {  // 2017 eq. 8
-          g = sigmoid(tanh_dot(q + A, FB + (t * B + b) * F + 4 * H, vg, G) + gb);
+          g = sigmoid(tanh_dot(q + A, fed(r) + 4 * H, vg, G) + gb);
           if (!dense) vision_span(p, g, sigma_f, tau, len[b], &lo, &hi);
         }
         float* a_row = ATT + (b * T + t) * S;
@@ -318,7 +439,7 @@ std::vector<torch::Tensor> forced_decode(torch::Tensor keys, torch::Tensor value
         float z = 0.f;
         for (int64_t s = lo - 1; s < hi; ++s) z += (a_row[s] = std::exp(a_row[s] - top));
         const float inv = 1.f / z;
-        float* ctx = X + b * (C + H);
+        float* ctx = X + r * (C + H);
         std::fill(ctx, ctx + C, 0.f);
         float p_t = 0.f;
         for (int64_t s = lo - 1; s < hi; ++s) {  // eqs. 7, 1 and 4
@@ -326,8 +447,10 @@ std::vector<torch::Tensor> forced_decode(torch::Tensor keys, torch::Tensor value
           axpy(w, V + (b * S + s) * C, ctx, C);
           p_t += w * static_cast<float>(s + 1);
         }
-        std::copy(ctx, ctx + C, HC + (t * B + b) * (H + C) + H);
-        P[b] = p_t;
+        std::copy(ctx, ctx + C, HC + (done + r) * (H + C) + H);
+        RB[done + r] = b;
+        RT[done + r] = t;
+        P[r] = p_t;
         POS[b * T + t] = p_t;
         GOUT[b * T + t] = g;
         WIN[b * T + t] = scored;
@@ -336,76 +459,72 @@ std::vector<torch::Tensor> forced_decode(torch::Tensor keys, torch::Tensor value
       }
     });
     lap(attention_s);
-    // B x 4H: W_ie i_t + b + W_ic c_t + W_hh h_{t-1}
+    // running x 4H: W_ie i_t + b (looked up) + W_ic c_t + W_hh h_{t-1}
     if (small) {
-      gemv_batch(X + C, C + H, WX + C * 4 * H, FB + t * B * F, F, GATES, 4 * H, H, 4 * H, B, t, n_steps);
-      for (int64_t b = 0; b < B; ++b) {
-        if (t >= n_steps[b]) continue;
+      product(X + C, C + H, WX.rows(C, H), fed, GATES, 4 * H, running);
+      for (int64_t r = 0; r < running; ++r) {
+        const int64_t b = order[r];
         const float* a_row = ATT + (b * T + t) * S;
         for (int64_t s = LO[b * T + t] - 1; s < HI[b * T + t]; ++s)
-          axpy(a_row[s], PG + (b * S + s) * 4 * H, GATES + b * 4 * H, 4 * H);
+          axpy(a_row[s], PG + (b * S + s) * 4 * H, GATES + r * 4 * H, 4 * H);
       }
     } else {
-      at::addmm_out(gates, feedback[t].narrow(1, 0, 4 * H), x, w_x);
+      product(X, C + H, WX, fed, GATES, 4 * H, running);
     }
-    at::parallel_for(0, B, 8, [&](int64_t b0, int64_t b1) {
-      for (int64_t b = b0; b < b1; ++b) {
-        if (t >= n_steps[b]) continue;
-        lstm_cell(GATES + b * 4 * H, CELL + b * H, X + b * (C + H) + C, HC + (t * B + b) * (H + C), H);
-      }
+    at::parallel_for(0, running, 8, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r)
+        lstm_cell(GATES + r * 4 * H, CELL + r * H, X + r * (C + H) + C, HC + (done + r) * (H + C), H);
     });
+    done += running;
     lap(lstm_s);
   }
   auto phases = torch::tensor({attention_s, lstm_s}, torch::kFloat64);
-  return {hc, attention, window, span_lo, span_hi, position, g_out, phases};
+  return {hc, rows_b, rows_t, attention, window, span_lo, span_hi, position, g_out, phases};
 }
 
 // The encoder's bidirectional LSTM (torch.nn.LSTM, one layer, batch_first) over the real
-// positions of each row, the two directions on two threads at once. gates_x B x S x 8H: the
-// input projections of every position, [W_ih_fwd x_s + b_fwd (4H); W_ih_bwd x_s + b_bwd (4H)]
-// (one product by the caller); w_hh_fwd / w_hh_bwd H x 4H (W_hh transposed); src_len B.
+// positions of each row, the two directions on two threads at once. src B x S (long: token ids),
+// src_len B, table V x 8H (per token x, its input projections [W_ih_fwd x + b_fwd (4H);
+// W_ih_bwd x + b_bwd (4H)]), w_hh_fwd / w_hh_bwd (W_hh transposed, H x 4H) packed by pack().
 // Returns the states B x S x 2H ([forward; backward], zeros at padding): the forward direction
-// runs s = 1..S_b, the backward one s = S_b..1, each from a zero state.
-torch::Tensor bilstm(torch::Tensor gates_x, torch::Tensor w_hh_fwd, torch::Tensor w_hh_bwd, torch::Tensor src_len) {
-  check_f32(gates_x, "gates_x", 3);
-  check_f32(w_hh_fwd, "w_hh_fwd", 2);
-  check_f32(w_hh_bwd, "w_hh_bwd", 2);
+// runs s = 1..S_b, the backward one s = S_b..1, each from a zero state. The rows run longest
+// first, so that the rows at a position are a prefix and the product covers just them.
+torch::Tensor bilstm(torch::Tensor src, torch::Tensor src_len, torch::Tensor table, torch::Tensor w_hh_fwd,
+                     torch::Tensor w_hh_bwd) {
+  check(src, "src", 2);
   check(src_len, "src_len", 1);
-  TORCH_CHECK(src_len.scalar_type() == at::kLong, "src_len must be int64");
-  const int64_t B = gates_x.size(0), S = gates_x.size(1), H = w_hh_fwd.size(0);
-  TORCH_CHECK(gates_x.size(2) == 8 * H && w_hh_fwd.size(1) == 4 * H && w_hh_bwd.size(0) == H &&
-                  w_hh_bwd.size(1) == 4 * H && src_len.size(0) == B,
-              "bilstm: gates_x must be B x S x 8H, w_hh_* H x 4H, src_len B");
+  check_f32(table, "table", 2);
+  TORCH_CHECK(src.scalar_type() == at::kLong && src_len.scalar_type() == at::kLong, "src and src_len must be int64");
+  const int64_t B = src.size(0), S = src.size(1), H = table.size(1) / 8;
+  TORCH_CHECK(table.size(1) == 8 * H && H > 0, "bilstm: table must be V x 8H");
+  TORCH_CHECK(src_len.size(0) == B, "bilstm: src_len must have B elements");
+  const Panels fwd = panels_of(w_hh_fwd, 4 * H, "w_hh_fwd"), bwd = panels_of(w_hh_bwd, 4 * H, "w_hh_bwd");
+  TORCH_CHECK(fwd.K == H && bwd.K == H, "bilstm: w_hh_fwd and w_hh_bwd must be H x 4H");
   const int64_t* len = src_len.data_ptr<int64_t>();
   for (int64_t b = 0; b < B; ++b)
     TORCH_CHECK(len[b] >= 1 && len[b] <= S, "src_len[", b, "] = ", len[b], " is outside [1, ", S, "]");
-  auto states = torch::zeros({B, S, 2 * H}, gates_x.options());
-  const float* GX = gates_x.data_ptr<float>();
+  check_tokens(src, "src", len, table.size(0));
+  const std::vector<int64_t> order = longest_first(len, B);
+  auto states = torch::zeros({B, S, 2 * H}, table.options());
+  const float* TABLE = table.data_ptr<float>();
+  const int64_t* SRC = src.data_ptr<int64_t>();
   float* OUT = states.data_ptr<float>();
-  const bool small = B <= kSmallBatch;
   at::parallel_for(0, 2, 1, [&](int64_t d0, int64_t d1) {
     for (int64_t d = d0; d < d1; ++d) {
-      const torch::Tensor& w_hh = d == 0 ? w_hh_fwd : w_hh_bwd;
-      const float* W = w_hh.data_ptr<float>();
-      auto h = torch::zeros({B, H}, gates_x.options());
-      auto c = torch::zeros({B, H}, gates_x.options());
-      auto gates = torch::empty({B, 4 * H}, gates_x.options());
-      float* HP = h.data_ptr<float>();
-      float* CP = c.data_ptr<float>();
-      float* GP = gates.data_ptr<float>();
+      const Panels& w_hh = d == 0 ? fwd : bwd;
+      std::vector<float> h(B * H, 0.f), c(B * H, 0.f), gates(B * 4 * H);
+      int64_t running = d == 0 ? B : 0;  // rows with S_b > s: a prefix of order
       for (int64_t step = 0; step < S; ++step) {
         const int64_t s = d == 0 ? step : S - 1 - step;
-        if (small) {
-          for (int64_t b = 0; b < B; ++b)
-            if (s < len[b])
-              gemv_cols(HP + b * H, W, GX + (b * S + s) * 8 * H + d * 4 * H, GP + b * 4 * H, H, 4 * H, 0, 4 * H);
-        } else {  // inside this thread: the library runs it on this thread alone (fused.py
-                  // calls this for small batches only; oneDNN's LSTM is faster on large ones)
-          at::addmm_out(gates, gates_x.select(1, s).narrow(1, d * 4 * H, 4 * H), h, w_hh);
-        }
-        for (int64_t b = 0; b < B; ++b)
-          if (s < len[b])
-            lstm_cell(GP + b * 4 * H, CP + b * H, HP + b * H, OUT + (b * S + s) * 2 * H + d * H, H);
+        if (d == 0)
+          while (running > 0 && len[order[running - 1]] <= s) --running;
+        else
+          while (running < B && len[order[running]] > s) ++running;
+        auto projected = [&](int64_t r) { return TABLE + SRC[order[r] * S + s] * 8 * H + d * 4 * H; };
+        product(h.data(), H, w_hh, projected, gates.data(), 4 * H, running);
+        for (int64_t r = 0; r < running; ++r)
+          lstm_cell(gates.data() + r * 4 * H, c.data() + r * H, h.data() + r * H,
+                    OUT + (order[r] * S + s) * 2 * H + d * H, H);
       }
     }
   });
@@ -435,6 +554,8 @@ int small_batch() { return static_cast<int>(kSmallBatch); }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forced_decode", &forced_decode, "fused forced decoding of a batch (see the file's header)");
+  m.def("pack", &pack, "a K x N weight matrix as this file's products take it");
+  m.def("linear", &linear, "init + x W with W packed by pack()");
   m.def("bilstm", &bilstm, "the encoder's bidirectional LSTM over the real positions of each row");
   m.def("vision_spans", &vision_spans, "the kernel's vision span for given p, g and S (for tests)");
   m.def("vector_width", &vector_width, "floats per SIMD vector this build uses");
