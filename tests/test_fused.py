@@ -3,8 +3,8 @@
 packed one.
 
 Sizes are chosen so that every vector loop of the kernel has a remainder (H = 20, A = 24, E = 12:
-not multiples of 8 or 16 floats), and batches of 1, 3 (the matrix-vector path) and 6 rows (the
-library-product path, a row with no target step included)."""
+not multiples of 8 or 16 floats), and batches of 1, 3 (the span-sum path of the context's gate
+share) and 6 rows (the one-product path, a row with no target step included)."""
 
 from __future__ import annotations
 
@@ -127,8 +127,8 @@ def test_fused_equals_the_eager_reference(attention, kw, tau, rows):
 
 @pytest.mark.parametrize("rows", [1, 3, 6])
 def test_two_threads_give_the_same_result(rows):
-    """The kernel splits the rows (or, for a few rows, the products' columns and the encoder's
-    two directions) between the threads."""
+    """The kernel splits the attention's rows, the products' panels of columns and the
+    encoder's two directions between the threads."""
     model = model_of("flexible", seed=2)
     threads = torch.get_num_threads()
     torch.set_num_threads(2)

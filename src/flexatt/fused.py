@@ -3,18 +3,26 @@ compiled call per batch (``csrc/fused_decode.cpp``), for inference on a CPU.
 
 Forced decoding feeds the reference back, so nothing of step t+1 waits for the readout of step
 t: the recurrence (attention + LSTM) runs in C++ without a Python round trip per step, and the
-readout and log-softmax run once over all steps afterwards (one matrix product, as in teacher
-forcing). What depends only on the fed-back token — the LSTM's input gates W_ie i_t + b, g_t's
-W_ge i_t (2017 eq. 8) and the readout's W_oi i_t + b_o — is one row of a per-vocabulary table
-(computed once per set of weights), so a step's feedback is one lookup. Inside a step the
-query products W_q h_{t-1} and W_gh h_{t-1} are one product; g_t, the vision span, the scores of
-the span's positions, the penalty, the softmax, c_t and p_t are one loop over the span of each
-sentence; then the LSTM. Batches of up to ``small_batch()`` rows (per-sentence decoding) also
-run the encoder's bidirectional LSTM in the kernel (its two directions on two threads), take
-their products as matrix-vector loops rather than library calls, and get the context's share of
-the LSTM gates, W_ic c_t = Σ_s a_t(s) W_ic h̄_s, from a per-sentence projection summed over the
-span — work that shrinks with the window. Global attention runs through the very same code with
-the span [1, S_i] and no penalty, so the two are compared on equal terms.
+readout and log-softmax run once afterwards over the decoded steps (padding left out), as in
+teacher forcing. What depends only on a token is one row of a per-vocabulary table (computed
+once per set of weights), so it is looked up, not computed: for the fed-back token the LSTM's
+input gates W_ie i_t + b, g_t's W_ge i_t (2017 eq. 8) and the readout's W_oi i_t + b_o; for a
+source token the encoder's input projections of both directions. Inside a step the query
+products W_q h_{t-1} and W_gh h_{t-1} are one product; g_t, the vision span, the scores of the
+span's positions, the penalty, the softmax, c_t and p_t are one loop over the span of each
+sentence; then the LSTM. The encoder's bidirectional LSTM runs in the kernel too, its two
+directions on two threads.
+
+Every matrix product is the kernel's own (``linear``; weights packed in panels of columns by
+``pack``): each output is one chain of fused multiply-adds in a fixed order, so a sentence's
+result does not depend on the other rows of its batch, and on CPUs where the BLAS library's
+GEMM runs far below the vector units' speed on tens of rows (about 80 against 210 GFLOP/s per
+core on the machine of ``benchmarks/``) it is much faster. The rows run longest first, so each
+step's products cover only the sentences still running. Batches of up to ``small_batch()`` rows
+(per-sentence decoding) get the context's share of the LSTM gates, W_ic c_t = Σ_s a_t(s) W_ic
+h̄_s, from a per-sentence projection summed over the span — work that shrinks with the window.
+Global attention runs through the very same code with the span [1, S_i] and no penalty, so the
+two are compared on equal terms.
 
 Supported: :class:`~flexatt.attention.GlobalAttention` and plain
 :class:`~flexatt.attention.FlexibleAttention` (2017 eq. 8 or 2016 eq. 7 strength) with the

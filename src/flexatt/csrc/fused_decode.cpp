@@ -3,7 +3,9 @@
 // eqs. 4-8 and the vision span of section 3.1). Built on first use by flexatt/fused.py;
 // flexatt.search.forced_decode is the eager reference it is tested against.
 //
-// One call decodes a whole batch. Per step t, for every sentence b still inside its reference:
+// One call decodes a whole batch, its rows longest first (the rows still running at step t are
+// a prefix, and the products cover just them). Per step t, for every sentence b still inside
+// its reference:
 //   [q_t; gh_t] = [W_q; W_gh] h_{t-1}                  one matrix product for the batch
 //   g_t = sigmoid(v_g . tanh(gh_t + gi_t) + b_g)       (2017 eq. 8; gi_t = W_ge i_t, looked up)
 //   span [lo, hi] of the positions with penalty < tau  (2017 sec. 3.1; [1, S_b] when dense)
@@ -14,8 +16,9 @@
 //                                                         + [W_ic W_hh] [c_t; h_{t-1}], one product;
 //                                                         a few rows: W_hh h_{t-1} + the span's
 //                                                         sum of a_t(s) W_ic hbar_s)
-// The readout, which does not feed back, is left to the caller (one product over all steps).
-// The window count of a step is the number of positions the score loop evaluated.
+// The readout, which does not feed back, is left to the caller (one product over all steps,
+// with linear()). The window count of a step is the number of positions the score loop
+// evaluated. bilstm() is the encoder's LSTM; every matrix product is product() below.
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -559,5 +562,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("bilstm", &bilstm, "the encoder's bidirectional LSTM over the real positions of each row");
   m.def("vision_spans", &vision_spans, "the kernel's vision span for given p, g and S (for tests)");
   m.def("vector_width", &vector_width, "floats per SIMD vector this build uses");
-  m.def("small_batch", &small_batch, "batches of up to this many rows take the matrix-vector path");
+  m.def("small_batch", &small_batch, "batches of up to this many rows take the span sum of the context's gate share");
 }
