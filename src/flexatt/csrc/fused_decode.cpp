@@ -289,8 +289,8 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor packed, int64_t n, torch::Te
 // of its embedding i: [W_ie i + b_ih + b_hh (4H); g_t's W_ge i (G; flexible only); anything after
 // is ignored]), w_x ([W_ic W_hh] transposed, (C + H) x 4H) and w_qg ([W_q; W_gh] transposed, H x
 // (A + G); G = 0 for global) packed by pack(), v_a A, v_g G, b_g, sigma, tau (inf: dense),
-// flexible, ctx_gates B x S x 4H (hbar W_icT; batches of up to kSmallBatch rows only, else
-// unused), timed (also measure the phases).
+// flexible, ctx_gates B x S x 4H (hbar W_icT: the context's gate share as a sum over the span)
+// or empty (one product for it), timed (also measure the phases).
 // The rows run longest first (the products cover only the rows still running). Returns hc N x
 // (H + C) ([h_t; c_t] of the N = sum(steps) decoded steps, step-major: the readout's input),
 // rows_b / rows_t N (long: the sentence and the step of each), attention B x T x S (a_t, zeros
@@ -340,13 +340,13 @@ std::vector<torch::Tensor> forced_decode(torch::Tensor keys, torch::Tensor value
   }
   check_tokens(tokens, "tokens", n_steps, table.size(0));
   const bool dense = !flexible || std::isinf(tau);
-  // a few rows: the context's share of the gates, W_ic c_t = sum_s a_t(s) (W_ic hbar_s), from the
-  // per-sentence projection ctx_gates = hbar W_icT (B x S x 4H) over the span only
-  const bool small = B <= kSmallBatch;
+  // given ctx_gates = hbar W_icT (B x S x 4H), the context's share of the gates is W_ic c_t =
+  // sum_s a_t(s) (W_ic hbar_s) over the span only (the caller gives it for a few rows)
+  const bool small = ctx_gates.numel() > 0;
   if (small) {
     check_f32(ctx_gates, "ctx_gates", 3);
     TORCH_CHECK(ctx_gates.size(0) == B && ctx_gates.size(1) == S && ctx_gates.size(2) == 4 * H,
-                "ctx_gates must be B x S x 4H for batches of up to ", kSmallBatch, " rows");
+                "ctx_gates must be B x S x 4H or empty");
   }
 
   // row r of the buffers below is sentence order[r]; the rows of step t are [0, running(t))
