@@ -307,6 +307,18 @@ def test_the_packed_product_equals_a_matrix_product(m, k, n, init):
     assert torch.equal(alone, out[part])
 
 
+@pytest.mark.parametrize("n,v", [(1, 1), (5, 15), (40, 64), (33, 4001)])
+def test_gold_log_probs_equal_the_log_softmax(n, v):
+    ext = fused.extension(required=True)
+    g = torch.Generator().manual_seed(n + v)
+    logits = 8 * torch.randn(n, v, generator=g)
+    gold = torch.randint(0, v, (n,), generator=g)
+    ref = torch.log_softmax(logits.double(), -1).gather(1, gold.unsqueeze(1)).squeeze(1)
+    torch.testing.assert_close(ext.gold_log_probs(logits, gold).double(), ref, atol=2e-5, rtol=1e-6)
+    with pytest.raises(RuntimeError, match=rf"gold\[0\] = {v} is outside \[0, {v}\)"):
+        ext.gold_log_probs(logits, torch.full((n,), v))
+
+
 def test_the_packed_product_refuses_mismatched_shapes():
     ext = fused.extension(required=True)
     packed = ext.pack(torch.zeros(4, 10))

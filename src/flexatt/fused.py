@@ -3,8 +3,8 @@ compiled call per batch (``csrc/fused_decode.cpp``), for inference on a CPU.
 
 Forced decoding feeds the reference back, so nothing of step t+1 waits for the readout of step
 t: the recurrence (attention + LSTM) runs in C++ without a Python round trip per step, and the
-readout and log-softmax run once afterwards over the decoded steps (padding left out), as in
-teacher forcing. What depends only on a token is one row of a per-vocabulary table (computed
+readout runs once afterwards over the decoded steps (padding left out), as in teacher forcing,
+and the log-softmax is evaluated at the gold token only. What depends only on a token is one row of a per-vocabulary table (computed
 once per set of weights), so it is looked up, not computed: for the fed-back token the LSTM's
 input gates W_ie i_t + b, g_t's W_ge i_t (2017 eq. 8) and the readout's W_oi i_t + b_o; for a
 source token the encoder's input projections of both directions. Inside a step the query
@@ -279,8 +279,7 @@ def forced_decode(model, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: 
     fed = w["table"].narrow(1, w["readout_at"], w["readout"]).index_select(0, tgt_in[rows_b, rows_t])
     o = torch.tanh(ext.linear(hc, w["w_ohc"], w["readout"], fed))
     logits = ext.linear(o, w["w_s"], w["vocab"], w["b_s"])  # N x V
-    gold = tgt_out[rows_b, rows_t].unsqueeze(1)
-    token_lp = torch.log_softmax(logits, -1).gather(1, gold).squeeze(1)  # N
+    token_lp = ext.gold_log_probs(logits, tgt_out[rows_b, rows_t].long().contiguous())  # N
     log_probs = token_lp.new_zeros(src.size(0)).index_add_(0, rows_b, token_lp)
     return {"log_probs": log_probs, "attention": attention, "window": window, "span_lo": span_lo,
             "span_hi": span_hi, "position": position, "g": g if flexible else None}

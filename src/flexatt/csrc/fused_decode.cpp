@@ -283,6 +283,43 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor packed, int64_t n, torch::Te
   return out;
 }
 
+// log_softmax(logits)[r, gold[r]] = x_r[gold_r] - max(x_r) - log(sum_v exp(x_rv - max(x_r))) for
+// each row r of logits N x V: the log-softmax at the gold token only, without writing N x V
+torch::Tensor gold_log_probs(torch::Tensor logits, torch::Tensor gold) {
+  check_f32(logits, "logits", 2);
+  check(gold, "gold", 1);
+  TORCH_CHECK(gold.scalar_type() == at::kLong && gold.size(0) == logits.size(0), "gold must be N (int64)");
+  const int64_t N = logits.size(0), V = logits.size(1);
+  const int64_t* G = gold.data_ptr<int64_t>();
+  for (int64_t r = 0; r < N; ++r)
+    TORCH_CHECK(G[r] >= 0 && G[r] < V, "gold[", r, "] = ", G[r], " is outside [0, ", V, ")");
+  auto out = torch::empty({N}, logits.options());
+  const float* X = logits.data_ptr<float>();
+  float* O = out.data_ptr<float>();
+  at::parallel_for(0, N, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* x = X + r * V;
+      float top = -std::numeric_limits<float>::infinity();
+      int64_t v = 0;
+      if (V >= VL) {
+        Vec m = Vec::loadu(x);
+        for (v = VL; v + VL <= V; v += VL) m = at::vec::maximum(m, Vec::loadu(x + v));
+        float buf[VL];
+        m.store(buf);
+        for (int64_t i = 0; i < VL; ++i) top = std::max(top, buf[i]);
+      }
+      for (; v < V; ++v) top = std::max(top, x[v]);
+      const Vec tv(top);
+      Vec acc(0.f);
+      for (v = 0; v + VL <= V; v += VL) acc = acc + (Vec::loadu(x + v) - tv).exp();
+      float z = hsum(acc);
+      for (; v < V; ++v) z += std::exp(x[v] - top);
+      O[r] = (x[G[r]] - top) - std::log(z);
+    }
+  });
+  return out;
+}
+
 // keys B x S x A (U_k hbar), values B x S x C (hbar), src_len B (long), steps B (long: forced
 // steps per sentence), hidden / cell B x H (the state before step 1), tokens B x T' (long, T' >=
 // every steps[b]: the fed-back tokens, row b step t at [b, t]), table V x F (per token, the terms
@@ -559,6 +596,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forced_decode", &forced_decode, "fused forced decoding of a batch (see the file's header)");
   m.def("pack", &pack, "a K x N weight matrix as this file's products take it");
   m.def("linear", &linear, "init + x W with W packed by pack()");
+  m.def("gold_log_probs", &gold_log_probs, "the log-softmax of each row at its gold token");
   m.def("bilstm", &bilstm, "the encoder's bidirectional LSTM over the real positions of each row");
   m.def("vision_spans", &vision_spans, "the kernel's vision span for given p, g and S (for tests)");
   m.def("vector_width", &vector_width, "floats per SIMD vector this build uses");
