@@ -23,12 +23,14 @@ elsewhere on the machine falls on both; the figures are the median over ``--roun
 the spread (min–max) of the per-round values; the ratio is the median of the per-round ratios.
 A warm-up pass precedes the rounds.
 
-Attention share: a separate pass at batch size 1 (fused path) in which the kernel clocks its own
+Attention share: a separate pass per batch size (fused path) in which the kernel clocks its own
 phases (``flexatt.fused.PhaseTimer``: the query products W_q h and W_g h, g_t, the vision span,
 scoring, softmax, context and p_t of every step) and ``precompute`` (the key projection U_k h̄,
 once per sentence) is wrapped with a ``perf_counter`` timer (``_common.AttentionTimer``, which
 also times the eager attention module's ``forward`` where that runs); the share is their time over
-the whole ``forced_decode`` call (encoder, LSTM, readout and bookkeeping make up the rest).
+the whole ``forced_decode`` call (encoder, LSTM, readout and bookkeeping make up the rest). The
+table's share column is batch size 1's; the "time split" lines give every batch size's
+milliseconds per sentence of attention and of the rest.
 ``--profile`` adds a
 ``torch.profiler`` pass over the eager path with ``record_function`` ranges around the same calls and prints the
 ops that take the most self CPU time, as a cross-check.
@@ -108,17 +110,20 @@ def time_side_by_side(models: dict, taus: dict, batches: list, rounds: int, n_se
 def attention_share(model, tau, batches) -> dict:
     """One pass at batch size 1 with the attention module's calls timed (see the module doc)."""
     clock = time.perf_counter
-    window_sum = steps = 0
+    window_sum = steps = sentences = 0
     with B.AttentionTimer(model) as timer:
         t0 = clock()
         for b in batches:
             res = decode(model, b, tau)
             window_sum += int(res.window_sum.sum())
             steps += int(res.steps.sum())
+            sentences += b.src.size(0)
         total = clock() - t0
+    attention = timer.attention_s + timer.pre_s
     return {"share_step": timer.attention_s / total, "share_precompute": timer.pre_s / total,
-            "share": (timer.attention_s + timer.pre_s) / total,
+            "share": attention / total,
             "us_per_attention_step": 1e6 * timer.attention_s / max(timer.steps, 1),
+            "ms_attention": 1000 * attention / sentences, "ms_rest": 1000 * (total - attention) / sentences,
             "window": window_sum / max(steps, 1), "steps": steps}
 
 
@@ -210,6 +215,9 @@ def run_level(level: str, args, cfg) -> dict:
         print(f"  batch size {bs}: {args.rounds} rounds, side by side ({' and '.join(paths)} paths)", flush=True)
     shares = {name: attention_share(models[name], taus[name], single) for name in MODELS}
     out["attention"] = shares
+    out["split"] = {bs: {name: attention_share(models[name], taus[name],
+                                               single if bs == 1 else B.first_batches(split, n, bs))
+                         for name in MODELS} for bs in args.batch_sizes}
     if args.profile:
         for name in MODELS:
             out["attention"][name].update(profile(name, models[name], taus[name], single[: args.profile], 15))
@@ -228,6 +236,12 @@ def run_level(level: str, args, cfg) -> dict:
     for bs in args.batch_sizes:
         r = out["batch_sizes"][bs]["ratio_per_round"]
         print(f"  speed-up global/flexible at batch size {bs}: {B.med(r):.2f}x (rounds {B.spread(r)})")
+    print("  time split, ms per sentence (one pass per batch size, the kernel's phase clock): attention"
+          " (query products, g_t, span, scores, softmax, c_t, p_t; keys U_k h̄) + the rest (encoder, LSTM, readout)")
+    for bs in args.batch_sizes:
+        sp = out["split"][bs]
+        print(f"    batch size {bs:3d}: " + ";  ".join(
+            f"{name} {sp[name]['ms_attention']:.3f} + {sp[name]['ms_rest']:.3f}" for name in MODELS))
     if args.eager:
         print("  eager path (fused=False: decode_step once per step, the decoding code of greedy and beam search):")
         for bs in args.batch_sizes:
