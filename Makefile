@@ -50,6 +50,7 @@ params: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/train_throughput.py
+	$(BIN)/python benchmarks/product_speed.py
 	$(BIN)/python benchmarks/decode_speed.py
 	$(BIN)/python benchmarks/beam_speed.py
 	bash benchmarks/setup_joeynmt.sh

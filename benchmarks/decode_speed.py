@@ -23,7 +23,8 @@ elsewhere on the machine falls on both; the figures are the median over ``--roun
 the spread (min–max) of the per-round values; the ratio is the median of the per-round ratios.
 A warm-up pass precedes the rounds.
 
-Attention share: a separate pass per batch size (fused path) in which the kernel clocks its own
+Attention share: separate passes per batch size (fused path; the fastest of three counts) in
+which the kernel clocks its own
 phases (``flexatt.fused.PhaseTimer``: the query products W_q h and W_g h, g_t, the vision span,
 scoring, softmax, context and p_t of every step) and ``precompute`` (the key projection U_k h̄,
 once per sentence) is wrapped with a ``perf_counter`` timer (``_common.AttentionTimer``, which
@@ -107,8 +108,15 @@ def time_side_by_side(models: dict, taus: dict, batches: list, rounds: int, n_se
     return ms
 
 
-def attention_share(model, tau, batches) -> dict:
-    """One pass at batch size 1 with the attention module's calls timed (see the module doc)."""
+def attention_share(model, tau, batches, passes: int = 3) -> dict:
+    """The least disturbed (fastest) of ``passes`` passes over ``batches`` with the attention's
+    time clocked (see the module doc)."""
+    return min((clocked_pass(model, tau, batches) for _ in range(passes)),
+               key=lambda r: r["ms_attention"] + r["ms_rest"])
+
+
+def clocked_pass(model, tau, batches) -> dict:
+    """One pass over ``batches`` with the attention module's calls timed."""
     clock = time.perf_counter
     window_sum = steps = sentences = 0
     with B.AttentionTimer(model) as timer:
@@ -236,7 +244,7 @@ def run_level(level: str, args, cfg) -> dict:
     for bs in args.batch_sizes:
         r = out["batch_sizes"][bs]["ratio_per_round"]
         print(f"  speed-up global/flexible at batch size {bs}: {B.med(r):.2f}x (rounds {B.spread(r)})")
-    print("  time split, ms per sentence (one pass per batch size, the kernel's phase clock): attention"
+    print("  time split, ms per sentence (the fastest of three passes per batch size, the kernel's phase clock): attention"
           " (query products, g_t, span, scores, softmax, c_t, p_t; keys U_k h̄) + the rest (encoder, LSTM, readout)")
     for bs in args.batch_sizes:
         sp = out["split"][bs]

@@ -169,7 +169,8 @@ def _weights(model) -> dict:
 @torch.no_grad()
 def _arrange(model) -> dict:
     """The model's parameters as the kernel takes them. Matrices are packed (``pack``: panels of
-    columns, see ``csrc/fused_decode.cpp``): ``w_x`` [W_ic W_hh]ᵀ, ``w_qg`` [W_q; W_gh]ᵀ,
+    columns, see ``csrc/fused_decode.cpp``): ``w_x`` [W_ic W_hh]ᵀ, ``w_ic`` W_icᵀ alone (for the
+    per-sentence projection h̄ W_icᵀ of a few rows), ``w_qg`` [W_q; W_gh]ᵀ,
     ``w_ohc`` the readout's [h; c] columns transposed, ``w_s`` W_sᵀ, ``enc_w_hh_fwd`` /
     ``enc_w_hh_bwd`` the encoder's W_hhᵀ. ``table``: per target vocabulary entry y, every term of
     the fed-back embedding i = E[y] that does not depend on the recurrence, [W_ie i + b_ih + b_hh
@@ -187,7 +188,8 @@ def _arrange(model) -> dict:
            "v_a": att.scorer.v_a.weight.reshape(-1).contiguous(), "flexible": isinstance(att, FlexibleAttention),
            "w_ohc": ext.pack(w_o[:, :hidden + ctx].t().contiguous()), "readout": w_o.size(0),
            "w_s": ext.pack(dec.W_s.weight.t().contiguous()), "b_s": dec.W_s.bias.contiguous(),
-           "vocab": dec.W_s.weight.size(0), "ctx_t": w.context}
+           "vocab": dec.W_s.weight.size(0), "gates": 4 * hidden,
+           "w_ic": ext.pack(w.context.contiguous())}  # C x 4H
     w_q = att.scorer.W_q.weight  # A x H
     if out["flexible"]:
         w_g = att.W_g.weight  # G x (H [+ E])
@@ -260,7 +262,8 @@ def forced_decode(model, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: 
     cache, state = _encode(model, w, src, src_len)
     values = cache.values.contiguous()
     # a few rows: W_ic hbar_s once per sentence, summed over the span at each step
-    ctx_gates = torch.matmul(values, w["ctx_t"]) if small else values.new_empty(0)
+    ctx_gates = (ext.linear(values.view(-1, values.size(-1)), w["w_ic"], w["gates"], values.new_empty(0))
+                 .view(values.size(0), values.size(1), -1) if small else values.new_empty(0))
     timer: Optional[PhaseTimer] = _state.get("timer")  # type: ignore[assignment]
     lengths = lengths.long().contiguous()
     tgt_in = tgt_in[:, : max(int(lengths.max()), 1)].long().contiguous()
