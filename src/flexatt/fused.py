@@ -18,7 +18,7 @@ Every matrix product is the kernel's own (``linear``; weights packed in panels o
 result does not depend on the other rows of its batch, and on CPUs where the BLAS library's
 GEMM runs far below the vector units' speed on tens of rows (about 80 against 210 GFLOP/s per
 core on the machine of ``benchmarks/``) it is much faster. The rows run longest first, so each
-step's products cover only the sentences still running. Batches of up to ``small_batch()`` rows
+step's products cover only the sentences still running. Batches of up to ``SMALL_BATCH`` rows
 (per-sentence decoding) get the context's share of the LSTM gates, W_ic c_t = Σ_s a_t(s) W_ic
 h̄_s, from a per-sentence projection summed over the span — work that shrinks with the window.
 Global attention runs through the very same code with the span [1, S_i] and no penalty, so the
@@ -61,6 +61,9 @@ from flexatt.encoders import RecurrentEncoder
 ENV = "FLEXATT_FUSED"
 EXT_DIR_ENV = "FLEXATT_EXT_DIR"
 SOURCE = Path(__file__).with_name("csrc") / "fused_decode.cpp"
+#: batches of up to this many rows (per-sentence decoding) take the context's share of the LSTM
+#: gates as a sum over the span of a per-sentence projection (see the module doc)
+SMALL_BATCH = 4
 
 #: compiler flags per SIMD level of ``torch.backends.cpu.get_cpu_capability()``: the flags
 #: PyTorch builds its own kernels of that level with, so ``at::vec::Vectorized`` matches
@@ -110,7 +113,7 @@ def extension(required: bool = False) -> Optional[ModuleType]:
             # -ffp-contract=off: every product and sum rounded as written, as PyTorch's ops round
             # them (a fused p - σ·√x moved a span bound); explicit FMAs stay where written.
             # -fopenmp: at::parallel_for is inline in ATen's headers and runs its OpenMP loop
-            # (over sentences, or over columns of the two products) only when compiled with it;
+            # (over sentences, or over the tiles of a product) only when compiled with it;
             # the OpenMP runtime is the one PyTorch has already loaded (libgomp.so.1)
             _state["ext"] = load(name=f"flexatt_fused_decode_{key}", sources=[str(SOURCE)],
                                  build_directory=str(build_dir),
@@ -169,8 +172,8 @@ def _weights(model) -> dict:
 @torch.no_grad()
 def _arrange(model) -> dict:
     """The model's parameters as the kernel takes them. Matrices are packed (``pack``: panels of
-    columns, see ``csrc/fused_decode.cpp``): ``w_x`` [W_ic W_hh]ᵀ, ``w_ic`` W_icᵀ alone (for the
-    per-sentence projection h̄ W_icᵀ of a few rows), ``w_qg`` [W_q; W_gh]ᵀ,
+    columns, see ``csrc/fused_decode.cpp``): ``w_x`` [W_ic W_hh]ᵀ (its first C rows, ``w_x[:, :C]``,
+    are W_icᵀ alone), ``w_qg`` [W_q; W_gh]ᵀ,
     ``w_ohc`` the readout's [h; c] columns transposed, ``w_s`` W_sᵀ, ``enc_w_hh_fwd`` /
     ``enc_w_hh_bwd`` the encoder's W_hhᵀ. ``table``: per target vocabulary entry y, every term of
     the fed-back embedding i = E[y] that does not depend on the recurrence, [W_ie i + b_ih + b_hh
@@ -188,12 +191,11 @@ def _arrange(model) -> dict:
            "v_a": att.scorer.v_a.weight.reshape(-1).contiguous(), "flexible": isinstance(att, FlexibleAttention),
            "w_ohc": ext.pack(w_o[:, :hidden + ctx].t().contiguous()), "readout": w_o.size(0),
            "w_s": ext.pack(dec.W_s.weight.t().contiguous()), "b_s": dec.W_s.bias.contiguous(),
-           "vocab": dec.W_s.weight.size(0), "gates": 4 * hidden,
-           "w_ic": ext.pack(w.context.contiguous())}  # C x 4H
-    w_q = att.scorer.W_q.weight  # A x H
+           "vocab": dec.W_s.weight.size(0), "gates": 4 * hidden}
+    w_qg = att.scorer.W_q.weight  # A x H
     if out["flexible"]:
         w_g = att.W_g.weight  # G x (H [+ E])
-        out["w_qg"] = torch.cat([w_q, w_g[:, :hidden]], 0).t().contiguous()  # H x (A + G)
+        w_qg = torch.cat([w_qg, w_g[:, :hidden]], 0)  # (A + G) x H
         if att.g_feedback:  # 2017 eq. 8: W_g [h; i] = W_gh h + W_ge i, b_g outside the tanh
             parts.append(F.linear(emb, w_g[:, hidden:]))
             out["b_g"] = float(att.b_g)
@@ -202,9 +204,8 @@ def _arrange(model) -> dict:
             out["b_g"] = 0.0
         out["v_g"], out["sigma"] = att.v_g.contiguous(), float(att.sigma)
     else:
-        out["w_qg"] = w_q.t().contiguous()
         out["v_g"], out["b_g"], out["sigma"] = emb.new_empty(0), 0.0, 1.0
-    out["w_qg"] = ext.pack(out["w_qg"])
+    out["w_qg"] = ext.pack(w_qg.t().contiguous())  # H x (A [+ G])
     parts.append(F.linear(emb, w_o[:, hidden + ctx:], dec.W_o.bias))  # V x R
     out["table"] = torch.cat(parts, 1).contiguous()  # V x (4H [+ G] + R)
     out["readout_at"] = out["table"].size(1) - w_o.size(0)
@@ -258,11 +259,12 @@ def forced_decode(model, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: 
     flexible = w["flexible"]
     if flexible and tau is not None and tau < 0:
         raise ValueError(f"tau must be >= 0, got {tau}")
-    small = src.size(0) <= ext.small_batch()
+    small = src.size(0) <= SMALL_BATCH
     cache, state = _encode(model, w, src, src_len)
     values = cache.values.contiguous()
     # a few rows: W_ic hbar_s once per sentence, summed over the span at each step
-    ctx_gates = (ext.linear(values.view(-1, values.size(-1)), w["w_ic"], w["gates"], values.new_empty(0))
+    ctx_gates = (ext.linear(values.view(-1, values.size(-1)), w["w_x"][:, :values.size(-1)], w["gates"],
+                            values.new_empty(0))
                  .view(values.size(0), values.size(1), -1) if small else values.new_empty(0))
     timer: Optional[PhaseTimer] = _state.get("timer")  # type: ignore[assignment]
     lengths = lengths.long().contiguous()

@@ -35,7 +35,6 @@ namespace {
 
 using Vec = at::vec::Vectorized<float>;
 constexpr int64_t VL = Vec::size();
-constexpr int64_t kSmallBatch = 4;
 
 inline float hsum(const Vec& v) {
   float buf[VL];
@@ -88,7 +87,7 @@ inline void axpy(float w, const float* x, float* out, int64_t n) {
 // multiply-add after the other in that order, whatever the number of rows, the blocking or the
 // threads: a row's result does not depend on the batch it is in. (On this kind of problem, tens
 // of rows against a few hundred columns, the library's GEMM reaches a fraction of the CPU's
-// vector throughput; benchmarks/decode_speed.py times the whole decoder.)
+// vector throughput; benchmarks/product_speed.py times both.)
 constexpr int kPanelVecs = 4;
 constexpr int64_t kPanel = kPanelVecs * VL;
 constexpr int kRowBlock = 6;
@@ -217,11 +216,16 @@ void check_f32(const torch::Tensor& t, const char* name, int64_t dim) {
   TORCH_CHECK(t.scalar_type() == at::kFloat, name, " must be float32");
 }
 
+// a matrix packed by pack(), or a slice [:, k0:k1] of one (rows k0..k1-1 of W: the panels keep
+// their stride)
 Panels panels_of(const torch::Tensor& packed, int64_t n, const char* name) {
-  check_f32(packed, name, 3);
-  TORCH_CHECK(packed.size(0) == (n + kPanel - 1) / kPanel && packed.size(2) == kPanel, name,
-              " must be a K x ", n, " matrix packed by pack()");
-  return {packed.data_ptr<float>(), packed.size(1), n, packed.size(1) * kPanel};
+  TORCH_CHECK(packed.device().is_cpu(), name, " must be a CPU tensor");
+  TORCH_CHECK(packed.dim() == 3, name, " must have 3 dimensions, got ", packed.dim());
+  TORCH_CHECK(packed.scalar_type() == at::kFloat, name, " must be float32");
+  TORCH_CHECK(packed.size(0) == (n + kPanel - 1) / kPanel && packed.size(2) == kPanel && packed.stride(2) == 1 &&
+                  packed.stride(1) == kPanel,
+              name, " must be a K x ", n, " matrix packed by pack()");
+  return {packed.data_ptr<float>(), packed.size(1), n, packed.stride(0)};
 }
 
 // token ids of the rows b < B, positions t < used[b], inside [0, V); the first one outside is named
@@ -284,7 +288,8 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor packed, int64_t n, torch::Te
 }
 
 // log_softmax(logits)[r, gold[r]] = x_r[gold_r] - max(x_r) - log(sum_v exp(x_rv - max(x_r))) for
-// each row r of logits N x V: the log-softmax at the gold token only, without writing N x V
+// each row r of logits N x V: the log-softmax at the gold token only, without writing the N x V
+// log-probabilities
 torch::Tensor gold_log_probs(torch::Tensor logits, torch::Tensor gold) {
   check_f32(logits, "logits", 2);
   check(gold, "gold", 1);
@@ -379,8 +384,8 @@ std::vector<torch::Tensor> forced_decode(torch::Tensor keys, torch::Tensor value
   const bool dense = !flexible || std::isinf(tau);
   // given ctx_gates = hbar W_icT (B x S x 4H), the context's share of the gates is W_ic c_t =
   // sum_s a_t(s) (W_ic hbar_s) over the span only (the caller gives it for a few rows)
-  const bool small = ctx_gates.numel() > 0;
-  if (small) {
+  const bool span_sum = ctx_gates.numel() > 0;
+  if (span_sum) {
     check_f32(ctx_gates, "ctx_gates", 3);
     TORCH_CHECK(ctx_gates.size(0) == B && ctx_gates.size(1) == S && ctx_gates.size(2) == 4 * H,
                 "ctx_gates must be B x S x 4H or empty");
@@ -431,7 +436,7 @@ std::vector<torch::Tensor> forced_decode(torch::Tensor keys, torch::Tensor value
   const float sigma_f = static_cast<float>(sigma);
   const float two_sigma2 = static_cast<float>(2.0 * sigma * sigma);
   const float gb = static_cast<float>(b_g);
-  const float* PG = small ? ctx_gates.data_ptr<float>() : nullptr;
+  const float* PG = span_sum ? ctx_gates.data_ptr<float>() : nullptr;
 
   // timed: seconds spent in the attention (the query products W_q h and W_gh h, g_t, the span,
   // the scores, the softmax, c_t and p_t) and in the LSTM (its products and the cell)
@@ -500,7 +505,7 @@ std::vector<torch::Tensor> forced_decode(torch::Tensor keys, torch::Tensor value
     });
     lap(attention_s);
     // running x 4H: W_ie i_t + b (looked up) + W_ic c_t + W_hh h_{t-1}
-    if (small) {
+    if (span_sum) {
       product(X + C, C + H, WX.rows(C, H), fed, GATES, 4 * H, running);
       for (int64_t r = 0; r < running; ++r) {
         const int64_t b = order[r];
@@ -590,7 +595,6 @@ std::vector<torch::Tensor> vision_spans(torch::Tensor prev, torch::Tensor g, dou
 }
 
 int vector_width() { return static_cast<int>(VL); }
-int small_batch() { return static_cast<int>(kSmallBatch); }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forced_decode", &forced_decode, "fused forced decoding of a batch (see the file's header)");
@@ -600,5 +604,4 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("bilstm", &bilstm, "the encoder's bidirectional LSTM over the real positions of each row");
   m.def("vision_spans", &vision_spans, "the kernel's vision span for given p, g and S (for tests)");
   m.def("vector_width", &vector_width, "floats per SIMD vector this build uses");
-  m.def("small_batch", &small_batch, "batches of up to this many rows take the span sum of the context's gate share");
 }
