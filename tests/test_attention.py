@@ -270,7 +270,8 @@ def naive_flexible(att, values, mask, queries, feedbacks, sact=False):
             temp = 1.0
             if sact:
                 st = att.sact_temperature
-                beta = torch.tanh(st.W_c.weight.double() @ ctx_prev + st.U_s.weight.double() @ h)
+                s_t = torch.cat([h, i]) if st.feedback else h  # SACT eq. 2's s_t (docs/method.md)
+                beta = torch.tanh(st.W_c.weight.double() @ ctx_prev + st.U_s.weight.double() @ s_t)
                 temp = float(st.lam ** beta)
             logits, pens = [], []
             for s in range(1, S + 1):
@@ -344,7 +345,7 @@ def dense_masked_reference(att, query, feedback, cache, state, tau):
     """Dense computation over all positions, then positions with penalty >= tau (except the
     one nearest p_{t-1}) masked with -inf: what the windowed path must reproduce."""
     g = att.strength(query, feedback)
-    temp = att.sact_temperature(state.context, query) if att.sact else None
+    temp = att.sact_temperature(state.context, query, feedback) if att.sact else None
     scores = att.score_dense(att.scorer.project_query(query), cache)
     positions = torch.arange(1, cache.mask.size(1) + 1).unsqueeze(0)
     pen = att.penalty(positions, state.position, g)
@@ -499,15 +500,19 @@ def test_sact_temperature_strictly_inside_range(attention):
     assert temps.max() - temps.min() > 0.05  # it does adapt
 
 
-def test_sact_weights_are_softmax_of_scores_over_temperature():
-    att = make("sact", sact_lambda=3.0)
+@pytest.mark.parametrize("sact_feedback", [True, False])
+def test_sact_weights_are_softmax_of_scores_over_temperature(sact_feedback):
+    att = make("sact", sact_lambda=3.0, sact_feedback=sact_feedback)
     values, mask, queries, feedbacks = inputs()
     cache = att.precompute(values, mask)
     state = att.init_state(cache, summary(values, mask))
     for q, f in zip(queries, feedbacks):
         st = att.sact_temperature
-        beta = torch.tanh(state.context @ st.W_c.weight.T + q @ st.U_s.weight.T).squeeze(-1)
-        temp = 3.0**beta  # SACT eqs. 1-2 with c~_{t-1} = previous context, s_t = h_{t-1}
+        # SACT eqs. 1-2 with c~_{t-1} = previous context and s_t = [h_{t-1}; i_t] (the word
+        # just emitted, the default) or s_t = h_{t-1}
+        s_t = torch.cat([q, f], -1) if sact_feedback else q
+        beta = torch.tanh(state.context @ st.W_c.weight.T + s_t @ st.U_s.weight.T).squeeze(-1)
+        temp = 3.0**beta
         scores = att.score_dense(att.scorer.project_query(q), cache)
         context, weights, new_state, stats = att(q, f, cache, state)
         torch.testing.assert_close(stats.temperature, temp)

@@ -25,6 +25,12 @@ def test_every_profile_composes(root, profile):
     assert cfg.filter.max_len == 50
 
 
+def test_paper_profile_decodes_with_the_papers_beam(root):
+    """The papers decode with a beam of 20 (2017 paper, §5); the default profile's CPU budget uses 5."""
+    assert C.compose(["profile=paper"], root / "conf").decode.beam_size == 20
+    assert C.compose([], root / "conf").decode.beam_size == 5
+
+
 def test_smoke_profile_uses_synthetic_data(root):
     cfg = C.compose(["profile=smoke"], root / "conf")
     assert cfg.data.synthetic is not None and cfg.data.tsv is None

@@ -56,6 +56,35 @@ def test_translate_split_restores_order_and_counts_windows():
     assert out.mean_window < dense.mean_window
 
 
+def test_window_is_the_mean_over_sentences_of_their_mean_per_step():
+    """2017 paper §5: a sentence's window is averaged over its steps, then over sentences, so
+    a long sentence with many steps weighs no more than a short one."""
+    from flexatt.search import mean_window, step_weighted_window
+
+    window_sum, steps = np.array([4 * 10, 30 * 40]), np.array([4, 40])  # windows 10 and 30
+    assert mean_window(window_sum, steps) == pytest.approx(20.0)
+    assert step_weighted_window(window_sum, steps) == pytest.approx(1240 / 44)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_global_window_equals_mean_source_length_and_flexible_at_inf_equals_global(beam_size):
+    """Global attention scores every source position (EOS included), so its window is the mean
+    source length, whatever the number of steps per sentence; every model at τ = ∞ matches it."""
+    cfg = {"emb_size": 8, "hidden_size": 8, "att_size": 8, "readout_size": 8, "dropout": 0.0}
+    rng = np.random.default_rng(3)
+    src = [rng.integers(4, 12, rng.integers(1, 15)).tolist() for _ in range(11)]
+    split = EncodedSplit.from_lists(src, [[5]] * 11)
+    mean_len = float(np.mean([len(s) + 1 for s in src]))
+    windows = {}
+    for attention in ("global", "flexible", "flexible_sact", "sact"):
+        torch.manual_seed(0)
+        model = build_model({"attention": attention, **cfg}, 12, 12).eval()
+        out = translate_split(model, split, _Vocab(), tau=None, beam_size=beam_size, batch_size=4)
+        windows[attention] = out.mean_window
+        assert out.mean_window == pytest.approx(mean_len, abs=1e-9), attention
+    assert len(set(windows.values())) == 1
+
+
 def test_load_model_refuses_corrupt_checkpoint(tmp_path):
     bad = tmp_path / "x.ckpt"
     bad.write_bytes(b"not a checkpoint")
@@ -66,3 +95,28 @@ def test_load_model_refuses_corrupt_checkpoint(tmp_path):
 def test_eval_set_names_missing_files(tmp_path):
     with pytest.raises(DataError, match="test.npz: encoded split not found"):
         EvalSet.load(tmp_path, "test")
+
+
+def test_tau_search_bisects_between_the_largest_failing_and_smallest_passing_tau():
+    """The grid misses the knee (every grid τ but log S̄ fails); four bisections on log τ find a
+    τ whose window is smaller than log S̄'s, and the selection takes it."""
+    from flexatt.stages.sweep_tau import search_points
+
+    calls = []
+
+    def point(tau):  # window and BLEU grow with τ; the knee is at τ = 2.2
+        calls.append(tau)
+        return {"tau": tau, "window": 4.0 * tau, "bleu": 20.0 if tau >= 2.2 else 15.0}
+
+    grid = [0.8, 1.0, 1.6, 3.5]
+    points = search_points(point, grid, reference_bleu=20.0, tolerance=0.5, steps=4)
+    searched = [p["tau"] for p in points if p["source"] == "search"]
+    assert calls[:4] == grid and len(searched) == 4
+    assert all(1.6 < t < 3.5 for t in searched)
+    assert [p["tau"] for p in points] == sorted(p["tau"] for p in points)
+    chosen = select_tau(points, 20.0, 0.5)
+    assert 2.2 <= chosen["tau"] <= 2.2 * (3.5 / 1.6) ** (2 ** -4) * 1.001  # the final bracket's width
+    assert chosen["tau"] == min(t for t in searched if t >= 2.2)
+    # no bisection when the smallest grid τ passes, or when none passes
+    assert len(search_points(point, [2.5, 3.0], 20.0, 0.5, steps=4)) == 2
+    assert len(search_points(point, [0.8, 1.0], 20.0, 0.5, steps=4)) == 2

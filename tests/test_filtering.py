@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from flexatt.data.corpus import RawPair
-from flexatt.data.filtering import clean_text, filter_pairs, split_pairs
+from flexatt.data.filtering import clean_text, filter_and_split, filter_pairs, split_pairs
 from flexatt.data.synthetic import generate, reorder_permutation
 from flexatt.errors import DataError
 
@@ -75,6 +75,36 @@ def test_split_is_deterministic_disjoint_and_ordered():
     assert sorted(lines) == list(range(1, 101))
     for split in a.values():
         assert [p.line for p in split] == sorted(p.line for p in split)
+
+
+def test_only_training_pairs_are_length_filtered():
+    """2017 paper §5.1: long pairs leave the training set only; dev and test keep every length
+    up to what the model can encode (``eval_max_len``), and duplicates never cross splits."""
+    long_src, ratio_tgt = " ".join(["w"] * 60), " ".join(["v"] * 10)
+    rows = []
+    for i in range(60):
+        if i % 3 == 0:
+            rows.append((f"{long_src} {i}", f"long {i}"))        # too long for training, ratio too
+        elif i % 3 == 1:
+            rows.append((f"a{i}", f"{ratio_tgt} {i}"))           # ratio above 3
+        else:
+            rows.append((f"s{i}", f"t{i}"))
+    rows += [(" ".join(["z"] * 300), "huge"), ("s2", "t2")]     # beyond eval_max_len; a duplicate
+    splits, result = filter_and_split(pairs_of(*rows), dev_size=10, test_size=20, seed=5,
+                                      max_len=50, max_ratio=3.0, eval_max_len=256)
+    assert result.dropped["duplicate"] == 1
+    for pair in splits["train"]:
+        n_src, n_tgt = len(pair.src.split()), len(pair.tgt.split())
+        assert max(n_src, n_tgt) <= 50 and max(n_src, n_tgt) <= 3 * min(n_src, n_tgt)
+    held_out = splits["dev"] + splits["test"]
+    assert any(len(p.src.split()) > 50 for p in held_out)  # long pairs kept in dev/test
+    assert any(len(p.tgt.split()) > 3 * len(p.src.split()) for p in held_out)
+    assert all(len(p.src.split()) <= 256 for p in held_out)
+    huge_in_train = any(p.tgt == "huge" for p in splits["train"])
+    assert result.dropped["too_long_eval"] == (0 if huge_in_train else 1)
+    assert result.dropped["too_long"] + result.dropped["ratio"] + result.dropped["too_long_eval"] \
+        + len(splits["train"]) + len(held_out) == 61
+    assert len(result.kept) == sum(len(v) for v in splits.values())
 
 
 def test_split_too_large_is_refused():

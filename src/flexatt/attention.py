@@ -446,19 +446,25 @@ class SACTTemperature(nn.Module):
         τ_t = λ^{β_t},   β_t = tanh(W_c c̃_{t-1} + U_s s_t),
 
     so τ_t ∈ (1/λ, λ) in exact arithmetic (float32 tanh saturates to ±1 only for
-    |W_c c̃ + U_s s| ≳ 9). In SACT's Luong-style decoder s_t is the current decoder output;
-    in our Bahdanau-style decoder the attention query is h_{t-1}, so s_t := h_{t-1}.
+    |W_c c̃ + U_s s| ≳ 9). In SACT's Luong-style decoder s_t is the decoder output that has
+    already read the word just emitted, y_{t-1}; the paper's content-word / function-word
+    behaviour rests on that. Our Bahdanau-style decoder attends from h_{t-1}, which has not
+    read y_{t-1}, so with ``feedback_size`` set (config ``model.sact_feedback``, the default)
+    s_t := [h_{t-1}; i_t], the query and the feedback embedding of y_{t-1}, as g_t reads them
+    in Flexible Attention's eq. 8; without it s_t := h_{t-1} (docs/method.md, SACT).
     """
 
-    def __init__(self, query_size: int, ctx_size: int, lam: float):
+    def __init__(self, query_size: int, ctx_size: int, lam: float, feedback_size: Optional[int] = None):
         super().__init__()
         self.lam = lam
+        self.feedback = feedback_size is not None
         self.W_c = nn.Linear(ctx_size, 1, bias=False)
-        self.U_s = nn.Linear(query_size, 1, bias=False)
+        self.U_s = nn.Linear(query_size + (feedback_size or 0), 1, bias=False)
 
-    def forward(self, prev_context: Tensor, query: Tensor) -> Tensor:
-        """batch x 2H (c̃_{t-1}), batch x Q (s_t = h_{t-1}) -> batch (τ_t)."""
-        beta = torch.tanh(self.W_c(prev_context) + self.U_s(query)).squeeze(-1)
+    def forward(self, prev_context: Tensor, query: Tensor, feedback: Optional[Tensor] = None) -> Tensor:
+        """batch x 2H (c̃_{t-1}), batch x Q (h_{t-1}), batch x E (i_t) -> batch (τ_t)."""
+        s = torch.cat([query, feedback], dim=-1) if self.feedback else query
+        beta = torch.tanh(self.W_c(prev_context) + self.U_s(s)).squeeze(-1)
         return torch.pow(torch.as_tensor(self.lam, dtype=beta.dtype, device=beta.device), beta)
 
     @staticmethod
@@ -479,12 +485,13 @@ class SACTAttention(Attention):
     ``encoders.py``; passed as ``summary`` to :meth:`Attention.init_state`).
     """
 
-    def __init__(self, scorer: Scorer, query_size: int, ctx_size: int, lam: float):
+    def __init__(self, scorer: Scorer, query_size: int, ctx_size: int, lam: float,
+                 feedback_size: Optional[int] = None):
         super().__init__(scorer, temperature=None)
-        self.sact_temperature = SACTTemperature(query_size, ctx_size, lam)
+        self.sact_temperature = SACTTemperature(query_size, ctx_size, lam, feedback_size)
 
     def forward(self, query, feedback, cache, state, tau=None):
-        temp = self.sact_temperature(state.context, query)  # batch
+        temp = self.sact_temperature(state.context, query, feedback)  # batch
         q = self.scorer.project_query(query)
         scores = self.score_dense(q, cache)  # batch x S
         weights = masked_softmax(self.sact_temperature.rescale(scores, temp), cache.mask)  # eq. 4
@@ -609,6 +616,7 @@ class FlexibleAttention(Attention):
         g_feedback: bool = True,
         temperature: Optional[float] = None,
         sact_lambda: Optional[float] = None,
+        sact_feedback: bool = True,
     ):
         super().__init__(scorer, temperature)
         self.sigma = sigma
@@ -621,7 +629,8 @@ class FlexibleAttention(Attention):
         self.b_g = nn.Parameter(torch.zeros(()) if g_feedback else torch.zeros(att_size))
         self.sact = sact_lambda is not None
         if self.sact:
-            self.sact_temperature = SACTTemperature(query_size, ctx_size, sact_lambda)
+            self.sact_temperature = SACTTemperature(query_size, ctx_size, sact_lambda,
+                                                    feedback_size if sact_feedback else None)
 
     # -- equations --------------------------------------------------------------------------
     def strength(self, query: Tensor, feedback: Tensor) -> Tensor:
@@ -695,7 +704,7 @@ class FlexibleAttention(Attention):
     # -- step -----------------------------------------------------------------------------
     def forward(self, query, feedback, cache, state, tau=None):
         g = self.strength(query, feedback)  # batch
-        temp = self.sact_temperature(state.context, query) if self.sact else None
+        temp = self.sact_temperature(state.context, query, feedback) if self.sact else None
         q = self.scorer.project_query(query)
         prev_pos = state.position  # p_{t-1}, 1-based
         if tau is None or math.isinf(tau):
@@ -741,6 +750,7 @@ def build_attention(
     sact_lambda: float = 4.0,
     temperature: Optional[float] = None,
     max_src_len: int = 256,
+    sact_feedback: bool = True,
 ) -> Attention:
     """Attention module by config name (see :data:`ATTENTION_TYPES`).
 
@@ -763,7 +773,9 @@ def build_attention(
             g_feedback,
             temperature,
             sact_lambda if attention == "flexible_sact" else None,
+            sact_feedback,
         )
     if attention == "sact":
-        return SACTAttention(scorer, query_size, key_size, sact_lambda)
+        return SACTAttention(scorer, query_size, key_size, sact_lambda,
+                             feedback_size if sact_feedback else None)
     raise ValueError(f"model.attention: {attention!r}; allowed: {', '.join(ATTENTION_TYPES)}")

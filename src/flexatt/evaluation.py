@@ -20,7 +20,7 @@ from flexatt.data.batching import LengthGroupedBatches, ParallelData, collate
 from flexatt.data.subwords import EncodedSplit, Vocab
 from flexatt.errors import DataError
 from flexatt.model import Seq2Seq, build_model
-from flexatt.search import beam_search, greedy
+from flexatt.search import beam_search, greedy, mean_window, step_weighted_window
 from flexatt.train import checkpoint_hparams, load_checkpoint_state
 
 
@@ -52,8 +52,15 @@ class Translation:
 
     @property
     def mean_window(self) -> float:
-        """Positions scored per decoding step, over every step of every sentence (SPEC §4)."""
-        return float(self.window_sum.sum()) / max(int(self.steps.sum()), 1)
+        """Positions scored per decoding step, per sentence, then the mean over sentences
+        (:func:`flexatt.search.mean_window`; docs/method.md, Window)."""
+        return mean_window(self.window_sum, self.steps)
+
+    @property
+    def step_weighted_window(self) -> float:
+        """Positions scored per (step, live hypothesis) pair over the whole split
+        (:func:`flexatt.search.step_weighted_window`)."""
+        return step_weighted_window(self.window_sum, self.steps)
 
     @property
     def ms_per_sentence(self) -> float:

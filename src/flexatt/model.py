@@ -46,6 +46,7 @@ DEFAULTS: dict[str, Any] = {
     "sigma": 1.5,
     "g_feedback": True,
     "sact_lambda": 4.0,
+    "sact_feedback": True,
     "temperature": None,
     "max_src_len": 256,
 }
@@ -131,8 +132,9 @@ def validate_config(cfg: Mapping) -> dict[str, Any]:
         _fail("dropout", out["dropout"], "a number in [0, 1)")
     if not (_is_number(out["sigma"]) and out["sigma"] > 0 and math.isfinite(out["sigma"])):
         _fail("sigma", out["sigma"], "a finite number > 0")
-    if not isinstance(out["g_feedback"], bool):
-        _fail("g_feedback", out["g_feedback"], "true | false")
+    for key in ("g_feedback", "sact_feedback"):
+        if not isinstance(out[key], bool):
+            _fail(key, out[key], "true | false")
     if not (_is_number(out["sact_lambda"]) and 1.0 < out["sact_lambda"] < math.inf):
         _fail("sact_lambda", out["sact_lambda"], "a finite number > 1")
     temp = out["temperature"]
@@ -166,6 +168,7 @@ def build_model(cfg: Mapping, src_vocab: int, tgt_vocab: int, pad_id: int = 0) -
         sact_lambda=float(c["sact_lambda"]),
         temperature=None if c["temperature"] is None else float(c["temperature"]),
         max_src_len=c["max_src_len"],
+        sact_feedback=c["sact_feedback"],
     )
     decoder = RecurrentDecoder(
         tgt_vocab,

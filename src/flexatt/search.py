@@ -9,8 +9,8 @@ decoding of global and flexible attention (concat score, CPU inference) takes th
 is likewise the number of positions its score loop evaluated; ``fused=False`` takes the step
 API.
 
-The window metric (SPEC §4)
----------------------------
+The window metric (docs/method.md, Window)
+-----------------------------------------
 A *scored pair* is one (decoding step, live hypothesis) pair, i.e. one row handed to
 ``decode_step``. Every search returns, per sentence ``i``:
 
@@ -19,10 +19,12 @@ A *scored pair* is one (decoding step, live hypothesis) pair, i.e. one row hande
   evaluated for h at step t);
 * ``steps[i]`` = the number of such (step, live hypothesis) pairs.
 
-The mean window of a test set is ``window_sum.sum() / steps.sum()`` (:attr:`SearchResult.mean_window`):
-the average over every step of every sentence and, under beam search, over every live
-hypothesis at that step — each (step, hypothesis) pair weighs the same, so long sentences and
-wide beams weigh more (a micro average, not a mean of per-sentence means).
+The window of a sentence is ``window_sum[i] / steps[i]``, its mean over its steps and live
+hypotheses; the window of a test set is the mean of its sentences' windows
+(:func:`mean_window`), as the 2017 paper defines it (§5: for global attention the average
+window equals the average source length of the test data). :func:`step_weighted_window`,
+``window_sum.sum() / steps.sum()``, weighs every (step, hypothesis) pair the same instead, so
+long sentences and wide beams weigh more; it is reported beside, under that name.
 
 * greedy: one live hypothesis per step, ``steps[i]`` = decoding steps (the EOS step included);
 * beam search: a *live* hypothesis is one that is extended at that step. Step 1 extends only
@@ -50,6 +52,21 @@ from flexatt.attention import AttentionStats
 from flexatt.data.subwords import BOS_ID, EOS_ID, PAD_ID
 
 NEG_INF = float("-inf")
+
+
+def mean_window(window_sum, steps) -> float:
+    """The window of a set of sentences (2017 paper, §5): each sentence's positions scored per
+    (step, live hypothesis) pair, ``window_sum[i] / steps[i]``, then the mean over sentences.
+    Takes per-sentence tensors or arrays (``batch``); 0.0 for an empty set."""
+    window_sum = torch.as_tensor(window_sum, dtype=torch.float64)
+    steps = torch.as_tensor(steps, dtype=torch.float64).clamp_min(1.0)
+    return float((window_sum / steps).mean()) if window_sum.numel() else 0.0
+
+
+def step_weighted_window(window_sum, steps) -> float:
+    """Positions scored per (step, live hypothesis) pair over the whole set, Σ window_sum / Σ steps:
+    long sentences and wide beams weigh more than in :func:`mean_window`."""
+    return float(torch.as_tensor(window_sum).sum()) / max(int(torch.as_tensor(steps).sum()), 1)
 
 
 # --------------------------------------------------------------------------------------
@@ -94,8 +111,13 @@ class SearchResult:
 
     @property
     def mean_window(self) -> float:
-        """Mean window over every (step, live hypothesis) pair: Σ window_sum / Σ steps."""
-        return float(self.window_sum.sum()) / max(int(self.steps.sum()), 1)
+        """The batch's window: per-sentence mean, then mean over sentences (:func:`mean_window`)."""
+        return mean_window(self.window_sum, self.steps)
+
+    @property
+    def step_weighted_window(self) -> float:
+        """Σ window_sum / Σ steps (:func:`step_weighted_window`)."""
+        return step_weighted_window(self.window_sum, self.steps)
 
 
 class _TraceBuffer:

@@ -12,6 +12,12 @@ Each pair is dropped for the FIRST of these reasons that applies, and counted un
 ``duplicate``  the exact (source, target) pair was already kept
 ============== ===================================================================
 
+The filter stage applies them in two passes (docs/method.md, Filtering and splits): the
+integrity rules (``control``, ``empty``, ``duplicate``) to the whole corpus before the split,
+so no pair is both a training and a test pair; the length rules (``too_long``, ``ratio``) to
+the training pairs only, as the papers do (2017 paper, §5.1). Dev and test keep sentences of
+any length except what the model cannot encode, counted as ``too_long_eval``.
+
 Text is cleaned by turning every whitespace character into a plain space and collapsing runs,
 so tokens are exactly ``text.split(" ")``. Gold alignments (``align`` side field) index those
 tokens; a link outside the cleaned sentence means the alignment file is out of line with the
@@ -29,7 +35,7 @@ from dataclasses import dataclass, field
 from flexatt.data.corpus import RawPair, parse_alignment
 from flexatt.errors import DataError
 
-DROP_REASONS = ("control", "empty", "too_long", "ratio", "duplicate")
+DROP_REASONS = ("control", "empty", "too_long", "ratio", "duplicate", "too_long_eval")
 SPLITS = ("train", "dev", "test")
 
 
@@ -62,15 +68,17 @@ def clean_text(text: str) -> str | None:
     return " ".join(text.split())
 
 
-def filter_pairs(pairs: Sequence[RawPair], max_len: int, max_ratio: float,
-                 align_source: str = "alignments") -> FilterResult:
+def filter_pairs(pairs: Sequence[RawPair], max_len: int | None, max_ratio: float | None,
+                 align_source: str = "alignments", long_reason: str = "too_long") -> FilterResult:
     """Clean every pair and drop the ones that fail a rule (see the module docstring).
 
     Args:
         pairs: pairs as read; side fields are cleaned like the sentences, except ``align``.
-        max_len: the largest number of words allowed on either side.
-        max_ratio: the largest ratio of the longer to the shorter side's word count.
+        max_len: the largest number of words allowed on either side (``None``: no limit).
+        max_ratio: the largest ratio of the longer to the shorter side's word count
+            (``None``: no limit).
         align_source: file name used in the error message for a bad alignment line.
+        long_reason: the name under which pairs longer than ``max_len`` are counted.
 
     Raises:
         DataError: an ``align`` link points outside its (cleaned) sentence, or is malformed.
@@ -87,10 +95,10 @@ def filter_pairs(pairs: Sequence[RawPair], max_len: int, max_ratio: float,
             result.drop("empty", pair.line)
             continue
         n_src, n_tgt = src.count(" ") + 1, tgt.count(" ") + 1
-        if n_src > max_len or n_tgt > max_len:
-            result.drop("too_long", pair.line)
+        if max_len is not None and (n_src > max_len or n_tgt > max_len):
+            result.drop(long_reason, pair.line)
             continue
-        if max(n_src, n_tgt) > max_ratio * min(n_src, n_tgt):
+        if max_ratio is not None and max(n_src, n_tgt) > max_ratio * min(n_src, n_tgt):
             result.drop("ratio", pair.line)
             continue
         if (src, tgt) in seen:
@@ -108,6 +116,37 @@ def filter_pairs(pairs: Sequence[RawPair], max_len: int, max_ratio: float,
             sides["align"] = " ".join(f"{i}-{j}" for i, j in sorted(links))
         result.kept.append(RawPair(pair.line, src, tgt, sides))
     return result
+
+
+def filter_and_split(pairs: Sequence[RawPair], dev_size: int, test_size: int, seed: int,
+                     max_len: int, max_ratio: float, eval_max_len: int | None,
+                     align_source: str = "alignments") -> tuple[dict[str, list[RawPair]], FilterResult]:
+    """The filter stage's logic: integrity rules on every pair, the seeded split, then the
+    length rules on the training pairs only; dev and test lose only pairs longer than
+    ``eval_max_len`` words (``None``: none), counted as ``too_long_eval``.
+
+    Returns the splits and one :class:`FilterResult` whose ``kept`` is every kept pair (train,
+    then dev, then test) and whose counts cover both passes.
+
+    Raises:
+        ValueError: ``dev_size + test_size`` leaves no training pair.
+        DataError: a bad gold alignment (see :func:`filter_pairs`).
+    """
+    clean = filter_pairs(pairs, None, None, align_source)
+    splits = split_pairs(clean.kept, dev_size, test_size, seed)
+    total = FilterResult(kept=[], dropped=clean.dropped, examples=clean.examples)
+    for name in SPLITS:
+        if name == "train":
+            passed = filter_pairs(splits[name], max_len, max_ratio, align_source)
+        else:
+            passed = filter_pairs(splits[name], eval_max_len, None, align_source, long_reason="too_long_eval")
+        for reason, count in passed.dropped.items():
+            total.dropped[reason] += count
+            lines = total.examples.setdefault(reason, [])
+            lines.extend(passed.examples[reason][:max(0, 10 - len(lines))])
+        splits[name] = passed.kept
+        total.kept.extend(passed.kept)
+    return splits, total
 
 
 def split_pairs(pairs: Sequence[RawPair], dev_size: int, test_size: int,

@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from flexatt import config as C
 from flexatt.data.corpus import ON_INVALID, ReadResult, read_text_files, read_tsv
-from flexatt.data.filtering import DROP_REASONS, SPLITS, filter_pairs, split_pairs
+from flexatt.data.filtering import DROP_REASONS, SPLITS, filter_and_split
 from flexatt.data.synthetic import read_synthetic
 from flexatt.errors import ConfigError
 from flexatt.io import atomic_path, write_json, write_lines
@@ -85,15 +85,16 @@ def run(cfg: DictConfig) -> dict:
     test_size = C.check_int(cfg, "filter.test_size", minimum=1)
     max_len = C.check_int(cfg, "filter.max_len", minimum=1)
     max_ratio = C.check_float(cfg, "filter.max_ratio", ge=1.0)
+    eval_max_len = C.check_int(cfg, "filter.eval_max_len", minimum=1, optional=True)
     seed = C.check_int(cfg, "filter.seed", minimum=0)
     metrics_file = C.check_str(cfg, "filter.metrics_file", optional=True)
 
     read, source, align_name = read_corpus(cfg)
     log.info("read %d pairs from %s%s", len(read.pairs) + len(read.invalid), source["kind"],
              f" ({len(read.invalid)} invalid lines skipped)" if read.invalid else "")
-    filtered = filter_pairs(read.pairs, max_len, max_ratio, align_name)
     try:
-        splits = split_pairs(filtered.kept, dev_size, test_size, seed)
+        splits, filtered = filter_and_split(read.pairs, dev_size, test_size, seed, max_len, max_ratio,
+                                            eval_max_len, align_name)
     except ValueError as exc:
         raise ConfigError("filter.dev_size", str(exc)) from exc
 

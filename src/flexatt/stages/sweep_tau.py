@@ -2,8 +2,11 @@
 
 For every model of ``sweep_tau.models`` (flexible and flexible+SACT, trained and fine-tuned):
 decode dev at τ = ∞ and at every τ of ``sweep_tau.grid`` (plus τ = log S̄, the 2016 paper's
-sweet spot, where ``add_log_mean_len``), then select τ = the smallest mean window whose dev BLEU
-is within ``tolerance`` of the same model at τ = ∞ (:func:`flexatt.evaluation.select_tau`).
+sweet spot, where ``add_log_mean_len``), then search between the largest τ below the smallest
+passing one that fails the tolerance and that passing one: ``search_steps`` bisections on log τ
+(:func:`search_points`; window and BLEU both grow with τ). Among every evaluated point, select
+τ = the smallest mean window whose dev BLEU is within ``tolerance`` of the same model at τ = ∞
+(:func:`flexatt.evaluation.select_tau`; docs/method.md, τ search).
 Then the trade-off curve (Flexible Attention 2017, Figure 3): ``curve_model`` at
 ``curve_taus`` on ``curve_splits``, with global attention as the reference point.
 
@@ -88,6 +91,40 @@ class Decoder:
         return self.memo[key]
 
 
+def search_points(point, grid: list[float], reference_bleu: float, tolerance: float,
+                  steps: int) -> list[dict]:
+    """Every dev point of one model: the grid, then ``steps`` bisections on log τ.
+
+    ``point(tau) -> {"tau", "window", "bleu", ...}`` decodes dev at ``tau``. A point passes when
+    its BLEU is at least ``reference_bleu − tolerance``. The bracket is the smallest passing τ
+    of the grid and the largest failing τ below it; each step decodes the geometric mean of the
+    bracket and moves the bound it falls on, so the knee of the curve is found with ``steps``
+    extra decodes. No bisection when the grid has no passing τ or the smallest τ passes.
+    Returns the points in order of τ, each marked ``"source": "grid" | "search"``.
+    """
+    points = [{**point(tau), "source": "grid"} for tau in grid]
+
+    def passes(p: dict) -> bool:
+        return p["bleu"] >= reference_bleu - tolerance
+
+    passing = [p["tau"] for p in points if passes(p)]
+    if passing:
+        hi = min(passing)
+        failing = [p["tau"] for p in points if not passes(p) and 0 < p["tau"] < hi]
+        lo = max(failing) if failing else None
+        for _ in range(steps if lo is not None else 0):
+            mid = round(math.exp(0.5 * (math.log(lo) + math.log(hi))), 4)
+            if not lo < mid < hi:
+                break
+            p = {**point(mid), "source": "search"}
+            points.append(p)
+            if passes(p):
+                hi = mid
+            else:
+                lo = mid
+    return sorted(points, key=lambda p: p["tau"])
+
+
 def run(cfg: DictConfig) -> dict:
     tok_dir = C.check_str(cfg, "train.data_dir")
     models = [str(m) for m in C.get(cfg, "sweep_tau.models")]
@@ -95,6 +132,7 @@ def run(cfg: DictConfig) -> dict:
         checkpoint_of(cfg, name, "sweep_tau.models")
     grid = check_taus(cfg, "sweep_tau.grid")
     tolerance = C.check_float(cfg, "sweep_tau.tolerance", ge=0.0)
+    search_steps = C.check_int(cfg, "sweep_tau.search_steps", minimum=0)
     curve_model = C.check_str(cfg, "sweep_tau.curve_model")
     checkpoint_of(cfg, curve_model, "sweep_tau.curve_model")
     curve_taus = check_taus(cfg, "sweep_tau.curve_taus")
@@ -121,7 +159,8 @@ def run(cfg: DictConfig) -> dict:
     selection: dict[str, dict] = {}
     for name in models:
         reference = decoder.point(name, "dev", math.inf)
-        points = [decoder.point(name, "dev", tau) for tau in grid]
+        points = search_points(lambda tau, name=name: decoder.point(name, "dev", tau), grid,
+                               reference["bleu"], tolerance, search_steps)
         chosen = select_tau(points, reference["bleu"], tolerance)
         selection[name] = {
             "inf": reference,
@@ -139,7 +178,7 @@ def run(cfg: DictConfig) -> dict:
         g = decoder.point("global", split, math.inf)
         curve_rows.append({"model": "global", "split": split, **g})
 
-    result = {"log_mean_src_len": log_mean, "tolerance": tolerance, "grid": grid,
+    result = {"log_mean_src_len": log_mean, "tolerance": tolerance, "grid": grid, "search_steps": search_steps,
               "beam_size": decoder.settings["beam_size"], "models": selection, "curve": curve_rows}
     write_json(out_file, result)
     with atomic_path(curve_file) as tmp, open(tmp, "w", newline="") as out:
@@ -153,9 +192,9 @@ def run(cfg: DictConfig) -> dict:
     reference = {f"global ({r['split']})": (r["window"], r["bleu"]) for r in curve_rows if r["model"] == "global"}
     figure = figures.tradeoff(curves, figure_file, reference)
 
-    tracker.table("sweep_tau/points", ["model", "tau", "window", "bleu"],
-                          [[name, p["tau"], p["window"], p["bleu"]]
-                           for name, sel in selection.items() for p in [sel["inf"], *sel["points"]]])
+    tracker.table("sweep_tau/points", ["model", "tau", "source", "window", "bleu"],
+                  [[name, p["tau"], p.get("source", "reference"), p["window"], p["bleu"]]
+                   for name, sel in selection.items() for p in [sel["inf"], *sel["points"]]])
     curve_table = tracker.table("sweep_tau/curve", ["model", "split", "tau", "window", "bleu"],
                                 [[r["model"], r["split"], r["tau"], r["window"], r["bleu"]] for r in curve_rows])
     tracker.line_plot("sweep_tau/tradeoff_plot", curve_table, "window", "bleu", "BLEU vs mean window")
