@@ -1,8 +1,10 @@
-"""Tests of flexatt.metrics: BLEU variants, RIBES against a transcription of RIBES.py, AER."""
+"""Tests of flexatt.metrics: BLEU variants, chrF, significance, RIBES against a transcription of
+RIBES.py, AER and word alignments."""
 
 from __future__ import annotations
 
 import math
+import os
 import random
 import re
 from collections import Counter
@@ -12,12 +14,16 @@ import pytest
 import torch
 
 from flexatt.metrics import (
+    BOOTSTRAP_SEED,
     aer,
     attention_alignment,
     bleu_by_length,
+    bleu_significance,
     corpus_bleu,
+    corpus_chrf,
     corpus_ribes,
     filter_to_covered,
+    moses_tokenize,
     piece_word_ids,
     sentence_ribes,
     tokenized_bleu,
@@ -346,18 +352,223 @@ def test_attention_alignment_positions_and_words():
                   [0.2, 0.5, 0.3]])
     assert attention_alignment(w) == {(0, 0), (2, 1), (1, 2)}
     assert attention_alignment(torch.tensor(w, dtype=torch.bfloat16)) == {(0, 0), (2, 1), (1, 2)}
-    # source pieces: word 0 = ▁un+der, word 1 = ▁way; target pieces: word 0 = ▁go+ing
+    # source pieces: word 0 = ▁un+der, word 1 = ▁way; target pieces: word 0 = ▁go+ing.
+    # Summed per word: target word 0 = rows 0+1 -> (0.7+0.2 + 0.1+0.1, 0.1+0.8) = (1.1, 0.9);
+    # target word 1 = row 2 -> (0.2+0.5, 0.3) = (0.7, 0.3). One link per target word.
     links = attention_alignment(w, ["▁un", "der", "▁way"], ["▁go", "ing", "▁on"])
-    assert links == {(0, 0), (1, 0), (0, 1)}
+    assert links == {(0, 0), (0, 1)}
 
 
 def test_attention_alignment_extra_rows_and_columns():
-    # 2 target pieces + EOS row, 2 source pieces + EOS column
+    # 2 target pieces + EOS row, 2 source pieces + EOS column. The EOS column is not a word:
+    # target word 0 attends most to EOS, and is linked to the best *word* (source 1).
     w = torch.tensor([[0.1, 0.2, 0.7],
                       [0.6, 0.3, 0.1],
                       [0.0, 0.0, 1.0]])
-    assert attention_alignment(w, ["▁a", "▁b"], ["▁x", "▁y"]) == {(0, 1)}
+    assert attention_alignment(w, ["▁a", "▁b"], ["▁x", "▁y"]) == {(1, 0), (0, 1)}
+    assert attention_alignment(w, [], ["▁x"]) == set()
+    assert attention_alignment(w, ["▁a"], []) == set()
     with pytest.raises(ValueError):
         attention_alignment(w, ["▁a", "▁b", "▁c", "▁d"], ["▁x"])
     with pytest.raises(ValueError):
         attention_alignment(np.zeros(3))
+
+
+def test_attention_alignment_sums_pieces_where_piece_argmax_differs():
+    # source words: 0 = ▁the, 1 = ▁un+believ+able (3 pieces), 2 = ▁story; EOS column last.
+    # target words: 0 = ▁la, 1 = ▁his+toria (2 pieces), 2 = ▁increíble; EOS row last.
+    src = ["▁the", "▁un", "believ", "able", "▁story"]
+    tgt = ["▁la", "▁his", "toria", "▁increíble"]
+    w = np.array([
+        # the   un    believ able  story  EOS
+        [0.50, 0.00, 0.00, 0.00, 0.10, 0.40],  # ▁la
+        [0.05, 0.20, 0.00, 0.00, 0.45, 0.30],  # ▁his
+        [0.00, 0.30, 0.25, 0.00, 0.15, 0.30],  # toria
+        [0.36, 0.20, 0.20, 0.20, 0.00, 0.04],  # ▁increíble
+        [0.00, 0.00, 0.00, 0.00, 0.00, 1.00],  # EOS
+    ])
+    # piece level (the old rule): ▁la->the, ▁his->story, toria->un, ▁increíble->the
+    piece_links = {(0, 0), (2, 1), (1, 1), (0, 2)}
+    # word level: ▁his+toria sums to (0.05, 0.75, 0.60) -> unbelievable (not story);
+    # ▁increíble: (0.36, 0.60, 0.00) -> unbelievable (not the)
+    golden = {(0, 0), (1, 1), (1, 2)}
+    links = attention_alignment(w, src, tgt)
+    assert links == golden and links != piece_links
+    assert sorted(t for _, t in links) == [0, 1, 2]  # exactly one link per target word
+    assert attention_alignment(torch.tensor(w), src, tgt) == golden
+
+
+def test_attention_alignment_one_link_per_covered_target_word():
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        n_src_words, n_tgt_words = rng.integers(1, 8, size=2)
+        src = [p for _ in range(n_src_words) for p in ["▁w"] + ["x"] * int(rng.integers(0, 3))]
+        tgt = [p for _ in range(n_tgt_words) for p in ["▁v"] + ["y"] * int(rng.integers(0, 3))]
+        w = rng.dirichlet(np.ones(len(src) + 1), size=len(tgt) + 1)  # + EOS column and row
+        links = attention_alignment(w, src, tgt)
+        assert sorted(t for _, t in links) == list(range(n_tgt_words))
+        assert all(0 <= s < n_src_words for s, _ in links)
+        # gold covering only the even target words: each keeps exactly its one link
+        sure = {(0, t) for t in range(0, n_tgt_words, 2)}
+        kept = filter_to_covered(links, sure)
+        assert sorted(t for _, t in kept) == list(range(0, n_tgt_words, 2))
+
+
+def test_attention_alignment_links_follow_the_gold_pharaoh_convention():
+    # gold "i-j": source word i, target word j -- as flexatt.stages.evaluate._gold reads it
+    gold = [{tuple(map(int, link.split("-"))) for link in "0-1 1-0".split()}]
+    w = np.array([[0.1, 0.9], [0.8, 0.2]])  # target 0 -> source 1, target 1 -> source 0
+    assert aer([attention_alignment(w, ["▁a", "▁b"], ["▁x", "▁y"])], gold) == 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# Moses-tokenised BLEU, chrF
+
+
+def test_moses_tokenize_differs_from_13a():
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+    line = "I don't know, it's well-known & <true>."
+    assert moses_tokenize([line], "en") == ["I don 't know , it 's well-known & < true > ."]
+    assert Tokenizer13a()(line) == "I don't know , it's well-known & < true > ."
+    assert moses_tokenize(["Mr. Smith came."], "en") == ["Mr. Smith came ."]  # non-breaking prefix
+    assert moses_tokenize(["", "  a  b "], "en") == ["", "a b"]
+    with pytest.raises(ValueError, match="language"):
+        moses_tokenize(["a"], "")
+
+
+def test_tokenized_bleu_on_moses_tokens_differs_from_bleu():
+    # Moses splits "don't" into "don 't" and "it's" into "it 's"; 13a keeps them whole.
+    # The hypothesis has "do" where the reference has "don't". 13a: 11 tokens each side,
+    # precisions 10/11, 8/10, 7/9, 6/8, no brevity penalty -> 80.71. Moses: 13 hypothesis and
+    # 14 reference tokens, precisions 12/13, 10/12, 9/11, 8/10, BP exp(1 - 14/13) -> 78.00.
+    hyps = ["I do know it's here, and I don't care."]
+    refs = ["I don't know it's here, and I don't care."]
+    bleu = corpus_bleu(hyps, [refs])[0]
+    hyp_tok, ref_tok = moses_tokenize(hyps, "en"), moses_tokenize(refs, "en")
+    assert hyp_tok == ["I do know it 's here , and I don 't care ."]
+    tok_bleu = tokenized_bleu(hyp_tok, [ref_tok])[0]
+    # tokenized_bleu scores the Moses tokens as they are: exactly multi-bleu.perl on them
+    assert tok_bleu == pytest.approx(multi_bleu(hyp_tok, [ref_tok]), abs=1e-9)
+    assert tok_bleu == pytest.approx(multi_bleu(["I do know it 's here , and I don 't care ."],
+                                                [["I don 't know it 's here , and I don 't care ."]]))
+    assert bleu == pytest.approx(multi_bleu(["I do know it's here , and I don't care ."],
+                                            [["I don't know it's here , and I don't care ."]]))
+    assert tok_bleu != pytest.approx(bleu, abs=0.5)
+    assert round(tok_bleu, 2) == 78.00 and round(bleu, 2) == 80.71
+
+
+#: sacrebleu 2.6.0 ``CHRF().corpus_score`` of the three sentences below.
+CHRF_GOLDEN = 67.0007
+
+
+def test_corpus_chrf_golden_against_sacrebleu():
+    from sacrebleu.metrics import CHRF
+
+    hyps = ["The cat sat on the mat.", "A dog barked at the moon all night.", "Hello"]
+    refs = ["The cat is sitting on the mat.", "The dog barked at the moon all night long.", "Hello!"]
+    score, sig = corpus_chrf(hyps, [refs])
+    assert score == pytest.approx(CHRF().corpus_score(hyps, [refs]).score, abs=1e-12)
+    assert score == pytest.approx(CHRF_GOLDEN, abs=5e-3)
+    assert sig.startswith("nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no")
+    assert corpus_chrf(hyps, refs)[0] == pytest.approx(score)  # one stream as a plain list
+    assert corpus_chrf(hyps, [refs, ["", " ", ""]])[0] == pytest.approx(score)  # blank: no reference
+    assert corpus_chrf(["x"], [["x"]])[0] == pytest.approx(100.0)
+    with pytest.raises(ValueError):
+        corpus_chrf(hyps, [refs[:2]])
+
+
+# --------------------------------------------------------------------------------------------
+# Significance (sacrebleu's paired bootstrap resampling)
+
+
+def _systems(n: int = 150) -> tuple[list[str], dict[str, list[str]]]:
+    """A reference and four systems of decreasing quality (word-substitution noise)."""
+    rng = random.Random(11)
+    vocab = [f"w{k}" for k in range(40)]
+    refs = [" ".join(rng.choice(vocab) for _ in range(rng.randint(5, 15))) for _ in range(n)]
+
+    def noisy(p: float) -> list[str]:
+        return [" ".join(w if rng.random() > p else rng.choice(vocab) for w in r.split()) for r in refs]
+
+    systems = {"global": noisy(0.30), "good": noisy(0.10), "close": noisy(0.30), "bad": noisy(0.60)}
+    systems["good_tau"] = list(systems["good"])  # τ row that decodes exactly as its base
+    return refs, systems
+
+
+def test_bleu_significance_reproduces_sacrebleu_paired_test(monkeypatch):
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    refs, systems = _systems()
+    against = {"global": None, "good": "global", "close": "global", "bad": "global",
+               "good_tau": "good"}
+    got = bleu_significance(systems, refs, against, seed=777)
+    assert list(got) == list(systems)
+
+    monkeypatch.setenv("SACREBLEU_SEED", "777")
+    _, scores = PairedTest([("global", systems["global"]), ("good", systems["good"]),
+                            ("close", systems["close"]), ("bad", systems["bad"])],
+                           {"BLEU": BLEU()}, [refs], test_type="bs", n_samples=1000)()
+    for name, res in zip(scores["System"], scores["BLEU"]):
+        assert got[name]["bleu_ci"] == [round(res.mean - res.ci, 2), round(res.mean + res.ci, 2)]
+        assert res.mean - res.ci < corpus_bleu(systems[name], refs)[0] < res.mean + res.ci
+        if name == "global":
+            assert got[name]["p_value"] is None and got[name]["p_value_against"] is None
+        else:
+            assert got[name]["p_value"] == round(res.p_value, 4)
+            assert got[name]["p_value_against"] == "global"
+    assert got["good"]["p_value"] < 0.05 and got["bad"]["p_value"] < 0.05
+    assert got["close"]["p_value"] > 0.05  # same noise level as the baseline
+    # a τ row identical to its base: p = 1 (sacrebleu alone would say 1/1001), the same interval
+    assert got["good_tau"] == {"bleu_ci": got["good"]["bleu_ci"], "p_value": 1.0,
+                               "p_value_against": "good"}
+
+
+def test_bleu_significance_is_seeded_and_restores_the_environment(monkeypatch):
+    refs, systems = _systems(60)
+    against = {"global": None, "good": "global", "close": "global", "bad": "global",
+               "good_tau": "good"}
+    monkeypatch.delenv("SACREBLEU_SEED", raising=False)
+    first = bleu_significance(systems, refs, against, seed=5)
+    assert "SACREBLEU_SEED" not in os.environ
+    assert bleu_significance(systems, refs, against, seed=5) == first
+    assert bleu_significance(systems, refs, against, seed=6) != first
+    # the default is sacrebleu's own seed, whatever the environment says
+    monkeypatch.setenv("SACREBLEU_SEED", "none")
+    default = bleu_significance(systems, refs, against)
+    assert os.environ["SACREBLEU_SEED"] == "none"
+    assert default == bleu_significance(systems, refs, against, seed=BOOTSTRAP_SEED) != first
+    # a system's interval does not depend on its role (baseline of a group, or compared)
+    only = bleu_significance({"good": systems["good"]}, refs, {"good": None}, seed=5)
+    assert only["good"]["bleu_ci"] == first["good"]["bleu_ci"]
+
+
+def test_bleu_significance_refuses_bad_input():
+    refs, systems = _systems(10)
+    ok = {"global": None, "good": "global", "close": "global", "bad": "global", "good_tau": "good"}
+    with pytest.raises(ValueError, match="missing"):
+        bleu_significance(systems, refs, {k: v for k, v in ok.items() if k != "bad"})
+    with pytest.raises(ValueError, match="another system"):
+        bleu_significance(systems, refs, {**ok, "bad": "nope"})
+    with pytest.raises(ValueError, match="another system"):
+        bleu_significance(systems, refs, {**ok, "bad": "bad"})
+    with pytest.raises(ValueError, match="seed"):
+        bleu_significance(systems, refs, ok, seed=0)
+    with pytest.raises(ValueError, match="n_samples"):
+        bleu_significance(systems, refs, ok, n_samples=0)
+    with pytest.raises(ValueError, match="hypotheses"):
+        bleu_significance({**systems, "bad": systems["bad"][:-1]}, refs, ok)
+    with pytest.raises(ValueError, match="stream"):
+        bleu_significance(systems, refs[:-1], ok)
+    with pytest.raises(ValueError, match="no systems"):
+        bleu_significance({}, refs, {})
+
+
+def test_bleu_significance_equal_scores_are_not_significant():
+    # two different systems that both score BLEU 0 on every resample: sacrebleu alone would
+    # report p = 1/1001 ("significant") for an observed difference of exactly 0
+    refs = [f"a{k} b{k} c{k} d{k}" for k in range(30)]
+    systems = {"base": [f"x{k} y{k}" for k in range(30)], "other": [f"p{k} q{k} r{k}" for k in range(30)]}
+    got = bleu_significance(systems, refs, {"base": None, "other": "base"}, seed=3)
+    assert got["other"] == {"bleu_ci": [0.0, 0.0], "p_value": 1.0, "p_value_against": "base"}

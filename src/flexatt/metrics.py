@@ -5,8 +5,16 @@ BLEU
     ``exp`` smoothing), with its signature so a number can be traced to its exact settings
     (Post 2018, "A Call for Clarity in Reporting BLEU Scores"). :func:`tokenized_bleu` is the
     "tokenised BLEU" that Luong et al. (2015) and Shu & Nakayama report: multi-bleu.perl
-    (Moses) semantics on already-tokenised text. :func:`bleu_by_length` splits a test set into
-    source-length buckets (Luong et al. 2015, Figure 6).
+    (Moses) semantics on already-tokenised text; :func:`moses_tokenize` produces that text
+    (the Moses tokenizer, as ``tokenizer.perl`` before ``multi-bleu.perl``).
+    :func:`bleu_by_length` splits a test set into source-length buckets (Luong et al. 2015,
+    Figure 6). :func:`bleu_significance` adds sacrebleu's paired bootstrap resampling: a 95%
+    confidence interval per system and a p-value against a reference system (Koehn 2004).
+
+chrF
+    :func:`corpus_chrf` is sacrebleu's chrF with its default settings (character 6-grams,
+    no word n-grams, beta = 2; Popović 2015, "chrF: character n-gram F-score for automatic MT
+    evaluation"), on detokenised text.
 
     Reference streams. Every BLEU function takes ``references`` as a list of reference
     *streams* (one string per hypothesis each), or a single stream (a list of strings). The
@@ -29,26 +37,37 @@ RIBES
 Alignment
     :func:`aer` is the alignment error rate of Och & Ney (2003), "A Systematic Comparison of
     Various Statistical Alignment Models", section 5. :func:`attention_alignment` turns an
-    attention matrix into hard links by taking, for each target token, the most attended
-    source token (Luong et al. 2015, section 5.4), mapped from SentencePiece pieces to words.
+    attention matrix into one-to-one hard links: the attention is summed over the
+    SentencePiece pieces of each word on both sides, and each target word is linked to its
+    most attended source word (Luong et al. 2015, section 5.4).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+import os
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from sacrebleu.metrics import BLEU
+from sacrebleu.metrics import BLEU, CHRF
+from sacrebleu.significance import PairedTest
+from sacremoses import MosesTokenizer
 
 __all__ = [
+    "BOOTSTRAP_SAMPLES",
+    "BOOTSTRAP_SEED",
     "aer",
     "attention_alignment",
     "bleu_by_length",
+    "bleu_significance",
     "corpus_bleu",
+    "corpus_chrf",
     "corpus_ribes",
     "filter_to_covered",
+    "moses_tokenize",
     "piece_word_ids",
     "sentence_ribes",
     "tokenized_bleu",
@@ -134,6 +153,51 @@ def tokenized_bleu(hypotheses: Sequence[str],
                  tokenize="none", smooth_method="none", force=True)
 
 
+@lru_cache(maxsize=8)
+def _moses_tokenizer(lang: str) -> MosesTokenizer:
+    return MosesTokenizer(lang=lang)
+
+
+def moses_tokenize(lines: Sequence[str], lang: str) -> list[str]:
+    """``lines`` tokenised by the Moses tokenizer for language ``lang``, tokens joined by spaces.
+
+    Source: sacremoses' ``MosesTokenizer`` (a port of Moses ``tokenizer.perl``), the step before
+    ``multi-bleu.perl`` in the "tokenised BLEU" of Luong et al. (2015) and Shu & Nakayama:
+    default rules (no aggressive hyphen splitting), the language's non-breaking prefixes
+    (``Mr.``), and ``escape=False`` (``&`` and ``<`` stay as they are instead of becoming XML
+    entities, which would change no match). Unlike sacrebleu's 13a tokenizer it splits
+    clitics: English ``don't`` becomes ``don 't``. A language without a Moses prefix file
+    (e.g. the synthetic task's ``tgt``) gets the language-independent rules.
+
+    Raises:
+        ValueError: ``lang`` is empty.
+    """
+    if not isinstance(lang, str) or not lang.strip():
+        raise ValueError(f"Moses tokenizer: the language must be a non-empty code (got {lang!r})")
+    tokenizer = _moses_tokenizer(lang.strip())
+    return [tokenizer.tokenize(line, escape=False, return_str=True) for line in lines]
+
+
+def corpus_chrf(hypotheses: Sequence[str],
+                references: Sequence[Sequence[str]] | Sequence[str]) -> tuple[float, str]:
+    """sacrebleu chrF (0-100) of detokenised ``hypotheses``; returns (score, signature).
+
+    Source: sacrebleu 2.x ``CHRF()`` defaults — character n-grams up to 6, no word n-grams
+    (chrF, not chrF++), beta = 2, whitespace ignored, case-sensitive (Popović 2015, "chrF:
+    character n-gram F-score for automatic MT evaluation"). References as in
+    :func:`corpus_bleu` (blank secondary references mean "no such reference").
+
+    Raises:
+        ValueError: a reference stream's length differs from the hypotheses', or no hypotheses.
+    """
+    hyps = list(hypotheses)
+    if not hyps:
+        raise ValueError("no hypotheses")
+    chrf = CHRF()
+    result = chrf.corpus_score(hyps, _missing_as_none(_as_streams(references, len(hyps))))
+    return float(result.score), str(chrf.get_signature())
+
+
 def bleu_by_length(hypotheses: Sequence[str],
                    references: Sequence[Sequence[str]] | Sequence[str],
                    source_lengths: Sequence[int],
@@ -182,6 +246,134 @@ def bleu_by_length(hypotheses: Sequence[str],
             score, _ = score_fn([hypotheses[i] for i in idx], [[s[i] for i in idx] for s in streams])
         rows.append({"bucket": label, "sentences": len(idx), "bleu": score})
     return rows
+
+
+# --------------------------------------------------------------------------------------------
+# Significance
+
+#: Bootstrap resamples per system: sacrebleu's default for ``--paired-bs`` (Koehn 2004 used 1000).
+BOOTSTRAP_SAMPLES = 1000
+#: sacrebleu's own default seed (``SACREBLEU_SEED`` unset); the evaluate stage passes the config's.
+BOOTSTRAP_SEED = 12345
+
+
+@contextmanager
+def _sacrebleu_seed(seed: int) -> Iterator[None]:
+    """Set ``SACREBLEU_SEED`` for the duration: sacrebleu's significance module takes its seed
+    only from that variable (read when a ``PairedTest`` is built), not from a parameter."""
+    before = os.environ.get("SACREBLEU_SEED")
+    os.environ["SACREBLEU_SEED"] = str(seed)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("SACREBLEU_SEED", None)
+        else:
+            os.environ["SACREBLEU_SEED"] = before
+
+
+def bleu_significance(hypotheses: Mapping[str, Sequence[str]],
+                      references: Sequence[Sequence[str]] | Sequence[str],
+                      against: Mapping[str, str | None], *, n_samples: int = BOOTSTRAP_SAMPLES,
+                      seed: int = BOOTSTRAP_SEED) -> dict[str, dict[str, Any]]:
+    """95% confidence interval of each system's BLEU and its p-value against a reference system.
+
+    Source: sacrebleu's paired bootstrap resampling, ``sacrebleu.significance.PairedTest``
+    with ``test_type="bs"`` (the port of Moses ``bootstrap-hypothesis-difference-significance.pl``;
+    Koehn 2004, "Statistical Significance Tests for Machine Translation Evaluation"), on the
+    BLEU of :func:`corpus_bleu` (sacrebleu defaults). Systems are grouped by their reference,
+    and each group is one ``PairedTest`` with the reference first (its baseline).
+
+    * ``bleu_ci``: sacrebleu's interval ``mean ± ci``, where ``mean`` is the mean BLEU over the
+      ``n_samples`` resampled test sets and ``ci`` half the distance between the 2.5th and
+      97.5th percentiles of those scores (``sacrebleu.significance.estimate_ci``); 2 decimals.
+    * ``p_value``: sacrebleu's p-value of the difference between the system and its reference
+      (4 decimals); ``None`` for a system without a reference. One exception to sacrebleu:
+      a system whose BLEU equals its reference's exactly (identical hypotheses, e.g. a τ row
+      that decodes at τ = ∞ like its base, or both at 0) gets 1.0. The observed difference is
+      then 0, which no resample can fall below; sacrebleu counts resampled differences strictly
+      greater than it, and when they are all 0 as well it reports ``1 / (n_samples + 1)``,
+      i.e. "significant".
+    * ``p_value_against``: the reference's name, or ``None``.
+
+    Determinism: every ``PairedTest`` draws its resamples from ``numpy.random.default_rng(seed)``
+    (sacrebleu reads the seed from the ``SACREBLEU_SEED`` environment variable, which is set
+    for the call and restored after), so all systems are resampled with the same test-set
+    indices and a system's interval is the same whether it is a baseline or not.
+
+    Args:
+        hypotheses: system name -> detokenised hypotheses (one per reference line).
+        references: one reference stream, or a list of streams (as :func:`corpus_bleu`).
+        against: system name -> the name of its reference system, or ``None``; one entry per
+            system of ``hypotheses``.
+        n_samples: bootstrap resamples (>= 1).
+        seed: the RNG seed (>= 1: sacrebleu treats 0 as "unseeded" for the compared systems).
+
+    Returns:
+        ``{name: {"bleu_ci": [low, high], "p_value": float | None, "p_value_against": str | None}}``
+        in the order of ``hypotheses``.
+
+    Raises:
+        ValueError: no systems, ``against`` does not name every system (and only them), a
+            reference that is not a system or is the system itself, a length mismatch, or a
+            bad ``n_samples`` / ``seed``.
+    """
+    names = list(hypotheses)
+    if not names:
+        raise ValueError("no systems")
+    if set(against) != set(names):
+        missing = sorted(set(names) - set(against))
+        extra = sorted(set(against) - set(names))
+        raise ValueError(f"against must name the reference of every system, and only those "
+                         f"(missing: {missing}, unknown: {extra})")
+    for name, ref in against.items():
+        if ref is not None and (ref not in hypotheses or ref == name):
+            raise ValueError(f"the reference of {name!r} must be another system (got {ref!r})")
+    if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 1:
+        raise ValueError(f"n_samples must be an integer >= 1 (got {n_samples!r})")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 1:
+        raise ValueError(f"seed must be an integer >= 1 (got {seed!r}); sacrebleu leaves the "
+                         "resampling unseeded for 0")
+    n = len(hypotheses[names[0]])
+    for name in names:
+        if len(hypotheses[name]) != n:
+            raise ValueError(f"{name!r} has {len(hypotheses[name])} hypotheses, {names[0]!r} has {n}")
+    if n == 0:
+        raise ValueError("no hypotheses")
+    refs = _missing_as_none(_as_streams(references, n))
+
+    # reference -> the systems compared with it; a system without a reference that nobody is
+    # compared with forms a group of its own (a confidence interval only)
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        if against[name] is not None:
+            groups.setdefault(against[name], []).append(name)
+    for name in names:
+        if against[name] is None:
+            groups.setdefault(name, [])
+
+    out: dict[str, dict[str, Any]] = {}
+
+    def interval(result: Any) -> list[float]:
+        return [round(float(result.mean - result.ci), 2), round(float(result.mean + result.ci), 2)]
+
+    with _sacrebleu_seed(seed):
+        for baseline, systems in groups.items():
+            test = PairedTest([(baseline, list(hypotheses[baseline]))]
+                              + [(s, list(hypotheses[s])) for s in systems],
+                              {"BLEU": BLEU()}, refs, test_type="bs", n_samples=n_samples)
+            _, scores = test()
+            (results,) = [v for k, v in scores.items() if k != "System"]
+            baseline_score = results[0].score
+            for name, result in zip(scores["System"], results):
+                if name == baseline:
+                    out.setdefault(name, {"bleu_ci": interval(result)})
+                    continue
+                p = 1.0 if result.score == baseline_score else result.p_value
+                out[name] = {"bleu_ci": interval(result), "p_value": round(float(p), 4),
+                             "p_value_against": baseline}
+    return {name: {"bleu_ci": out[name]["bleu_ci"], "p_value": out[name].get("p_value"),
+                   "p_value_against": out[name].get("p_value_against")} for name in names}
 
 
 # --------------------------------------------------------------------------------------------
@@ -356,17 +548,23 @@ def piece_word_ids(pieces: Sequence[str]) -> list[int]:
 
 def attention_alignment(weights: Any, source_pieces: Sequence[str] | None = None,
                         target_pieces: Sequence[str] | None = None) -> set[Link]:
-    """Hard alignment links ``(source index, target index)`` from an attention matrix.
+    """One-to-one word links ``(source word index, target word index)`` from an attention matrix.
 
-    Source: Luong et al. (2015), section 5.4 — for each target token, the source token with the
-    highest attention weight (ties: the first). ``weights`` is ``target x source`` (numpy array
-    or torch tensor). With ``source_pieces`` / ``target_pieces`` (the SentencePiece pieces of
-    the two sentences), links are mapped to word indices (:func:`piece_word_ids`): a word pair
-    is linked if any of their pieces are. Without them, indices are token positions.
+    Source: Luong et al. (2015), section 5.4 — one-to-one alignments: for each target word,
+    the source word with the highest alignment weight. ``weights`` is ``target x source``
+    (numpy array or torch tensor). With ``source_pieces`` / ``target_pieces`` (the
+    SentencePiece pieces of the two sentences; a piece starting with "▁" begins a new word,
+    :func:`piece_word_ids`) the weights are first summed over the pieces of each word, on the
+    target side (rows) and on the source side (columns); then every target word is linked to
+    the source word with the largest summed weight (ties: the first). So every target word has
+    exactly one link, and indices are word indices, as in the gold Pharaoh ``i-j`` links
+    (``i`` source, ``j`` target). Without pieces, each row and column is its own word (token
+    positions).
 
-    The matrix may be larger than the pieces (e.g. an end-of-sentence row or column): rows
-    beyond ``target_pieces`` are ignored, and a target token whose argmax falls on a column
-    beyond ``source_pieces`` gets no link.
+    The matrix may be larger than the pieces: rows beyond ``target_pieces`` (the end-of-sentence
+    step) are ignored, and so are columns beyond ``source_pieces`` (the end-of-sentence column
+    is not a word; the argmax is over the words only). A sentence with no target or no
+    source piece has no link.
 
     Raises:
         ValueError: ``weights`` is not 2-D, or smaller than the pieces.
@@ -382,16 +580,16 @@ def attention_alignment(weights: Any, source_pieces: Sequence[str] | None = None
     if n_tgt > rows or n_src > cols:
         raise ValueError(f"attention weights of shape {w.shape} for {n_tgt} target and "
                          f"{n_src} source pieces")
-    tgt_ids = list(range(n_tgt)) if target_pieces is None else piece_word_ids(target_pieces)
-    src_ids = list(range(n_src)) if source_pieces is None else piece_word_ids(source_pieces)
-    links: set[Link] = set()
-    if n_tgt == 0 or cols == 0:
-        return links
-    best = np.argmax(w[:n_tgt], axis=1)
-    for t, s in enumerate(best.tolist()):
-        if s < n_src:
-            links.add((src_ids[s], tgt_ids[t]))
-    return links
+    if n_tgt == 0 or n_src == 0:
+        return set()
+    tgt_ids = np.arange(n_tgt) if target_pieces is None else np.asarray(piece_word_ids(target_pieces))
+    src_ids = np.arange(n_src) if source_pieces is None else np.asarray(piece_word_ids(source_pieces))
+    # word ids are contiguous and increasing: sum each run of pieces with reduceat
+    tgt_starts = np.flatnonzero(np.diff(tgt_ids, prepend=-1))
+    src_starts = np.flatnonzero(np.diff(src_ids, prepend=-1))
+    words = np.add.reduceat(np.add.reduceat(w[:n_tgt, :n_src], tgt_starts, axis=0), src_starts, axis=1)
+    best = np.argmax(words, axis=1)
+    return {(int(s), t) for t, s in enumerate(best.tolist())}
 
 
 def filter_to_covered(predicted: Iterable[Link], sure: Iterable[Link]) -> set[Link]:

@@ -2,12 +2,22 @@
 
 Rows: one per checkpoint of ``evaluate.checkpoints`` at τ = ∞, plus ``<row>_tau`` for each of
 ``evaluate.tau_rows`` at the τ that ``sweep_tau`` selected on dev. Per row: mean window (counted
-in the scoring path), reduction against global, BLEU (sacrebleu, KJV reference), multi-reference
-BLEU (with the second reference, where the corpus has one), tokenised BLEU, RIBES, AER of the
-attention's argmax alignments under forced decoding of the reference (Luong et al. 2015 §5.4;
-only target words that the gold covers count), decoding time, BLEU by source length.
+in the scoring path; per sentence, then the mean over sentences, and the step-weighted mean),
+reduction against global, BLEU (sacrebleu, KJV reference) with its 95% confidence interval and
+the p-value against the row's reference row (sacrebleu's paired bootstrap resampling, Koehn
+2004), multi-reference BLEU (with the second reference, where the corpus has one), chrF
+(sacrebleu), tokenised BLEU (Moses tokenizer, then multi-bleu.perl semantics), RIBES (on the
+same Moses tokens), AER of the attention's one-to-one word alignments under forced decoding of
+the reference (Luong et al. 2015 §5.4; only target words that the gold covers count), decoding
+time, BLEU by source length.
 
-Writes ``evaluate.out`` (``{"models": {ROW: {...}}, "selected_tau": {...}}``), ``evaluate.table``
+Reference rows of the significance test (:func:`reference_row`): every variant against global;
+``<x>_tau`` against ``<x>`` (the same model at τ = ∞); a fine-tuned ``<x>_ft`` against ``<x>``
+(global when that row is absent); global has none. Resampling: 1000 resamples
+``evaluate.bootstrap_samples`` resamples (1000), seeded with ``evaluate.bootstrap_seed``.
+
+Writes ``evaluate.out`` (``{"models": {ROW: {...}}, "selected_tau": {...}, "significance": {...}}``;
+per row ``bleu_ci`` [low, high], ``p_value``, ``p_value_against``), ``evaluate.table``
 (markdown in the layout of the 2017 paper's Table 1), ``by_length_file`` (CSV for ``dvc plots``)
 and the figures (vision span per step, g_t per step, SACT temperature per step, attention
 heatmaps with the window, BLEU by length) under ``figures_dir``; logs everything to W&B.
@@ -17,12 +27,13 @@ from __future__ import annotations
 
 import csv
 import json
+import time
+from collections.abc import Collection
 from pathlib import Path
 
 import numpy as np
 import torch
 from omegaconf import DictConfig
-from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 from flexatt import config as C
 from flexatt import figures
@@ -34,8 +45,11 @@ from flexatt.metrics import (
     aer,
     attention_alignment,
     bleu_by_length,
+    bleu_significance,
     corpus_bleu,
+    corpus_chrf,
     corpus_ribes,
+    moses_tokenize,
     tokenized_bleu,
 )
 from flexatt.search import forced_decode
@@ -66,8 +80,10 @@ def _gold(path: Path, n: int) -> list[set[tuple[int, int]]] | None:
 
 @torch.no_grad()
 def forced_alignments(model, data: EvalSet, tau: float | None, batch_size: int):
-    """Attention argmax links (word level) under forced decoding of every reference, and the
-    g_t / temperature values seen on the way (for the histograms)."""
+    """One-to-one word links under forced decoding of every reference (attention summed over each
+    word's pieces, the most attended source word per target word: Luong et al. 2015 §5.4,
+    :func:`flexatt.metrics.attention_alignment`), and the g_t / temperature values seen on the
+    way (for the histograms)."""
     sampler = LengthGroupedBatches(data.split.src_lengths, data.split.tgt_lengths, batch_size, shuffle=False)
     items = ParallelData(data.split)
     links: list[set | None] = [None] * len(data.split)
@@ -89,22 +105,56 @@ def forced_alignments(model, data: EvalSet, tau: float | None, batch_size: int):
     return links, cat(g_values), cat(temperatures)
 
 
-def score_row(out: Translation, data: EvalSet) -> dict:
-    tok = Tokenizer13a()
+#: p-values below this are marked in Table 1.
+SIGNIFICANCE_LEVEL = 0.05
+
+
+def score_row(out: Translation, data: EvalSet, lang: str, ref_tok: list[str] | None = None) -> dict:
+    """The text metrics of one row: window, BLEU, chrF, tokenised BLEU, RIBES, decoding time.
+
+    ``bleu`` / ``chrf``: sacrebleu on the detokenised text (Post 2018), KJV reference.
+    ``bleu_tok``: the papers' tokenised BLEU (Luong et al. 2015; Shu & Nakayama) — both sides
+    Moses-tokenised for the target language ``lang`` (:func:`flexatt.metrics.moses_tokenize`),
+    then multi-bleu.perl semantics on those tokens (:func:`flexatt.metrics.tokenized_bleu`).
+    ``ribes``: RIBES.py on the same Moses tokens. ``window``: positions scored per decoding step,
+    per sentence then averaged over sentences; ``window_step_weighted``: the mean over all
+    (step, hypothesis) pairs of the split (docs/method.md, Window). ``ref_tok``: the references
+    already Moses-tokenised (the same for every row), computed here when not given.
+    """
     bleu, signature = corpus_bleu(out.hypotheses, [data.references])
-    hyp_tok = [tok(h) for h in out.hypotheses]
-    ref_tok = [tok(r) for r in data.references]
+    chrf, chrf_signature = corpus_chrf(out.hypotheses, [data.references])
+    hyp_tok = moses_tokenize(out.hypotheses, lang)
+    if ref_tok is None:
+        ref_tok = moses_tokenize(data.references, lang)
     row = {
         "window": round(out.mean_window, 3),
+        "window_step_weighted": round(out.step_weighted_window, 3),
         "bleu": round(bleu, 2),
+        "chrf": round(chrf, 2),
         "bleu_tok": round(tokenized_bleu(hyp_tok, [ref_tok])[0], 2),
         "ribes": round(corpus_ribes(hyp_tok, ref_tok), 4),
         "decode_ms": round(out.ms_per_sentence, 2),
         "bleu_signature": signature,
+        "chrf_signature": chrf_signature,
     }
     if data.second_references is not None:
         row["bleu_multi"] = round(corpus_bleu(out.hypotheses, [data.references, data.second_references])[0], 2)
     return row
+
+
+def reference_row(row: str, rows: Collection[str]) -> str | None:
+    """The row whose BLEU ``row`` is tested against (the p-value of Table 1).
+
+    ``global`` has none; ``<x>_tau`` is tested against ``<x>`` (the same model at τ = ∞); a
+    fine-tuned ``<x>_ft`` against its base ``<x>`` when that row is evaluated; every other row
+    (and a fine-tuned one whose base is absent) against ``global``.
+    """
+    if row == "global":
+        return None
+    for suffix in ("_tau", "_ft"):
+        if row.endswith(suffix) and row[:-len(suffix)] in rows:
+            return row[:-len(suffix)]
+    return "global"
 
 
 def run(cfg: DictConfig) -> dict:
@@ -120,6 +170,10 @@ def run(cfg: DictConfig) -> dict:
         if name not in checkpoints:
             raise ConfigError(f"evaluate.tau_rows[{i}]", f"must be one of {', '.join(checkpoints)} (got {name!r})")
     buckets = C.check_ints(cfg, "evaluate.length_buckets", minimum=1, increasing=True)
+    tgt_lang = C.check_str(cfg, "data.tgt_lang")  # the Moses tokenizer's language (tok. BLEU)
+    # sacrebleu.significance treats a zero seed as "unseeded"
+    seed = C.check_int(cfg, "evaluate.bootstrap_seed", minimum=1)
+    n_samples = C.check_int(cfg, "evaluate.bootstrap_samples", minimum=1)
     samples = C.check_ints(cfg, "evaluate.samples", minimum=0, nonempty=False)
     settings = decode_settings(cfg)
     out_file = C.check_str(cfg, "evaluate.out")
@@ -140,6 +194,7 @@ def run(cfg: DictConfig) -> dict:
     src_words = [len(s.split(" ")) for s in src_text]
     gold = _gold(filter_dir / f"{split}.align", len(data.split))
     samples = [s for s in samples if 0 <= s < len(data.split)]
+    ref_tok = moses_tokenize(data.references, tgt_lang)  # tok. BLEU and RIBES, every row
 
     rows: list[tuple[str, str, float | None]] = [(name, name, None) for name in checkpoints]
     rows += [(f"{name}_tau", name, selected[name]) for name in tau_rows]
@@ -154,7 +209,8 @@ def run(cfg: DictConfig) -> dict:
         model = models[name]
         out = translate_split(model, data.split, data.tgt_vocab, tau=tau, trace_indices=set(samples), **settings)
         outputs[row] = out
-        metrics = {"tau": tau, **score_row(out, data)}  # tau None: every position scored (τ = ∞)
+        # tau None: every position scored (τ = ∞)
+        metrics = {"tau": tau, **score_row(out, data, tgt_lang, ref_tok)}
         if gold is not None:
             links, g_values, temperatures = forced_alignments(model, data, tau, settings["batch_size"])
             metrics["aer"] = round(aer(links, gold, restrict_to_covered=True), 4)
@@ -169,16 +225,27 @@ def run(cfg: DictConfig) -> dict:
         results[row] = metrics
         write_lines(translations_dir / f"{row}.{split}.txt", out.hypotheses)
         print(f"evaluate: {row:22s} window {metrics['window']:7.2f}  BLEU {metrics['bleu']:6.2f}  "
-              f"RIBES {metrics['ribes']:.4f}  AER {metrics['aer']}  {metrics['decode_ms']:.1f} ms/sentence",
-              flush=True)
+              f"chrF {metrics['chrf']:6.2f}  RIBES {metrics['ribes']:.4f}  AER {metrics['aer']}  "
+              f"{metrics['decode_ms']:.1f} ms/sentence", flush=True)
 
     global_window = results["global"]["window"]
     for metrics in results.values():
         metrics["reduction"] = round(1.0 - metrics["window"] / global_window, 4)
+    started = time.perf_counter()
+    against = {row: reference_row(row, outputs) for row in outputs}
+    significance = bleu_significance({row: out.hypotheses for row, out in outputs.items()},
+                                     [data.references], against, n_samples=n_samples, seed=seed)
+    for row, fields in significance.items():
+        results[row].update(fields)
+    print(f"evaluate: BLEU confidence intervals and p-values ({len(outputs)} rows, {n_samples} "
+          f"resamples) in {time.perf_counter() - started:.1f} s", flush=True)
+    bootstrap = {"test": "paired bootstrap resampling (sacrebleu.significance.PairedTest, test_type='bs')",
+                 "metric": "bleu", "n_samples": n_samples, "seed": seed, "level": SIGNIFICANCE_LEVEL}
     report = {"split": split, "beam_size": settings["beam_size"], "selected_tau": selected,
+              "significance": bootstrap,
               "models": {row: {k: v for k, v in m.items() if k != "bleu_by_length"} for row, m in results.items()}}
     write_json(out_file, report)
-    table = render_table(results, cfg, split, settings["beam_size"])
+    table = render_table(results, cfg, split, settings["beam_size"], bootstrap)
     with atomic_path(table_file) as tmp:
         Path(tmp).write_text(table, encoding="utf-8")
     by_length = [{"model": row, **b} for row, m in results.items() for b in m["bleu_by_length"]]
@@ -188,9 +255,12 @@ def run(cfg: DictConfig) -> dict:
         writer.writerows(by_length)
     paths = draw_figures(cfg, results, outputs, data, samples)
 
-    tracker.table("evaluate/table1", ["row", "tau", "window", "reduction", "bleu", "bleu_tok", "ribes", "aer", "decode_ms"],
-                  [[r, m["tau"], m["window"], m["reduction"], m["bleu"], m["bleu_tok"], m["ribes"], m["aer"],
-                    m["decode_ms"]] for r, m in results.items()])
+    tracker.table("evaluate/table1", ["row", "tau", "window", "window_step_weighted", "reduction", "bleu",
+                                      "bleu_ci_low", "bleu_ci_high", "p_value", "p_value_against", "chrf",
+                                      "bleu_tok", "ribes", "aer", "decode_ms"],
+                  [[r, m["tau"], m["window"], m["window_step_weighted"], m["reduction"], m["bleu"],
+                    m["bleu_ci"][0], m["bleu_ci"][1], m["p_value"], m["p_value_against"], m["chrf"],
+                    m["bleu_tok"], m["ribes"], m["aer"], m["decode_ms"]] for r, m in results.items()])
     best_tau_row = next((r for r in ("flexible_ft_tau", "flexible_tau") if r in outputs), None)
     if best_tau_row:
         out = outputs[best_tau_row]
@@ -208,31 +278,67 @@ def run(cfg: DictConfig) -> dict:
     return report
 
 
-def render_table(results: dict[str, dict], cfg: DictConfig, split: str, beam: int) -> str:
-    """Markdown in the layout of the 2017 paper's Table 1, with our extra rows."""
+def _row_label(row: str, m: dict, model) -> str:
+    return TABLE_LABELS.get(row, row).format(D=model.local_D, lam=model.sact_lambda,
+                                             tau="∞ (none selected*)" if m["tau"] is None else f"{m['tau']:g}")
+
+
+def render_table(results: dict[str, dict], cfg: DictConfig, split: str, beam: int,
+                 significance: dict | None = None) -> str:
+    """Markdown in the layout of the 2017 paper's Table 1, with our extra rows.
+
+    BLEU reads ``12.34 ± 0.56``: the score and the half-width of its 95% bootstrap confidence
+    interval (``bleu_ci``), with † when its p-value against the row's reference row
+    (``p_value_against``) is below :data:`SIGNIFICANCE_LEVEL`; a footnote names the references.
+    ``significance`` describes the test (``n_samples``, ``seed``) for that footnote. Rows
+    without ``bleu_ci`` show the plain score.
+    """
     model = C.get(cfg, "model")
     has_multi = any("bleu_multi" in m for m in results.values())
     head = "| model | window | reduction | BLEU | " + ("multi-ref BLEU | " if has_multi else "") + \
-        "tok. BLEU | RIBES | AER | ms/sentence |"
+        "chrF | tok. BLEU | RIBES | AER | ms/sentence |"
     lines = [f"# Table 1 — {split} set, beam {beam}", "",
-             "Window: source positions scored per decoding step (SPEC §4); reduction against global.", "",
+             "Window: source positions scored per decoding step, per sentence then averaged over sentences "
+             "(docs/method.md, Window); reduction against Global.", "",
              head, "|" + "---|" * (head.count("|") - 1)]
-    for row in [r for r in TABLE_ORDER if r in results] + [r for r in results if r not in TABLE_ORDER]:
+    order = [r for r in TABLE_ORDER if r in results] + [r for r in results if r not in TABLE_ORDER]
+    labels = {row: _row_label(row, results[row], model) for row in order}
+    marked: dict[str, list[str]] = {}  # reference row -> rows significantly different from it
+    for row in order:
         m = results[row]
-        label = TABLE_LABELS.get(row, row).format(D=model.local_D, lam=model.sact_lambda,
-                                                  tau="∞ (none selected*)" if m["tau"] is None else f"{m['tau']:g}")
-        cells = [label, f"{m['window']:.1f}", f"{int(round(100 * m['reduction'])) + 0}%", f"{m['bleu']:.2f}"]
+        bleu = f"{m['bleu']:.2f}"
+        if m.get("bleu_ci") is not None:
+            low, high = m["bleu_ci"]
+            bleu += f" ± {(high - low) / 2:.2f}"
+        if m.get("p_value") is not None and m["p_value"] < SIGNIFICANCE_LEVEL:
+            bleu += "†"
+            marked.setdefault(m["p_value_against"], []).append(row)
+        cells = [labels[row], f"{m['window']:.1f}", f"{int(round(100 * m['reduction'])) + 0}%", bleu]
         if has_multi:
             cells.append(f"{m.get('bleu_multi', float('nan')):.2f}")
-        cells += [f"{m['bleu_tok']:.2f}", f"{m['ribes']:.3f}",
+        cells += [f"{m['chrf']:.2f}" if "chrf" in m else "–", f"{m['bleu_tok']:.2f}", f"{m['ribes']:.3f}",
                   "–" if m["aer"] is None else f"{m['aer']:.3f}", f"{m['decode_ms']:.1f}"]
         lines.append("| " + " | ".join(cells) + " |")
+    first = next(iter(results.values()))
     lines += ["", "Rows `…τ=x` use the τ that `sweep_tau` selected on dev: the smallest mean window whose "
               "dev BLEU stays within the tolerance of the same model at τ = ∞. *None selected: no τ of "
               "the grid kept dev BLEU within the tolerance, so the row decodes at τ = ∞.",
-              f"BLEU: sacrebleu ({next(iter(results.values()))['bleu_signature']}); tok. BLEU: "
-              "multi-bleu semantics on 13a-tokenised text; RIBES: NTT RIBES.py definition on the same "
-              "tokens; AER: attention argmax under forced decoding, only target words the gold covers."]
+              f"BLEU: sacrebleu ({first['bleu_signature']})"
+              + (f"; chrF: sacrebleu ({first['chrf_signature']})" if "chrf_signature" in first else "")
+              + "; tok. BLEU: Moses tokenizer (sacremoses, target language, no escaping), then "
+              "multi-bleu.perl semantics; RIBES: NTT RIBES.py definition on the same Moses tokens; AER: "
+              "one-to-one word links (attention summed over each word's subword pieces, argmax source word "
+              "per target word) under forced decoding, only target words the gold covers."]
+    if any(m.get("bleu_ci") is not None for m in results.values()):
+        test = "sacrebleu's paired bootstrap resampling"
+        if significance:
+            test += f" ({significance['n_samples']} resamples, seed {significance['seed']})"
+        refs = "; ".join(f"{labels.get(ref, ref)} for {', '.join(labels[r] for r in rows)}"
+                         for ref, rows in marked.items())
+        lines.append(f"BLEU ± half-width of its 95% confidence interval, {test}. † p < {SIGNIFICANCE_LEVEL:g} "
+                     "against the row's reference: Global for the variants, the same model at τ = ∞ for "
+                     "the τ rows, the base model for the fine-tuned ones (Global when the base is not "
+                     "evaluated). " + (f"Marked: {refs}." if refs else "No row is marked."))
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,164 @@
+"""Tests of the evaluate stage's scoring and reporting: score_row (BLEU, chrF, Moses-tokenised
+BLEU, windows), the reference rows of the significance test, Table 1's rendering, and one run of
+the whole stage on a one-epoch model (metrics.json and table1.md fields)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from conftest import run_module, tokenized_smoke
+from flexatt.evaluation import Translation
+from flexatt.metrics import corpus_bleu, corpus_chrf, moses_tokenize, tokenized_bleu
+from flexatt.stages.evaluate import TABLE_ORDER, reference_row, render_table, score_row
+
+HYPS = ["I do know it's here, and I don't care.", "And God saw the light, that it was good."]
+REFS = ["I don't know it's here, and I don't care.", "And God saw the light, that it was good."]
+
+
+def _translation(hyps: list[str]) -> Translation:
+    # sentence 0: 30 positions over 3 steps (10 per step); sentence 1: 20 over 10 steps (2 per step)
+    return Translation(hypotheses=hyps, window_sum=np.array([30.0, 20.0]), steps=np.array([3, 10]),
+                       src_lengths=np.array([12, 12]), seconds=0.5)
+
+
+def test_score_row_fields():
+    data = SimpleNamespace(references=REFS, second_references=None)
+    row = score_row(_translation(HYPS), data, "en")
+    assert row["window"] == pytest.approx((10 + 2) / 2)  # per sentence, then over sentences
+    assert row["window_step_weighted"] == pytest.approx(50 / 13, abs=1e-3)  # over all steps
+    assert row["bleu"] == round(corpus_bleu(HYPS, [REFS])[0], 2)
+    assert row["chrf"] == round(corpus_chrf(HYPS, [REFS])[0], 2)
+    assert row["chrf_signature"].startswith("nrefs:1|case:mixed|eff:yes|nc:6|nw:0")
+    want_tok = tokenized_bleu(moses_tokenize(HYPS, "en"), [moses_tokenize(REFS, "en")])[0]
+    assert row["bleu_tok"] == round(want_tok, 2)
+    assert row["bleu_tok"] != row["bleu"]  # Moses splits "don't" and "it's", 13a does not
+    assert row["decode_ms"] == 250.0
+    assert "bleu_multi" not in row
+    data2 = SimpleNamespace(references=REFS, second_references=["", "And God saw the light."])
+    assert score_row(_translation(HYPS), data2, "en")["bleu_multi"] == row["bleu"]  # blank: no reference
+
+
+def test_reference_rows():
+    rows = set(TABLE_ORDER)
+    want = {"global": None, "local_m": "global", "local_p": "global", "flexible": "global",
+            "flexible_tau": "flexible", "flexible_ft": "flexible", "flexible_ft_tau": "flexible_ft",
+            "sact": "global", "flexible_sact": "global", "flexible_sact_tau": "flexible_sact",
+            "flexible_sact_ft": "flexible_sact", "flexible_sact_ft_tau": "flexible_sact_ft"}
+    assert {row: reference_row(row, rows) for row in TABLE_ORDER} == want
+    # a fine-tuned model whose base is not evaluated is tested against global
+    assert reference_row("flexible_ft", {"global", "flexible_ft"}) == "global"
+
+
+def _cfg():
+    return OmegaConf.create({"model": {"local_D": 10, "sact_lambda": 2.0}})
+
+
+def _row(bleu, ci, p, against, tau=None, **extra):
+    return {"tau": tau, "window": 20.0, "reduction": 0.25, "bleu": bleu, "chrf": 50.0, "bleu_tok": bleu + 1,
+            "ribes": 0.8, "aer": 0.4, "decode_ms": 3.0, "bleu_signature": "nrefs:1|tok:13a",
+            "chrf_signature": "nrefs:1|nc:6", "bleu_ci": ci, "p_value": p, "p_value_against": against, **extra}
+
+
+def test_render_table_shows_interval_dagger_and_footnotes():
+    results = {
+        "global": _row(20.0, [19.4, 20.52], None, None, reduction=0.0),
+        "local_m": _row(18.0, [17.5, 18.5], 0.001, "global"),
+        "flexible": _row(20.1, [19.5, 20.7], 0.3, "global"),
+        "flexible_tau": _row(19.0, [18.4, 19.6], 0.01, "flexible", tau=0.8),
+    }
+    table = render_table(results, _cfg(), "test", 5, {"n_samples": 1000, "seed": 1234})
+    lines = table.splitlines()
+    head = next(line for line in lines if line.startswith("| model"))
+    assert head == "| model | window | reduction | BLEU | chrF | tok. BLEU | RIBES | AER | ms/sentence |"
+    row = {line.split(" | ")[0][2:]: line for line in lines if line.startswith("| ") and line != head}
+    assert "| 20.00 ± 0.56 |" in row["Global"]  # half-width of [19.4, 20.52]
+    assert "| 18.00 ± 0.50† |" in row["Local-m (D=10)"]
+    assert "| 20.10 ± 0.60 |" in row["Flexible τ=∞"]
+    assert "| 19.00 ± 0.60† |" in row["Flexible τ=0.8"]
+    assert "| 50.00 |" in row["Global"]  # chrF
+    assert "SPEC" not in table
+    assert "(docs/method.md, Window); reduction against Global." in table
+    assert "sacrebleu's paired bootstrap resampling (1000 resamples, seed 1234)" in table
+    assert "† p < 0.05" in table
+    assert "Marked: Global for Local-m (D=10); Flexible τ=∞ for Flexible τ=0.8." in table
+    assert "chrF: sacrebleu (nrefs:1|nc:6)" in table and "Moses tokenizer" in table
+
+
+def test_render_table_without_intervals_keeps_plain_scores():
+    results = {"global": _row(20.0, None, None, None, reduction=0.0)}
+    table = render_table(results, _cfg(), "dev", 1)
+    assert "| 20.00 |" in table and "±" not in table and "†" not in table and "Marked" not in table
+
+
+# --------------------------------------------------------------------------------------------
+# The whole stage on a one-epoch model
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory):
+    """The evaluate stage on the smoke data with one one-epoch flexible checkpoint in every row."""
+    path = tokenized_smoke(tmp_path_factory.mktemp("evaluate"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
+    env.pop("FLEXATT_PARAMS", None)
+    result = subprocess.run([sys.executable, "-m", "flexatt.stages.train", "train.variant=flexible", "train.epochs=1",
+                             "train.out_dir=m", "train.metrics_dir=r", "logger.enabled=false"],
+                            cwd=path, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name in NAMES:
+        (path / "ck").mkdir(exist_ok=True)
+        shutil.copyfile(path / "m/flexible/best.ckpt", path / f"ck/{name}.ckpt")
+    (path / "tau.json").write_text(json.dumps({"models": {"flexible": {"selected_tau": 1.0},
+                                                          "flexible_ft": {"selected_tau": None}}}))
+    result = run_module("flexatt.stages.evaluate", *_overrides("ev"), "evaluate.bootstrap_seed=77", "evaluate.bootstrap_samples=200", cwd=path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return path, result.stdout
+
+
+NAMES = ("global", "local_m", "local_p", "flexible", "sact", "flexible_sact", "flexible_ft")
+
+
+def _overrides(out: str) -> list[str]:
+    return [*(f"evaluate.checkpoints.{n}=ck/{n}.ckpt" for n in NAMES), "~evaluate.checkpoints.flexible_sact_ft",
+            "evaluate.tau_rows=[flexible,flexible_ft]", "sweep_tau.out=tau.json", f"evaluate.out={out}/metrics.json",
+            f"evaluate.table={out}/table1.md", f"evaluate.translations_dir={out}/tr",
+            f"evaluate.by_length_file={out}/by_length.csv", f"evaluate.figures_dir={out}/fig", "logger.enabled=false"]
+
+
+def test_stage_writes_significance_chrf_and_windows(evaluated):
+    path, stdout = evaluated
+    report = json.loads((path / "ev/metrics.json").read_text())
+    assert report["significance"]["n_samples"] == 200 and report["significance"]["seed"] == 77
+    models = report["models"]
+    assert set(models) == {"global", "local_m", "local_p", "flexible", "sact", "flexible_sact", "flexible_ft",
+                           "flexible_tau", "flexible_ft_tau"}
+    for row, m in models.items():
+        low, high = m["bleu_ci"]
+        assert low <= high and isinstance(m["chrf"], float) and 0 <= m["chrf"] <= 100
+        assert m["window_step_weighted"] > 0
+        assert m["p_value_against"] == reference_row(row, models)
+        assert (m["p_value"] is None) == (row == "global")
+    # every row decodes the same checkpoint: identical hypotheses, no difference to test
+    for row in ("local_m", "flexible", "flexible_ft"):
+        assert models[row]["p_value"] == 1.0 and models[row]["bleu_ci"] == models["global"]["bleu_ci"]
+    assert models["flexible_ft_tau"]["p_value"] == 1.0  # no τ selected: decodes at τ = ∞ as its base
+    assert "BLEU confidence intervals and p-values (9 rows, 200 resamples)" in stdout
+    table = (path / "ev/table1.md").read_text()
+    assert "SPEC" not in table and "±" in table and "seed 77" in table and "| chrF |" in table
+
+
+def test_stage_refuses_a_zero_seed_before_decoding(evaluated):
+    path, _ = evaluated
+    result = run_module("flexatt.stages.evaluate", *_overrides("ev0"), "evaluate.bootstrap_seed=0", cwd=path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: evaluate.bootstrap_seed: must be >= 1 (got 0)")
+    assert not (path / "ev0").exists()
