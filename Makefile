@@ -43,7 +43,9 @@ test-slow: $(STAMP)
 
 repro: $(STAMP)
 	$(BIN)/dvc repro
-	$(BIN)/dvc metrics show
+	@cat results/table1.md
+	@echo "Figures: results/figures/ (PNG); all plots: dvc plots show (dvc_plots/index.html)"
+	@echo "W&B runs: wandb/ (offline; upload with: wandb sync wandb/offline-run-*)"
 
 params: $(STAMP)
 	$(BIN)/flexatt params $(if $(PROFILE),profile=$(PROFILE),)
