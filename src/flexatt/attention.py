@@ -6,7 +6,7 @@ All variants share one interface (see :class:`Attention`)::
     state = attention.init_state(cache, summary)            # p_0, c~_0, t = 0
     context, weights, state, stats = attention(query, feedback, cache, state, tau)
 
-``query`` is the previous decoder state h_{t-1} (Bahdanau-style decoder, SPEC §2) and
+``query`` is the previous decoder state h_{t-1} (Bahdanau-style decoder; docs/method.md, Model) and
 ``feedback`` the embedding i_t of the previous output token y_{t-1}.
 
 Positions
@@ -17,8 +17,8 @@ an equation (p_t, the penalty distance, the Gaussian of local-p, window bounds `
 ``span_hi`` in :class:`AttentionStats`) is 1-based, exactly as in the papers; only the
 indices used to address tensors are 0-based (``index = s - 1``).
 
-Score evaluation and the window metric (SPEC §4)
--------------------------------------------------
+Score evaluation and the window metric (docs/method.md, Window)
+---------------------------------------------------------------
 Variants that restrict the vision span (local-m, local-p, and flexible at a finite
 threshold ``tau``) score *only* the positions inside their window: the (row, position)
 pairs of the window are packed into one flat list with a single batched index operation,
@@ -521,7 +521,8 @@ class LocalAttention(Attention):
       these weights do NOT sum to 1 (Luong's definition, kept on purpose). Luong's query is
       his current state h_t; our Bahdanau-style decoder attends from h_{t-1}.
 
-    ``gaussian_m=True`` also multiplies local-m by the Gaussian (SPEC §3's reading).
+    ``gaussian_m=True`` also multiplies local-m by the Gaussian (an alternative reading of
+    Luong et al. §3.2; docs/method.md, Choices and differences).
     """
 
     def __init__(

@@ -1,4 +1,4 @@
-"""One-layer LSTM decoder with attention, Bahdanau style (SPEC §2).
+"""One-layer LSTM decoder with attention, Bahdanau style (docs/method.md, Model).
 
 At step t (1-based), with previous state h_{t-1} and feedback embedding i_t = E[y_{t-1}]:
 

@@ -3,7 +3,7 @@ evaluation and translate commands.
 
 ``translate_split`` decodes an encoded split in length-sorted batches (greedy or beam search),
 restores the original sentence order, detokenises, and returns the hypotheses with the window
-statistics that the attention's scoring path counted (SPEC §4) and the decoding time.
+statistics that the attention's scoring path counted (docs/method.md, Window) and the decoding time.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ def translate_split(model: Seq2Seq, split: EncodedSplit, vocab: Vocab, *, tau: f
 
 
 def select_tau(points: list[dict], reference_bleu: float, tolerance: float) -> dict | None:
-    """The τ-selection rule of SPEC §5 (Flexible Attention 2017, §5.2).
+    """The τ-selection rule (Flexible Attention 2017, §5.2; docs/method.md, τ search).
 
     Among ``points`` (dicts with ``tau``, ``window`` and ``bleu`` on dev), keep those whose BLEU
     is at least ``reference_bleu − tolerance`` (``reference_bleu``: the same model at τ = ∞) and

@@ -53,7 +53,7 @@ DEFAULTS: dict[str, Any] = {
 
 
 class Seq2Seq(nn.Module):
-    """Bidirectional-LSTM encoder + attentional LSTM decoder (SPEC §2)."""
+    """Bidirectional-LSTM encoder + attentional LSTM decoder (docs/method.md, Model)."""
 
     def __init__(
         self,
