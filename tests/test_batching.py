@@ -55,3 +55,83 @@ def test_parallel_data_items():
     data = ParallelData(split)
     src, tgt, i = data[1]
     assert src.tolist() == [6] and tgt.tolist() == [8, 9] and i == 1 and len(data) == 2
+
+
+# ----------------------------------------------------------------------------- with a Lightning Trainer
+
+
+class _Recorder:
+    """A LightningModule (built lazily: Lightning is slow to import) that trains one scalar and
+    records the pair indices of every training batch, by epoch."""
+
+    @staticmethod
+    def create():
+        import pytorch_lightning as pl
+        import torch
+
+        class Recorder(pl.LightningModule):
+            def __init__(self) -> None:
+                super().__init__()
+                self.w = torch.nn.Parameter(torch.zeros(()))
+                self.seen: dict[int, list[list[int]]] = {}
+
+            def training_step(self, batch, batch_idx):
+                self.seen.setdefault(self.current_epoch, []).append(batch.index.tolist())
+                return (self.w - batch.src.float().mean()) ** 2
+
+            def configure_optimizers(self):
+                return torch.optim.SGD(self.parameters(), lr=0.1)
+
+        return Recorder()
+
+
+def _tiny_tok_dir(path):
+    """``train.npz`` (120 pairs of lengths 1..12) and ``dev.npz`` (4 pairs) in ``path``."""
+    rng = np.random.default_rng(0)
+    lengths = rng.integers(1, 13, 120)
+    pairs = [[5 + int(i) % 7] * int(n) for i, n in enumerate(lengths)]
+    EncodedSplit.from_lists(pairs, pairs).save(path / "train.npz")
+    EncodedSplit.from_lists(pairs[:4], pairs[:4]).save(path / "dev.npz")
+    return path
+
+
+def _fit(tok_dir, root, epochs: int, seed: int, ckpt_path=None) -> dict[int, list[list[int]]]:
+    """Fit the recorder with the Trainer settings of :func:`flexatt.train.build_trainer` that
+    concern the data (``use_distributed_sampler=False``, epoch-end checkpoints)."""
+    import pytorch_lightning as pl
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    from flexatt.training import TranslationData
+
+    data = TranslationData(tok_dir, batch_size=10, seed=seed)
+    module = _Recorder.create()
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=epochs, logger=False,
+                         enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+                         use_distributed_sampler=False, default_root_dir=str(root),
+                         callbacks=[ModelCheckpoint(dirpath=root, save_last=True)])
+    trainer.fit(module, train_dataloaders=data.train_dataloader(), ckpt_path=ckpt_path)
+    return module.seen
+
+
+def _expected(data_dir, seed: int, epoch: int) -> list[list[int]]:
+    split = EncodedSplit.load(data_dir / "train.npz")
+    sampler = LengthGroupedBatches(split.src_lengths, split.tgt_lengths, 10, seed=seed)
+    sampler.set_epoch(epoch)
+    return list(sampler)
+
+
+def test_trainer_reshuffles_the_batch_order_every_epoch(tmp_path):
+    """A real ``Trainer.fit``: every epoch sees all training pairs, in a new batch order, the
+    one of ``seed + epoch``; a fit resumed from the epoch-end checkpoint goes on with the
+    orders of the epochs it has not done."""
+    tok = _tiny_tok_dir(tmp_path)
+    seen = _fit(tok, tmp_path / "run", epochs=3, seed=7)
+    assert sorted(seen) == [0, 1, 2]
+    for epoch, batches in seen.items():
+        assert sorted(i for b in batches for i in b) == list(range(120)), epoch
+        assert batches == _expected(tok, 7, epoch), epoch
+    assert seen[0] != seen[1] and seen[1] != seen[2] and seen[0] != seen[2]
+
+    resumed = _fit(tok, tmp_path / "run", epochs=5, seed=7, ckpt_path=str(tmp_path / "run/last.ckpt"))
+    assert sorted(resumed) == [3, 4]
+    assert all(resumed[e] == _expected(tok, 7, e) for e in (3, 4))

@@ -252,9 +252,10 @@ def _check_item(key: str, value: Any, gt: float | None, ge: float | None, allow_
         raise ConfigError(key, str(exc).split(": ", 1)[1]) from None
 
 
-#: ``trainer.precision`` values Lightning accepts (and the short forms 32, 16, 64, bf16)
+#: ``trainer.precision`` values: Lightning's (and the short forms 32, 16, 64, bf16), and ``auto``,
+#: decided per machine before the Trainer is built (:func:`flexatt.runtime.resolve_precision`)
 PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "64-true",
-              "transformer-engine", "transformer-engine-float16")
+              "transformer-engine", "transformer-engine-float16", "auto")
 _PRECISION_ALIASES = ("32", "16", "64", "bf16", 32, 16, 64)
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu")
 
@@ -263,10 +264,11 @@ def check_trainer(cfg: DictConfig) -> dict[str, Any]:
     """The Lightning Trainer arguments of ``cfg.trainer``, the ones flexatt sets checked by key.
 
     ``accelerator``, ``devices`` (an integer >= 1, -1 for every device, ``auto``, or a list of
-    device indices), ``num_nodes`` (>= 1), ``strategy`` (a name Lightning knows), ``precision``,
-    ``gradient_clip_val`` (>= 0 or null), ``log_every_n_steps`` (>= 0), ``deterministic`` (true,
-    false, ``warn`` or null), ``enable_progress_bar``; any other key is passed to Lightning as is
-    (and its own errors name the trainer group).
+    device indices), ``num_nodes`` (>= 1), ``strategy`` (a name Lightning knows), ``precision``
+    (a Lightning value or ``auto``, returned as given), ``gradient_clip_val`` (>= 0 or null),
+    ``log_every_n_steps`` (>= 0), ``deterministic`` (true, false, ``warn`` or null),
+    ``enable_progress_bar``; any other key is passed to Lightning as is (and its own errors name
+    the trainer group).
     """
     trainer = get(cfg, "trainer")
     if not OmegaConf.is_dict(trainer) and not isinstance(trainer, dict):

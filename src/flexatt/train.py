@@ -8,6 +8,11 @@ the stage is started again after a crash or ``kill -9``, a ``last.ckpt`` whose f
 matches is resumed; since every epoch reseeds torch with ``seed + epoch`` and the batch order is
 a function of ``seed + epoch``, the resumed run ends exactly where an uninterrupted one ends.
 A ``last.ckpt`` of a different configuration, data or code is never resumed.
+
+``trainer.precision: auto`` is decided once per run (:func:`flexatt.runtime.resolve_precision`),
+recorded in ``run.json``, the metrics JSON (``precision``, ``precision_reason``) and the W&B
+config; a resumed run keeps the precision it started with, and under DDP the ranks started by
+rank 0 take rank 0's decision.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import csv
 import hashlib
 import json
 import logging
+import os
 import shutil
 import time
 import warnings
@@ -33,24 +39,30 @@ from flexatt.data.subwords import Vocab
 from flexatt.errors import ConfigError, DataError
 from flexatt.io import atomic_path, write_json
 from flexatt.model import count_parameters
-from flexatt.tracking import lightning_logger, start_run
-from flexatt.training import AtomicCheckpointIO, TranslationData, TranslationTask
+from flexatt.runtime import AUTO_PRECISION, native_cpu_bf16, resolve_precision
+from flexatt.tracking import default_group, lightning_logger, start_run
+from flexatt.training import LR_SCHEDULES, AtomicCheckpointIO, TranslationData, TranslationTask
 
 log = logging.getLogger("flexatt.train")
 
 
 class History(Callback):
     """Per-epoch learning curve and training throughput; saved in checkpoints, so a resumed run
-    keeps the epochs it did before the interruption."""
+    keeps the epochs it did before the interruption.
+
+    ``lr`` is the learning rate the epoch trained with, read when it starts (by its end the
+    ``fixed`` schedule has already set the next epoch's)."""
 
     def __init__(self) -> None:
         self.rows: list[dict] = []
         self._tokens = 0
         self._train_seconds = 0.0
         self._t0 = 0.0
+        self._lr: float | None = None
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._tokens, self._train_seconds = 0, 0.0
+        self._lr = pl_module.optimizers().param_groups[0]["lr"]
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._t0 = time.perf_counter()
@@ -65,7 +77,7 @@ class History(Callback):
         self.rows.append({
             "epoch": trainer.current_epoch + 1,
             "step": trainer.global_step,
-            "lr": pl_module.optimizers().param_groups[0]["lr"],
+            "lr": self._lr,
             "train_loss": value("train/loss"),
             "val_loss": value("val/loss"),
             "val_nll_token": value("val/nll_token"),
@@ -106,22 +118,28 @@ def model_config(cfg: DictConfig, variant: str, key: str = "train.variant") -> d
 
 def warn_slow_bf16(trainer_cfg: dict) -> None:
     """Warn when ``trainer.precision`` asks for bf16 on a CPU without native bf16 products
-    (AVX512-BF16 or AMX): there they are emulated and slower than float32."""
+    (AVX512-BF16 or AMX, :func:`flexatt.runtime.native_cpu_bf16`): there they are emulated and
+    slower than float32. ``auto`` never resolves to bf16 there; a CPU whose flags cannot tell
+    (ARM, not Linux) is not warned about."""
     precision = str(trainer_cfg.get("precision", ""))
     accelerator = trainer_cfg.get("accelerator", "auto")
     on_cpu = accelerator == "cpu" or (accelerator == "auto" and not torch.cuda.is_available())
-    if (precision.startswith("bf16") and on_cpu
-            and not torch.ops.mkldnn._is_mkldnn_bf16_supported()):
+    if precision.startswith("bf16") and on_cpu and native_cpu_bf16() is False:
         warnings.warn(f"trainer.precision={precision}: this CPU has no native bf16 matrix products "
                       f"(AVX512-BF16 / AMX); training is faster with trainer.precision=32-true",
                       stacklevel=2)
 
 
 def build_trainer(cfg: DictConfig, ckpt_dir: Path, max_epochs: int, extra_callbacks: list,
-                  logger: Any = False) -> pl.Trainer:
+                  logger: Any = False, precision: str | int | None = None) -> pl.Trainer:
     """A Lightning Trainer from ``cfg.trainer`` (checked by :func:`flexatt.config.check_trainer`)
-    with our checkpointing and callbacks."""
+    with our checkpointing and callbacks; ``precision`` replaces ``trainer.precision`` (default:
+    :func:`flexatt.runtime.resolve_precision` of it)."""
     trainer_cfg = C.check_trainer(cfg)
+    if precision is None and "precision" in trainer_cfg:
+        precision, _ = resolve_precision(trainer_cfg["precision"], trainer_cfg.get("accelerator", "auto"))
+    if precision is not None:
+        trainer_cfg["precision"] = precision
     warn_slow_bf16(trainer_cfg)
     patience = C.check_int(cfg, "train.early_stopping_patience", minimum=1, optional=True)
     callbacks = [
@@ -164,11 +182,12 @@ def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: 
     lr = lr if lr is not None else C.check_float(cfg, "train.lr", gt=0.0)
     batch_size = C.check_int(cfg, "train.batch_size", minimum=1)
     halve_from = C.check_int(cfg, "train.lr_halve_from_epoch", minimum=1)
+    lr_schedule = C.check_choice(cfg, "train.lr_schedule", LR_SCHEDULES)
     seed = C.check_int(cfg, "train.seed", minimum=0)
     ratio = C.check_float(cfg, "train.val_max_len_ratio", gt=0.0)
     # read again by build_trainer once the W&B run is open: checked here, before any work
     C.check_int(cfg, "train.early_stopping_patience", minimum=1, optional=True)
-    C.check_trainer(cfg)
+    trainer_cfg = C.check_trainer(cfg)
     log_checkpoint = C.check_bool(cfg, "logger.log_checkpoint")
     model_cfg = model_config(cfg, variant)
 
@@ -181,7 +200,7 @@ def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: 
     pl.seed_everything(seed, workers=True, verbose=False)
     try:
         task = TranslationTask(model_cfg, len(src_vocab), len(tgt_vocab), lr=lr, halve_from=halve_from,
-                               beta=beta, seed=seed, max_len_ratio=ratio)
+                               beta=beta, seed=seed, max_len_ratio=ratio, lr_schedule=lr_schedule)
     except ValueError as exc:  # the model's own checks name the key
         raise ConfigError(str(exc).split(":")[0], str(exc).split(":", 1)[1].strip()) from exc
     if init_from is not None:
@@ -194,21 +213,27 @@ def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: 
     ckpt_dir = out_dir / variant
     fingerprint = {
         "variant": variant, "model": model_cfg, "epochs": epochs, "lr": lr, "beta": beta,
-        "batch_size": batch_size, "halve_from": halve_from, "seed": seed,
+        "batch_size": batch_size, "halve_from": halve_from, "lr_schedule": lr_schedule, "seed": seed,
         "trainer": OmegaConf.to_container(C.get(cfg, "trainer"), resolve=True),
         "data": _file_digest(tok_dir / "train.npz"), "code": _code_digest(),
         "init_from": _file_digest(init_from) if init_from else None,
     }
-    resume = _resume_point(ckpt_dir, fingerprint)
+    resume, recorded = _resume_point(ckpt_dir, fingerprint)
     resumed_from_epoch = _epoch_of(resume)
+    precision, precision_reason = _run_precision(trainer_cfg, recorded)
     history = History()
     job = job_type or ("finetune" if init_from is not None else "train")
-    tracker = start_run(cfg, job, run_name or variant, tags=[variant, model_cfg["attention"], cfg.get("profile")])
-    trainer = build_trainer(cfg, ckpt_dir, epochs, [history], lightning_logger(tracker))
+    run_cfg = OmegaConf.create({**OmegaConf.to_container(cfg, resolve=True),
+                                "precision": precision, "precision_reason": precision_reason})
+    # the W&B group is the pipeline run's, named from the params before the precision was added
+    OmegaConf.update(run_cfg, "logger.group", C.get(cfg, "logger.group") or default_group(cfg), force_add=True)
+    tracker = start_run(run_cfg, job, run_name or variant, tags=[variant, model_cfg["attention"], cfg.get("profile")])
+    trainer = build_trainer(cfg, ckpt_dir, epochs, [history], lightning_logger(tracker), precision=precision)
     if trainer.is_global_zero and resume is None:
         shutil.rmtree(ckpt_dir, ignore_errors=True)
         ckpt_dir.mkdir(parents=True)
-        write_json(ckpt_dir / "run.json", fingerprint)
+        write_json(ckpt_dir / "run.json", {**fingerprint, "precision": precision,
+                                           "precision_reason": precision_reason})
     started = time.perf_counter()
     try:
         trainer.fit(task, datamodule=data, ckpt_path=str(resume) if resume else None)
@@ -226,6 +251,8 @@ def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: 
         "attention": model_cfg["attention"],
         "parameters": count_parameters(task.model),
         "world_size": trainer.world_size,
+        "precision": precision,
+        "precision_reason": precision_reason,
         "epochs": len(rows),
         "best_epoch": best["epoch"] if best else None,
         "dev_bleu": best["val_bleu"] if best else None,
@@ -252,20 +279,53 @@ def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: 
                      "is_global_zero": trainer.is_global_zero}
 
 
-def _resume_point(ckpt_dir: Path, fingerprint: dict) -> Path | None:
-    """``last.ckpt`` if it belongs to a run with exactly this fingerprint, else ``None``."""
+#: the ``run.json`` entries that record what was decided at the start, not the fingerprint
+_DECIDED = ("precision", "precision_reason")
+#: rank 0's resolved ``trainer.precision`` (``<precision>\t<reason>``), for the ranks it starts
+PRECISION_ENV = "FLEXATT_RUN_PRECISION"
+
+
+def _resume_point(ckpt_dir: Path, fingerprint: dict) -> tuple[Path | None, dict]:
+    """``(last.ckpt, what its run decided)`` if it belongs to a run with exactly this
+    fingerprint, else ``(None, {})``; the decisions are the :data:`_DECIDED` entries of
+    ``run.json``."""
     last, run = ckpt_dir / "last.ckpt", ckpt_dir / "run.json"
     if not (last.is_file() and run.is_file()):
-        return None
+        return None, {}
     try:
-        same = json.loads(run.read_text()) == json.loads(json.dumps(fingerprint))
+        recorded = json.loads(run.read_text())
+        same = isinstance(recorded, dict) and (
+            {k: v for k, v in recorded.items() if k not in _DECIDED} == json.loads(json.dumps(fingerprint)))
     except json.JSONDecodeError:
         same = False
     if not same:
         log.info("%s belongs to another configuration: training from scratch", last)
-        return None
+        return None, {}
     log.info("resuming from %s", last)
-    return last
+    return last, {k: recorded[k] for k in _DECIDED if k in recorded}
+
+
+def _run_precision(trainer_cfg: dict, recorded: dict) -> tuple[str | int, str]:
+    """The precision this run trains with, and why (:func:`flexatt.runtime.resolve_precision`).
+
+    ``auto`` is decided once: a resumed run keeps the precision in its ``run.json``
+    (``recorded``), and a data-parallel rank other than 0 takes the one rank 0 put in
+    ``$FLEXATT_RUN_PRECISION`` before it started the other ranks (a timing probe could decide
+    differently in each process). Rank 0 (or a single process) sets that variable."""
+    requested = trainer_cfg.get("precision", "32-true")
+    if requested != AUTO_PRECISION:
+        return resolve_precision(requested, trainer_cfg.get("accelerator", "auto"))
+    worker = any(int(os.environ.get(k, "0") or 0) != 0 for k in ("RANK", "LOCAL_RANK", "NODE_RANK"))
+    inherited = os.environ.get(PRECISION_ENV, "") if worker else ""
+    if "precision" in recorded:
+        precision, reason = recorded["precision"], f"{recorded.get('precision_reason')} (kept on resume)"
+    elif "\t" in inherited:
+        precision, reason = inherited.split("\t", 1)
+    else:
+        precision, reason = resolve_precision(requested, trainer_cfg.get("accelerator", "auto"))
+    if not worker:
+        os.environ[PRECISION_ENV] = f"{precision}\t{reason}"
+    return precision, reason
 
 
 def _epoch_of(checkpoint: Path | None) -> int | None:

@@ -1,9 +1,10 @@
 """The training logic: a LightningModule around a plain :class:`flexatt.model.Seq2Seq`.
 
 ``TranslationTask`` holds only what training needs: the loss (teacher-forced cross-entropy, or
-the fine-tuning objective J = CE − β·mean g_t of Flexible Attention eq. 9), Adam with the
-learning rate halved every epoch from a configured epoch on, and validation by greedy decoding
-of the dev set scored with BLEU. The network lives in ``flexatt.model``; batching in
+the fine-tuning objective J = CE − β·mean g_t of Flexible Attention eq. 9), Adam with a learning
+rate schedule (``train.lr_schedule``: ``fixed`` halves it every epoch from a configured epoch on,
+``plateau`` halves it after every epoch whose dev BLEU is no better than the best before), and
+validation by greedy decoding of the dev set scored with BLEU. The network lives in ``flexatt.model``; batching in
 ``flexatt.data.batching``; decoding in ``flexatt.search``.
 """
 
@@ -17,6 +18,7 @@ from typing import Any
 import pytorch_lightning as pl
 import torch
 from lightning_fabric.plugins import TorchCheckpointIO
+from pytorch_lightning.trainer.states import TrainerFn
 from torch.utils.data import DataLoader
 
 from flexatt.data.batching import Batch, LengthGroupedBatches, ParallelData, collate
@@ -25,6 +27,10 @@ from flexatt.io import save_torch
 from flexatt.metrics import corpus_bleu
 from flexatt.model import build_model, finetune_loss, sequence_nll
 from flexatt.search import greedy
+
+
+#: ``train.lr_schedule`` values (see :class:`TranslationTask`)
+LR_SCHEDULES = ("fixed", "plateau")
 
 
 def lr_factor(epoch: int, halve_from: int) -> float:
@@ -39,21 +45,35 @@ class TranslationTask(pl.LightningModule):
     Args:
         model_cfg: the model config (``conf/model``, merged with the variant's overrides).
         src_vocab, tgt_vocab: vocabulary sizes.
-        lr: Adam's initial learning rate; halve_from: see :func:`lr_factor`.
+        lr: Adam's initial learning rate.
+        halve_from: with ``lr_schedule="fixed"``, see :func:`lr_factor`.
         beta: β of the fine-tuning objective (0 for ordinary training).
         seed: torch is reseeded with ``seed + epoch`` at each epoch start, so a run resumed
             from an epoch-end checkpoint continues exactly as an uninterrupted one.
         max_len_ratio: greedy validation decodes at most ``ratio · S + 10`` tokens.
+        lr_schedule: ``fixed`` (:func:`lr_factor`, stepped by Lightning at the end of every
+            epoch) or ``plateau``: ``ReduceLROnPlateau(mode="max", factor=0.5, patience=0)``
+            on the dev BLEU (``val/bleu``), stepped by :meth:`on_validation_epoch_end` as soon
+            as the BLEU of a fitting epoch is known, so that the epoch-end checkpoint holds the
+            stepped state (:meth:`on_save_checkpoint`) and a resumed run halves exactly where an
+            uninterrupted one does. Lightning's own plateau stepping comes after the checkpoint
+            and is skipped on resume; it is not used. Without dev BLEU (no detokenizer) the
+            rate stays constant.
     """
 
     def __init__(self, model_cfg: dict, src_vocab: int, tgt_vocab: int, lr: float = 1e-3,
-                 halve_from: int = 4, beta: float = 0.0, seed: int = 0, max_len_ratio: float = 2.0):
+                 halve_from: int = 4, beta: float = 0.0, seed: int = 0, max_len_ratio: float = 2.0,
+                 lr_schedule: str = "fixed"):
         super().__init__()
+        if lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"train.lr_schedule: must be one of {', '.join(LR_SCHEDULES)} (got {lr_schedule!r})")
         self.save_hyperparameters()
         self.model = build_model(model_cfg, src_vocab, tgt_vocab, PAD_ID)
         self.detokenize: Callable[[list[list[int]]], list[str]] | None = None
         self.dev_references: list[str] | None = None
         self._hyps: dict[int, list[int]] = {}
+        self.plateau: torch.optim.lr_scheduler.ReduceLROnPlateau | None = None
+        self._plateau_state: dict | None = None  # from a checkpoint, until the scheduler exists
 
     # ------------------------------------------------------------------ loss
     def loss(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -107,13 +127,33 @@ class TranslationTask(pl.LightningModule):
         hyps = self.detokenize([self._hyps[i] for i in range(len(self._hyps))])
         bleu, _ = corpus_bleu(hyps, [self.dev_references])
         self.log("val/bleu", bleu, prog_bar=True)
+        fitting = self.trainer.state.fn == TrainerFn.FITTING and not self.trainer.sanity_checking
+        if self.plateau is not None and fitting:
+            self.plateau.step(bleu)
 
     # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self) -> Any:
         optimizer = torch.optim.Adam(self.model.parameters(), lr=self.hparams.lr)
+        if self.hparams.get("lr_schedule", "fixed") == "plateau":
+            self.plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="max", factor=0.5,
+                                                                      patience=0)
+            if self._plateau_state is not None:
+                self.plateau.load_state_dict(self._plateau_state)
+            return optimizer
         halve_from = self.hparams.halve_from
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda e: lr_factor(e, halve_from))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"}}
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.plateau is not None:
+            checkpoint["plateau_scheduler"] = self.plateau.state_dict()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Keep the plateau scheduler's state: Lightning restores the module before it calls
+        :meth:`configure_optimizers`, which loads it into the new scheduler."""
+        self._plateau_state = checkpoint.get("plateau_scheduler")
+        if self.plateau is not None and self._plateau_state is not None:
+            self.plateau.load_state_dict(self._plateau_state)
 
 
 class TranslationData(pl.LightningDataModule):

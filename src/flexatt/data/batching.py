@@ -81,8 +81,27 @@ def collate(items: Sequence[tuple[np.ndarray, np.ndarray, int]]) -> Batch:
     return Batch(src, src_len, tgt_in, tgt_out, index)
 
 
+class _EpochSetter:
+    """The ``sampler`` attribute of a :class:`LengthGroupedBatches`: forwards ``set_epoch``.
+
+    Lightning sets the epoch of a DataLoader's ``sampler`` and of its
+    ``batch_sampler.sampler`` at the start of every training epoch (including the first one
+    after a resume), never of the batch sampler itself; a batch sampler given to a DataLoader
+    is reached only through this attribute."""
+
+    def __init__(self, owner: LengthGroupedBatches):
+        self._owner = owner
+
+    def set_epoch(self, epoch: int) -> None:
+        self._owner.set_epoch(epoch)
+
+
 class LengthGroupedBatches(Sampler[list[int]]):
     """Batches of similar-length pairs; batch order shuffled per epoch (or kept, for decoding).
+
+    Given to a DataLoader as its ``batch_sampler``; under a Lightning Trainer the epoch is set
+    through the ``sampler`` attribute (see :class:`_EpochSetter`), with or without
+    ``use_distributed_sampler``, so epoch ``e`` sees the order of ``seed + e``.
 
     Args:
         src_lengths, tgt_lengths: lengths of every pair in the split.
@@ -100,17 +119,24 @@ class LengthGroupedBatches(Sampler[list[int]]):
         self.batches = [order[i:i + batch_size].tolist() for i in range(0, len(order), batch_size)]
         self.shuffle, self.seed, self.epoch = shuffle, seed, 0
         self.world_size, self.rank = world_size, rank
+        self.sampler = _EpochSetter(self)
 
     def set_epoch(self, epoch: int) -> None:
-        """Called by Lightning at the start of each epoch."""
+        """The 0-based epoch whose order :meth:`__iter__` gives (Lightning calls it through
+        ``self.sampler`` at the start of every training epoch)."""
         self.epoch = epoch
 
     def __iter__(self) -> Iterator[list[int]]:
+        """This rank's batches in the order of the current epoch.
+
+        A generator: the order is drawn when the first batch is requested, not when the
+        iterator is made. Lightning makes the training DataLoader's first iterator before it
+        sets the epoch of a fit's first epoch (a resumed run's included)."""
         batches = list(self.batches)
         if self.shuffle:
             random.Random(self.seed + self.epoch).shuffle(batches)
         usable = len(batches) - len(batches) % self.world_size if self.world_size > 1 else len(batches)
-        return iter(batches[self.rank:usable:self.world_size])
+        yield from batches[self.rank:usable:self.world_size]
 
     def __len__(self) -> int:
         return len(self.batches) // self.world_size if self.world_size > 1 else len(self.batches)
