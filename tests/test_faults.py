@@ -509,3 +509,52 @@ def test_dvc_repro_killed_mid_training_resumes_to_the_same_result(root, tmp_path
     assert (copy / "results/train/flexible.csv").read_text().splitlines()[0].startswith("epoch,")
     status = _dvc(copy, "status", "train@flexible")
     assert status.returncode == 0 and "changed" not in status.stdout, status.stdout
+
+
+def _translate(trained, *args):
+    from flexatt.cli import main
+
+    main(["translate", "--checkpoint", str(trained / "m/flexible/best.ckpt"),
+          "--tok-dir", str(trained / "artifacts/tok"), "--beam", "1", *args])
+
+
+def test_translate_keeps_empty_lines_empty_and_in_place(trained, tmp_path, capsys):
+    sentences = (trained / "artifacts/filter/dev.src").read_text(encoding="utf-8").split("\n")[:2]
+    (tmp_path / "alone.txt").write_text("\n".join(sentences) + "\n", encoding="utf-8")
+    (tmp_path / "gaps.txt").write_text(f"\n{sentences[0]}\n \n{sentences[1]}\n\n", encoding="utf-8")
+    _translate(trained, "--input", str(tmp_path / "alone.txt"))
+    alone = capsys.readouterr().out.split("\n")[:-1]
+    _translate(trained, "--input", str(tmp_path / "gaps.txt"), "--stats", str(tmp_path / "stats.jsonl"))
+    gaps = capsys.readouterr().out.split("\n")[:-1]
+    assert gaps == ["", alone[0], "", alone[1], ""]
+    stats = [json.loads(line) for line in (tmp_path / "stats.jsonl").read_text().splitlines()]
+    assert [s["steps"] == 0 for s in stats] == [True, False, True, False, True]
+
+
+def test_translate_refuses_a_file_that_is_not_a_checkpoint_in_one_line(trained, tmp_path):
+    from flexatt.cli import main
+
+    text = tmp_path / "notes.ckpt"
+    text.write_text("not a model\n")
+    with pytest.raises(SystemExit) as info:
+        main(["translate", "--checkpoint", str(text), "--input", str(text)])
+    assert str(info.value.code).startswith(f"error: {text}: not a readable checkpoint")
+    assert "\n" not in str(info.value.code)
+
+
+def test_translate_refuses_another_models_vocabulary(trained, tmp_path):
+    import sentencepiece as spm
+
+    from flexatt.cli import main
+
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(f"w{i} w{i + 1} w{i + 2}" for i in range(40)) + "\n")
+    other = tmp_path / "tok"
+    other.mkdir()
+    for side in ("src", "tgt"):
+        spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(other / side), vocab_size=30,
+                                       model_type="word", minloglevel=2)
+    with pytest.raises(SystemExit) as info:
+        main(["translate", "--checkpoint", str(trained / "m/flexible/best.ckpt"), "--tok-dir", str(other),
+              "--input", str(corpus)])
+    assert str(info.value.code).startswith(f"error: {other / 'src.model'}: has 30 pieces but")

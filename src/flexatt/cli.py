@@ -4,14 +4,18 @@
 ``dvc exp run -S OVERRIDE`` does (e.g. ``flexatt params profile=smoke``), for ``dvc repro``.
 
 ``flexatt translate --checkpoint CKPT [--input FILE] [--beam 5] [--tau 1.2] [--stats FILE]``
-translates one sentence per line (stdin or a file) with a trained model; ``--stats`` writes a
-JSON line per sentence with the window scored at each decoding step.
+translates one sentence per line (stdin or a file) with a trained model; an empty line gives an
+empty line. The SentencePiece models ``src.model`` / ``tgt.model`` are taken from the
+checkpoint's folder when they are there, else from ``--tok-dir``; a vocabulary whose size is not
+the checkpoint's is refused by name. ``--stats`` writes a JSON line per sentence with the window
+scored at each decoding step.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import zipfile
 from pathlib import Path
 
 
@@ -23,12 +27,40 @@ def write_params(overrides: list[str], output: Path, config_dir: Path) -> None:
                      overrides)
 
 
+def vocabularies(checkpoint: Path, tok_dir: Path):
+    """The (source, target) SentencePiece vocabularies of ``checkpoint``: ``src.model`` and
+    ``tgt.model`` beside it, else in ``tok_dir``; each must have the size the model was trained
+    with.
+
+    Raises:
+        DataError: a model file is missing, or its vocabulary is not the checkpoint's.
+    """
+    from flexatt.data.subwords import Vocab
+    from flexatt.errors import DataError
+    from flexatt.train import checkpoint_hparams
+
+    folder = checkpoint.parent if (checkpoint.parent / "src.model").is_file() else tok_dir
+    hparams = checkpoint_hparams(checkpoint)
+    vocabs = []
+    for side in ("src", "tgt"):
+        path = folder / f"{side}.model"
+        if not path.is_file():
+            raise DataError(path, f"not found: the {side} SentencePiece model of {checkpoint} "
+                            "(put it beside the checkpoint, or pass --tok-dir)")
+        vocab = Vocab(path)
+        if len(vocab) != hparams[f"{side}_vocab"]:
+            raise DataError(path, f"has {len(vocab)} pieces but {checkpoint} was trained with "
+                            f"{hparams[f'{side}_vocab']}: not this model's vocabulary")
+        vocabs.append(vocab)
+    return vocabs[0], vocabs[1]
+
+
 def translate(args: argparse.Namespace) -> None:
     """Translate ``args.input`` (or stdin) to stdout."""
     import json
 
-    from flexatt.data.subwords import EncodedSplit, Vocab
-    from flexatt.errors import ConfigError
+    from flexatt.data.subwords import EncodedSplit
+    from flexatt.errors import ConfigError, DataError
     from flexatt.evaluation import load_model, translate_split
     from flexatt.io import atomic_path, decode_line
 
@@ -41,19 +73,37 @@ def translate(args: argparse.Namespace) -> None:
     lines = [decode_line(line.rstrip(b"\r"), where, i + 1) for i, line in enumerate(raw.split(b"\n"))]
     if lines and lines[-1] == "":
         lines.pop()
+    if not args.checkpoint.is_file():
+        raise DataError(args.checkpoint, "not found")
+    if not zipfile.is_zipfile(args.checkpoint):
+        raise DataError(args.checkpoint, "not a readable checkpoint (not a PyTorch checkpoint archive: "
+                        "corrupt, truncated or another kind of file)")
     model = load_model(args.checkpoint)
-    src_vocab, tgt_vocab = Vocab(args.tok_dir / "src.model"), Vocab(args.tok_dir / "tgt.model")
-    split = EncodedSplit.from_lists(src_vocab.encode([" ".join(s.split()) for s in lines]), [[]] * len(lines))
-    out = translate_split(model, split, tgt_vocab, tau=args.tau, beam_size=args.beam, alpha=args.alpha,
-                          trace_indices=set(range(len(lines))) if args.stats else None)
-    sys.stdout.write("".join(f"{h}\n" for h in out.hypotheses))
+    src_vocab, tgt_vocab = vocabularies(args.checkpoint, args.tok_dir)
+    # empty (or blank) lines are not decoded: they give empty lines, in place
+    texts = [" ".join(s.split()) for s in lines]
+    rows = [i for i, text in enumerate(texts) if text]
+    hypotheses = [""] * len(lines)
+    if rows:
+        split = EncodedSplit.from_lists(src_vocab.encode([texts[i] for i in rows]), [[]] * len(rows))
+        out = translate_split(model, split, tgt_vocab, tau=args.tau, beam_size=args.beam, alpha=args.alpha,
+                              trace_indices=set(range(len(rows))) if args.stats else None)
+        for k, i in enumerate(rows):
+            hypotheses[i] = out.hypotheses[k]
+    sys.stdout.write("".join(f"{h}\n" for h in hypotheses))
     if args.stats:
+        where = {i: k for k, i in enumerate(rows)}
         with atomic_path(args.stats) as tmp, open(tmp, "w", encoding="utf-8") as handle:
             for i in range(len(lines)):
-                trace = out.traces[i]
+                if i not in where:
+                    handle.write(json.dumps({"index": i, "src_len": 0, "steps": 0, "mean_window": 0.0,
+                                             "windows": [], "span": []}) + "\n")
+                    continue
+                k = where[i]
+                trace = out.traces[k]
                 handle.write(json.dumps({
-                    "index": i, "src_len": int(out.src_lengths[i]), "steps": int(out.steps[i]),
-                    "mean_window": round(int(out.window_sum[i]) / max(int(out.steps[i]), 1), 3),
+                    "index": i, "src_len": int(out.src_lengths[k]), "steps": int(out.steps[k]),
+                    "mean_window": round(int(out.window_sum[k]) / max(int(out.steps[k]), 1), 3),
                     "windows": trace.window.tolist(),
                     "span": [[int(a), int(b)] for a, b in zip(trace.span_lo.tolist(), trace.span_hi.tolist())],
                 }) + "\n")
@@ -68,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     params.add_argument("--config-dir", type=Path, default=Path("conf"))
     tr = sub.add_parser("translate", help="translate text with a trained checkpoint")
     tr.add_argument("--checkpoint", type=Path, required=True, help="e.g. artifacts/models_ft/flexible/best.ckpt")
-    tr.add_argument("--tok-dir", type=Path, default=Path("artifacts/tok"), help="holds src.model and tgt.model")
+    tr.add_argument("--tok-dir", type=Path, default=Path("artifacts/tok"), help="holds src.model and tgt.model when they are not beside the checkpoint")
     tr.add_argument("--input", type=Path, help="one sentence per line (default: stdin)")
     tr.add_argument("--beam", type=int, default=5, help="beam size (1: greedy)")
     tr.add_argument("--tau", type=float, default=None, help="flexible attention's threshold (default: inf)")
@@ -82,8 +132,8 @@ def main(argv: list[str] | None = None) -> None:
         tune_allocator()
         try:
             translate(args)
-        except FlexattError as exc:
-            sys.exit(f"error: {exc}")
+        except FlexattError as exc:  # one line: a library's multi-line advice is cut off
+            sys.exit(f"error: {str(exc).splitlines()[0]}")
         return
     if args.command == "params":
         try:
