@@ -38,7 +38,12 @@ SWEEPS = {
     "sact_lambda": ("train", ["model.sact_lambda"], ["train.out_dir", "train.metrics_dir"]),
     "temperature": ("train", ["model.temperature"], ["train.out_dir", "train.metrics_dir"]),
     "beta": ("finetune", ["finetune.beta"], ["finetune.out_dir", "finetune.metrics_dir"]),
+    "seeds": ("replicate", ["train.seed"], ["train.out_dir", "train.metrics_dir", "finetune.out_dir",
+                                            "finetune.metrics_dir"]),
 }
+#: sweeps whose main metric is not dev BLEU, and sweeps that run one job at a time
+MAIN_METRIC = {"seeds": "flexible_ft_tau_bleu"}
+N_JOBS = {"seeds": 1}
 JOB_DIR = "${hydra:sweep.dir}/${hydra:sweep.subdir}"
 
 
@@ -80,7 +85,8 @@ def test_named_sweep_composes(params_dir, name):
     for key in swept:  # a real key of params.yaml, so each job's override is valid
         assert OmegaConf.select(params, key, default="<missing>") != "<missing>", key
         assert len(str(cfg.hydra.sweeper.params[key]).split(",")) >= 3, key
-    assert cfg.hydra.launcher._target_.endswith("JoblibLauncher") and cfg.hydra.launcher.n_jobs == 2
+    assert cfg.hydra.launcher._target_.endswith("JoblibLauncher")
+    assert cfg.hydra.launcher.n_jobs == N_JOBS.get(name, 2)
     assert raw(cfg, "hydra.sweep.dir") == "multirun/${hydra.runtime.choices.sweep}/${now:%Y-%m-%d_%H-%M-%S}"
     assert cfg.hydra.runtime.choices.sweep == name
     for key in outputs:
@@ -90,7 +96,7 @@ def test_named_sweep_composes(params_dir, name):
     assert callback["_target_"] == "flexatt.sweeps.SweepSummary" and callback["name"] == name
     from hydra.utils import instantiate
 
-    assert instantiate(cfg.hydra.callbacks.sweep_summary).settings["main_metric"] == "dev_bleu"
+    assert instantiate(cfg.hydra.callbacks.sweep_summary).settings["main_metric"] == MAIN_METRIC.get(name, "dev_bleu")
     importlib.import_module(f"flexatt.stages.{stage}")
     doc = (ROOT / f"conf/sweep/{name}.yaml").read_text()
     assert f"python -m flexatt.stages.{stage} -m +sweep={name}" in doc
@@ -365,3 +371,45 @@ def test_real_tau_sigma_sweep(mini_repo):
         point = json.loads((sweep_dir / r["dir"] / "sweep_sigma.json").read_text())
         assert point["reference_tau"] == 1.0
     assert (sweep_dir / "summary.png").read_bytes()[:8] == PNG
+
+
+def test_aggregate_gives_mean_and_sample_sd_of_completed_jobs(tmp_path):
+    """A replicate sweep (``aggregate: true``): mean ± sample sd over the completed jobs only."""
+    sweep_dir = make_sweep(tmp_path)
+    record = json.loads((sweep_dir / "sweep.json").read_text())
+    (sweep_dir / "sweep.json").write_text(json.dumps({**record, "aggregate": True}))
+    summary = sweeps.summarize(sweep_dir, wandb=False)
+    stats = summary["stats"]["dev_bleu"]
+    assert stats["n"] == 3 and stats["mean"] == pytest.approx(10.0) and stats["sd"] == pytest.approx(1.0)
+    assert summary["stats"]["window"]["mean"] == pytest.approx(5.0)
+    assert "| dev_bleu | 10.00 ± 1.00 | 3 |" in (sweep_dir / "summary.md").read_text()
+    with open(sweep_dir / "summary.csv", newline="") as handle:
+        rows = {r["job"]: r for r in csv.DictReader(handle)}
+    assert float(rows["mean"]["dev_bleu"]) == pytest.approx(10.0) and float(rows["sd"]["window"]) == pytest.approx(1.0)
+    assert sweeps.aggregate([{"status": "COMPLETED", "a": 2.0}], ["a"])["a"] == {"n": 1, "mean": 2.0, "sd": None}
+    with pytest.raises(sweeps.ConfigError, match="aggregate: must be true or false"):
+        sweeps.SweepSummary("x", "a.json", {"dev_bleu": "dev_bleu"}, "dev_bleu", aggregate="yes")
+
+
+def test_real_seeds_sweep(mini_repo):
+    """Two training seeds of the seeds sweep end to end on smoke data: each job trains Global and
+    Flexible, fine-tunes Flexible, selects τ on dev and scores the four test rows."""
+    before = pipeline_files(mini_repo)
+    _, sweep_dir = run_sweep(mini_repo, "replicate", "+sweep=seeds", "train.seed=1,2", "train.epochs=1",
+                             "sweep_tau.search_steps=1", "sweep_tau.grid=[1.0]", "decode.beam_size=1")
+    assert pipeline_files(mini_repo) == before, "the sweep changed the pipeline's outputs"
+    summary = sweeps.summarize(sweep_dir, wandb=False)
+    jobs = [json.loads((sweep_dir / r["dir"] / "replicate.json").read_text()) for r in summary["rows"]]
+    assert [j["seed"] for j in jobs] == [1, 2]
+    for job in jobs:
+        assert set(job["rows"]) == {"global", "flexible", "flexible_ft", "flexible_ft_tau"}
+        for row in job["rows"].values():
+            assert 0 <= row["bleu"] <= 100 and 0 <= row["chrf"] <= 100 and row["window"] > 0
+        assert job["rows"]["global"]["window"] == job["rows"]["flexible"]["window"]  # τ = ∞
+    assert jobs[0]["dev_bleu"] != jobs[1]["dev_bleu"], "the seeds trained the same models"
+    values = [j["rows"]["global"]["bleu"] for j in jobs]
+    mean = sum(values) / 2
+    sd = (sum((v - mean) ** 2 for v in values)) ** 0.5  # n - 1 = 1
+    assert summary["stats"]["global_bleu"]["mean"] == pytest.approx(mean)
+    assert summary["stats"]["global_bleu"]["sd"] == pytest.approx(sd)
+    assert "mean ± sample standard deviation" in (sweep_dir / "summary.md").read_text()

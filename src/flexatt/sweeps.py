@@ -9,6 +9,7 @@ search path). Each is run as a multirun of one stage::
     python -m flexatt.stages.train -m +sweep=sact_lambda       # SACT's lambda, 2 to 10
     python -m flexatt.stages.train -m +sweep=temperature       # fixed temperature 0.8 to 1.2
     python -m flexatt.stages.finetune -m +sweep=beta           # fine-tuning's beta
+    python -m flexatt.stages.replicate -m +sweep=seeds         # training seeds: mean ± sd
 
 Every job writes its outputs under ``<sweep dir>/<job number>/`` (``multirun/<name>/<date>_<time>``
 by default). :class:`SweepSummary`, the Hydra callback every named sweep installs:
@@ -90,14 +91,17 @@ class SweepSummary(Callback):
         mode: ``max`` or ``min``: which value of the main metric is best.
         x: the swept key on the plot's x axis (default: the first swept key).
         plot: the columns drawn, one panel each (default: the main metric).
+        aggregate: also summarise every metric column over the completed jobs as mean and sample
+            standard deviation (the jobs are replicates, e.g. training seeds).
     """
 
     def __init__(self, name: str, metrics_file: str, metrics: dict, main_metric: str,
-                 mode: str = "max", x: str | None = None, plot: Sequence[str] | None = None):
+                 mode: str = "max", x: str | None = None, plot: Sequence[str] | None = None,
+                 aggregate: bool = False):
         self.settings = check_settings({
             "name": name, "metrics_file": metrics_file, "metrics": _plain(metrics),
             "main_metric": main_metric, "mode": mode, "x": x,
-            "plot": _plain(plot) if plot is not None else None,
+            "plot": _plain(plot) if plot is not None else None, "aggregate": aggregate,
         })
         self.sweep_dir: str | None = None  # set when the sweep starts; travels to the jobs
         self._saved_env: str | None = None  # the group variable's value before the sweep
@@ -170,6 +174,8 @@ def check_settings(settings: dict) -> dict:
                           f"(got {settings['main_metric']!r})")
     if settings["mode"] not in ("max", "min"):
         raise ConfigError(f"{_KEY}.mode", f"must be one of max, min (got {settings['mode']!r})")
+    if not isinstance(settings.get("aggregate", False), bool):
+        raise ConfigError(f"{_KEY}.aggregate", f"must be true or false (got {settings['aggregate']!r})")
     for column in settings.get("plot") or []:
         if column not in settings["metrics"]:
             raise ConfigError(f"{_KEY}.plot", f"{column!r} is not a column of metrics "
@@ -269,6 +275,19 @@ def best_row(rows: list[dict], metric: str, mode: str) -> dict | None:
     return (max if mode == "max" else min)(scored, key=lambda r: r[metric])
 
 
+def aggregate(rows: list[dict], columns: Sequence[str]) -> dict[str, dict[str, float | int | None]]:
+    """Per metric column, over the completed jobs with a number there: ``n``, ``mean`` and the
+    sample standard deviation ``sd`` (n − 1 in the denominator; ``None`` below two values)."""
+    out = {}
+    for column in columns:
+        values = [r[column] for r in rows if r["status"] == "COMPLETED" and _is_number(r.get(column))]
+        n = len(values)
+        mean = sum(values) / n if n else None
+        sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else None
+        out[column] = {"n": n, "mean": mean, "sd": sd}
+    return out
+
+
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -285,7 +304,7 @@ def _cell(value: Any) -> str:
 
 
 def write_markdown(path: Path, settings: dict, swept: list[str], rows: list[dict], best: dict | None,
-                   plot: str | None) -> None:
+                   plot: str | None, stats: dict | None = None) -> None:
     columns = ["job", *swept, *settings["metrics"], "status"]
     lines = [f"# Sweep `{settings['name']}`", "",
              f"- command: `python -m {settings.get('stage')} -m {' '.join(settings.get('overrides') or [])}`",
@@ -299,18 +318,29 @@ def write_markdown(path: Path, settings: dict, swept: list[str], rows: list[dict
                   f"{_cell(best[settings['main_metric']])}", ""]
     lines += ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(_cell(r.get(c)) for c in columns) + " |" for r in rows]
+    if stats:
+        lines += ["", f"Over the completed jobs (mean ± sample standard deviation, n = "
+                  f"{max(v['n'] for v in stats.values())}):", "", "| metric | mean ± sd | n |", "|---|---|---|"]
+        for column, v in stats.items():
+            value = "–" if v["mean"] is None else (f"{v['mean']:.2f}" if v["sd"] is None
+                                                   else f"{v['mean']:.2f} ± {v['sd']:.2f}")
+            lines.append(f"| {column} | {value} | {v['n']} |")
     if plot:
         lines += ["", f"![{settings['main_metric']} against the swept keys]({plot})"]
     with atomic_path(path) as tmp:
         Path(tmp).write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def write_csv(path: Path, settings: dict, swept: list[str], rows: list[dict]) -> None:
+def write_csv(path: Path, settings: dict, swept: list[str], rows: list[dict],
+              stats: dict | None = None) -> None:
+    """One line per job; with ``stats`` (:func:`aggregate`) two more, job ``mean`` and ``sd``."""
     columns = ["job", "status", *swept, *settings["metrics"], "dir"]
     with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as out:
         writer = csv.DictWriter(out, fieldnames=columns)
         writer.writeheader()
         writer.writerows({c: r.get(c) for c in columns} for r in rows)
+        for name in ("mean", "sd") if stats else ():
+            writer.writerow({"job": name, **{c: v[name] for c, v in stats.items()}})
 
 
 def plot_axes(settings: dict, swept: list[str], rows: list[dict]) -> tuple[str | None, str | None]:
@@ -429,15 +459,16 @@ def summarize(sweep_dir: str | os.PathLike, wandb: bool = True) -> dict:
     sweep_dir = Path(sweep_dir)
     settings, swept, rows = collect(sweep_dir)
     best = best_row(rows, settings["main_metric"], settings["mode"])
+    stats = aggregate(rows, list(settings["metrics"])) if settings.get("aggregate") else None
     md, csv_file, png = (sweep_dir / name for name in SUMMARY_FILES)
-    write_csv(csv_file, settings, swept, rows)
+    write_csv(csv_file, settings, swept, rows, stats)
     plotted = [r for r in rows if _is_number(r.get(settings["main_metric"]))]
     if plotted:
         write_plot(png, settings, swept, plotted)
-    write_markdown(md, settings, swept, rows, best, png.name if plotted else None)
+    write_markdown(md, settings, swept, rows, best, png.name if plotted else None, stats)
     if wandb and plotted:
         log_wandb(settings, swept, rows, best, png)
-    return {"rows": rows, "swept": swept, "best": best, "group": settings.get("group"),
+    return {"rows": rows, "swept": swept, "best": best, "group": settings.get("group"), "stats": stats,
             "done": sum(r["status"] == "COMPLETED" for r in rows),
             "files": [md, csv_file] + ([png] if plotted else [])}
 
