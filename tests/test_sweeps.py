@@ -310,6 +310,11 @@ def test_summary_settings_are_checked():
 # --------------------------------------------------------------------------- real stages
 
 
+#: torch's threads in the real stages' processes: the smoke models are tiny, and on a busy 2-core
+#: machine two threads per process stall each other (an epoch about 8 times slower)
+ONE_THREAD = "1"
+
+
 @pytest.fixture(scope="module")
 def mini_repo(tmp_path_factory) -> Path:
     """Smoke-profile data and a trained flexible model (1 epoch), made by the stages themselves:
@@ -319,15 +324,18 @@ def mini_repo(tmp_path_factory) -> Path:
     repo = tmp_path_factory.mktemp("mini") / "repo"
     compose_params(repo, "profile=smoke")
     (repo / "conf").symlink_to(ROOT / "conf")
-    for module, *args in (("filter",), ("tokenize",), ("train", "train.variant=flexible", "train.epochs=1")):
-        result = run_module(f"flexatt.stages.{module}", *args, "logger.enabled=false", cwd=repo)
-        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OMP_NUM_THREADS", ONE_THREAD)
+        for module, *args in (("filter",), ("tokenize",), ("train", "train.variant=flexible", "train.epochs=1")):
+            result = run_module(f"flexatt.stages.{module}", *args, "logger.enabled=false", cwd=repo)
+            assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     return repo
 
 
-def run_sweep(repo: Path, stage: str, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
-    result = subprocess.run([sys.executable, "-m", f"flexatt.stages.{stage}", "-m", *args], cwd=repo, env=clean_env(),
-                            text=True, capture_output=True, timeout=900)
+def run_sweep(repo: Path, stage: str, *args: str, **env: str) -> tuple[subprocess.CompletedProcess, Path]:
+    result = subprocess.run([sys.executable, "-m", f"flexatt.stages.{stage}", "-m", *args], cwd=repo,
+                            env=clean_env(**{"OMP_NUM_THREADS": ONE_THREAD, **env}), text=True,
+                            capture_output=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     name = next(a.split("=", 1)[1] for a in args if a.startswith("+sweep="))
     return result, sorted((repo / "multirun" / name).iterdir())[-1]
@@ -382,34 +390,102 @@ def test_aggregate_gives_mean_and_sample_sd_of_completed_jobs(tmp_path):
     stats = summary["stats"]["dev_bleu"]
     assert stats["n"] == 3 and stats["mean"] == pytest.approx(10.0) and stats["sd"] == pytest.approx(1.0)
     assert summary["stats"]["window"]["mean"] == pytest.approx(5.0)
-    assert "| dev_bleu | 10.00 ± 1.00 | 3 |" in (sweep_dir / "summary.md").read_text()
+    md = (sweep_dir / "summary.md").read_text()
+    assert "| dev_bleu | 10.00 ± 1.00 | 3 |" in md and "n = 3" in md
+    assert "**Best:**" not in md  # replicates: no best job
     with open(sweep_dir / "summary.csv", newline="") as handle:
         rows = {r["job"]: r for r in csv.DictReader(handle)}
     assert float(rows["mean"]["dev_bleu"]) == pytest.approx(10.0) and float(rows["sd"]["window"]) == pytest.approx(1.0)
     assert sweeps.aggregate([{"status": "COMPLETED", "a": 2.0}], ["a"])["a"] == {"n": 1, "mean": 2.0, "sd": None}
+    assert sweeps.format_stat({"n": 2, "mean": 0.573, "sd": 0.011455}, 4) == "0.5730 ± 0.0115"
+    assert sweeps.format_stat({"n": 1, "mean": 2.0, "sd": None}) == "2.00"
+    assert sweeps.format_stat({"n": 0, "mean": None, "sd": None}) == "–"
     with pytest.raises(sweeps.ConfigError, match="aggregate: must be true or false"):
         sweeps.SweepSummary("x", "a.json", {"dev_bleu": "dev_bleu"}, "dev_bleu", aggregate="yes")
+    # the other sweeps (no aggregate in their settings): unchanged
+    (sweep_dir / "sweep.json").write_text(json.dumps(record))
+    summary = sweeps.summarize(sweep_dir, wandb=False)
+    assert summary["stats"] is None and "mean ± " not in (sweep_dir / "summary.md").read_text()
+    assert "**Best:**" in (sweep_dir / "summary.md").read_text()
+    assert len((sweep_dir / "summary.csv").read_text().splitlines()) == 6
+
+
+def test_replicate_refuses_the_pipeline_outputs(smoke_dir, monkeypatch):
+    """Run without the sweep, the replicate stage would overwrite the pipeline's checkpoints."""
+    from flexatt.config import load_params
+    from flexatt.stages import replicate
+
+    monkeypatch.chdir(smoke_dir)
+    monkeypatch.delenv("FLEXATT_PARAMS", raising=False)
+    cfg = load_params(smoke_dir / "params.yaml")
+    with pytest.raises(sweeps.ConfigError, match=r"train.out_dir: is the pipeline's own output dir"):
+        replicate.run(cfg)
+    cfg = load_params(smoke_dir / "params.yaml", ["train.out_dir=elsewhere"])
+    with pytest.raises(sweeps.ConfigError, match=r"train.metrics_dir: is the pipeline's own output dir"):
+        replicate.run(cfg)
 
 
 def test_real_seeds_sweep(mini_repo):
     """Two training seeds of the seeds sweep end to end on smoke data: each job trains Global and
-    Flexible, fine-tunes Flexible, selects τ on dev and scores the four test rows."""
+    Flexible, fine-tunes Flexible, selects τ on dev and scores the four test rows; the summary
+    has one line per job and the mean ± sample sd of every column over the jobs."""
+    from flexatt.train import load_checkpoint_state
+
     before = pipeline_files(mini_repo)
     _, sweep_dir = run_sweep(mini_repo, "replicate", "+sweep=seeds", "train.seed=1,2", "train.epochs=1",
                              "sweep_tau.search_steps=1", "sweep_tau.grid=[1.0]", "decode.beam_size=1")
     assert pipeline_files(mini_repo) == before, "the sweep changed the pipeline's outputs"
-    summary = sweeps.summarize(sweep_dir, wandb=False)
-    jobs = [json.loads((sweep_dir / r["dir"] / "replicate.json").read_text()) for r in summary["rows"]]
+    settings = json.loads((sweep_dir / "sweep.json").read_text())
+    assert settings["aggregate"] is True
+    job_dirs = [sweep_dir / "0", sweep_dir / "1"]
+    jobs = [json.loads((d / "replicate.json").read_text()) for d in job_dirs]
     assert [j["seed"] for j in jobs] == [1, 2]
     for job in jobs:
         assert set(job["rows"]) == {"global", "flexible", "flexible_ft", "flexible_ft_tau"}
         for row in job["rows"].values():
             assert 0 <= row["bleu"] <= 100 and 0 <= row["chrf"] <= 100 and row["window"] > 0
+        assert [job["rows"][r]["tau"] for r in ("global", "flexible", "flexible_ft")] == [None] * 3
+        assert job["rows"]["flexible_ft_tau"]["tau"] == job["selected_tau"]
+        assert job["tau_selected"] == (job["selected_tau"] is not None)
         assert job["rows"]["global"]["window"] == job["rows"]["flexible"]["window"]  # τ = ∞
-    assert jobs[0]["dev_bleu"] != jobs[1]["dev_bleu"], "the seeds trained the same models"
-    values = [j["rows"]["global"]["bleu"] for j in jobs]
-    mean = sum(values) / 2
-    sd = (sum((v - mean) ** 2 for v in values)) ** 0.5  # n - 1 = 1
-    assert summary["stats"]["global_bleu"]["mean"] == pytest.approx(mean)
-    assert summary["stats"]["global_bleu"]["sd"] == pytest.approx(sd)
-    assert "mean ± sample standard deviation" in (sweep_dir / "summary.md").read_text()
+        assert set(job["dev_bleu"]) == {"global", "flexible", "flexible_ft"}
+    # the seeds trained different models (the data and SentencePiece models are the pipeline's)
+    for variant, where in (("global", "models"), ("flexible", "models"), ("flexible", "models_ft")):
+        first, second = (load_checkpoint_state(d / where / variant / "best.ckpt") for d in job_dirs)
+        assert any(not first[k].equal(second[k]) for k in first), f"{where}/{variant}: same weights"
+    assert [json.loads((d / "models/global/run.json").read_text())["seed"] for d in job_dirs] == [1, 2]
+
+    # the summary: one line per job, then mean and sd, as computed from the job files
+    with open(sweep_dir / "summary.csv", newline="") as handle:
+        lines = list(csv.DictReader(handle))
+    assert [r["job"] for r in lines] == ["0", "1", "mean", "sd"]
+    assert [r["train.seed"] for r in lines[:2]] == ["1", "2"]
+    md = (sweep_dir / "summary.md").read_text()
+    assert "mean ± sample standard deviation, n = 2" in md and "**Best:**" not in md
+    columns = settings["metrics"]
+    assert {"global_bleu", "flexible_ft_tau_bleu", "global_chrf", "flexible_ft_tau_window"} <= set(columns)
+    for column, path in columns.items():
+        values = [sweeps.select(j, path) for j in jobs]
+        for line, value in zip(lines, values):
+            assert (float(line[column]) if line[column] else None) == value, (column, line)
+        if any(v is None for v in values):
+            continue
+        mean = sum(values) / 2
+        sd = abs(values[0] - values[1]) / 2 ** 0.5  # sample sd of two values
+        assert float(lines[2][column]) == pytest.approx(mean) and float(lines[3][column]) == pytest.approx(sd)
+        decimals = sweeps._decimals(values)
+        assert f"| {column} | {mean:.{decimals}f} ± {sd:.{decimals}f} | 2 |" in md, column
+
+    # W&B: per job, both trainings, the fine-tuning and the replicate run; one summary run
+    runs = [r for r in find_runs(mini_repo / "wandb") if r["run"].run_group == settings["group"]]
+    names = sorted(r["run"].display_name for r in runs)
+    assert names == sorted(["sweep_summary-seeds", *(f"{kind}-{seed}" for seed in ("seed1", "seed2") for kind in (
+        "train-global", "train-flexible", "finetune-flexible_ft", "replicate"))]), names
+    summary_run = next(r for r in runs if r["run"].job_type == "sweep_summary")
+    bleus = [j["rows"]["flexible_ft_tau"]["bleu"] for j in jobs]
+    assert summary_run["summary"]["mean/flexible_ft_tau_bleu"] == pytest.approx(sum(bleus) / 2)
+
+    # rebuilt from the dir, the summary is the same
+    before_md = md
+    assert sweeps.main([str(sweep_dir), "--no-wandb"]) == 0
+    assert (sweep_dir / "summary.md").read_text() == before_md

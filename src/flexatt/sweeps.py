@@ -22,7 +22,9 @@ by default). :class:`SweepSummary`, the Hydra callback every named sweep install
 * when every job has ended, collects each job's metrics from the JSON file its stage wrote and
   writes ``<sweep dir>/summary.md``, ``summary.csv`` and ``summary.png`` (the main metric against
   the swept keys), then logs one W&B run (job_type ``sweep_summary``, same group) with the
-  table, a line plot and the image. A W&B failure only warns.
+  table, a line plot and the image. A W&B failure only warns. A sweep of replicates
+  (``aggregate: true`` in its callback settings, e.g. the training seeds) also gets every metric
+  column's mean ± sample standard deviation over the completed jobs (:func:`aggregate`).
 
 ``python -m flexatt.sweeps <sweep dir>`` rebuilds the summary, e.g. after a sweep that stopped
 on a failed job (Hydra then skips the end-of-sweep callback).
@@ -292,6 +294,21 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+def _decimals(values: Sequence[Any]) -> int:
+    """Decimals to show a mean ± sd with: as many as the jobs' values carry (2 to 4)."""
+    shown = [f"{v:g}" for v in values if _is_number(v)]
+    return min(max([2, *(len(t.partition(".")[2]) for t in shown if "e" not in t)]), 4)
+
+
+def format_stat(stat: dict, decimals: int = 2) -> str:
+    """``mean ± sd`` of an :func:`aggregate` entry (the mean alone below two values, ``–`` for none)."""
+    if stat["mean"] is None:
+        return "–"
+    if stat["sd"] is None:
+        return f"{stat['mean']:.{decimals}f}"
+    return f"{stat['mean']:.{decimals}f} ± {stat['sd']:.{decimals}f}"
+
+
 # --------------------------------------------------------------------------- writing
 
 
@@ -312,7 +329,7 @@ def write_markdown(path: Path, settings: dict, swept: list[str], rows: list[dict
              f"- swept: {', '.join(f'`{k}`' for k in swept) or '(nothing)'}; main metric: "
              f"`{settings['main_metric']}` ({settings['mode']} is best)",
              f"- jobs: {len(rows)}, completed: {sum(r['status'] == 'COMPLETED' for r in rows)}", ""]
-    if best is not None:
+    if best is not None and not stats:  # replicates have no best job, only a mean
         chosen = ", ".join(f"`{k}={_cell(best[k])}`" for k in swept)
         lines += [f"**Best:** job {best['job']} ({chosen}): {settings['main_metric']} = "
                   f"{_cell(best[settings['main_metric']])}", ""]
@@ -322,9 +339,8 @@ def write_markdown(path: Path, settings: dict, swept: list[str], rows: list[dict
         lines += ["", f"Over the completed jobs (mean ± sample standard deviation, n = "
                   f"{max(v['n'] for v in stats.values())}):", "", "| metric | mean ± sd | n |", "|---|---|---|"]
         for column, v in stats.items():
-            value = "–" if v["mean"] is None else (f"{v['mean']:.2f}" if v["sd"] is None
-                                                   else f"{v['mean']:.2f} ± {v['sd']:.2f}")
-            lines.append(f"| {column} | {value} | {v['n']} |")
+            decimals = _decimals([r.get(column) for r in rows if r["status"] == "COMPLETED"])
+            lines.append(f"| {column} | {format_stat(v, decimals)} | {v['n']} |")
     if plot:
         lines += ["", f"![{settings['main_metric']} against the swept keys]({plot})"]
     with atomic_path(path) as tmp:
@@ -407,8 +423,11 @@ def write_plot(path: Path, settings: dict, swept: list[str], rows: list[dict]) -
     return path
 
 
-def log_wandb(settings: dict, swept: list[str], rows: list[dict], best: dict | None, image: Path) -> None:
-    """One W&B run (job_type ``sweep_summary``) in the sweep's group; failures only warn."""
+def log_wandb(settings: dict, swept: list[str], rows: list[dict], best: dict | None, image: Path,
+              stats: dict | None = None) -> None:
+    """One W&B run (job_type ``sweep_summary``) in the sweep's group; failures only warn. Its
+    summary holds the best job's values, or with ``stats`` (replicates) ``mean/<column>``,
+    ``sd/<column>`` and ``n/<column>``."""
     from flexatt.tracking import start_run
 
     cfg = OmegaConf.create({
@@ -440,7 +459,10 @@ def log_wandb(settings: dict, swept: list[str], rows: list[dict], best: dict | N
             tracker.log({f"sweep/{metric}_plot": plot})
     tracker.image("sweep/plot", image, f"sweep {settings['name']}: {metric} against {x}")
     summary = {"jobs": len(rows), "completed": sum(r["status"] == "COMPLETED" for r in rows)}
-    if best is not None:
+    if stats:
+        summary.update({f"{name}/{column}": v[name] for column, v in stats.items()
+                        for name in ("mean", "sd", "n") if v[name] is not None})
+    elif best is not None:
         summary.update({f"best/{k}": _wandb_cell(best[k]) for k in [*swept, *settings["metrics"], "job"]
                         if best[k] is not None})
     tracker.summary(summary)
@@ -454,7 +476,11 @@ def _wandb_cell(value: Any) -> Any:
 def summarize(sweep_dir: str | os.PathLike, wandb: bool = True) -> dict:
     """Collect the sweep in ``sweep_dir``; write ``summary.{md,csv,png}``; log the W&B run.
 
-    Returns ``{"rows", "swept", "best", "done", "files", "group"}``.
+    With ``aggregate`` in the sweep's settings, ``summary.md`` adds a table of every metric
+    column's mean ± sample sd over the completed jobs (and drops the "best" line), ``summary.csv``
+    two lines, job ``mean`` and ``sd``.
+    Returns ``{"rows", "swept", "best", "stats", "done", "files", "group"}`` (``stats``:
+    :func:`aggregate`'s, ``None`` without ``aggregate``).
     """
     sweep_dir = Path(sweep_dir)
     settings, swept, rows = collect(sweep_dir)
@@ -467,7 +493,7 @@ def summarize(sweep_dir: str | os.PathLike, wandb: bool = True) -> dict:
         write_plot(png, settings, swept, plotted)
     write_markdown(md, settings, swept, rows, best, png.name if plotted else None, stats)
     if wandb and plotted:
-        log_wandb(settings, swept, rows, best, png)
+        log_wandb(settings, swept, rows, best, png, stats)
     return {"rows": rows, "swept": swept, "best": best, "group": settings.get("group"), "stats": stats,
             "done": sum(r["status"] == "COMPLETED" for r in rows),
             "files": [md, csv_file] + ([png] if plotted else [])}

@@ -13,7 +13,15 @@ with its ``train.seed``:
    and ``flexible_ft_tau`` at the selected τ (τ = ∞ when none is selected), and scores BLEU,
    chrF and the window (docs/method.md, Window).
 
-Writes ``<train.metrics_dir>/replicate.json`` (the job's folder in the sweep) and one W&B run.
+Writes ``<train.metrics_dir>/replicate.json`` (the job's folder in the sweep): ``seed``,
+``dev_bleu`` (greedy, best epoch, per trained model), ``selected_tau`` (``null``: none within the
+tolerance, ``flexible_ft_tau`` then decoded at τ = ∞, and ``tau_selected`` false), the dev points
+of the τ search, and ``rows``: per row ``tau``, ``bleu`` (sacrebleu, 13a), ``chrf``, ``window``,
+``reduction`` (1 − window / Global's window) and ``ms_per_sentence``. Logs one W&B run of job
+type ``replicate`` (and the trainings' own runs, ``train-global-seed<seed>`` etc.).
+
+Its outputs must not be the pipeline's (``train.out_dir``, ``train.metrics_dir`` and
+``finetune.out_dir`` as in the params file are refused): the sweep puts them in each job's dir.
 
 Usage (after ``dvc repro tokenize``)::
 
@@ -26,11 +34,13 @@ every job's figures and their mean ± sample standard deviation.
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from flexatt import config as C
+from flexatt.errors import ConfigError
 from flexatt.evaluation import EvalSet, load_model, select_tau, translate_split
 from flexatt.io import write_json
 from flexatt.metrics import corpus_bleu, corpus_chrf
@@ -41,9 +51,27 @@ from flexatt.train import train
 #: the variants a job trains, and the one it fine-tunes
 VARIANTS = ("global", "flexible")
 FINETUNED = "flexible"
+#: the keys naming where a job writes: never the pipeline's own outputs
+OUTPUT_KEYS = ("train.out_dir", "train.metrics_dir", "finetune.out_dir")
+
+
+def check_outputs(cfg: DictConfig) -> None:
+    """Refuse output dirs that are the pipeline's (the params file's values): a replicate would
+    overwrite the pipeline's checkpoints and metrics with another seed's."""
+    params = Path(os.environ.get(C.PARAMS_ENV, "params.yaml"))
+    if not params.is_file():
+        return
+    pipeline = OmegaConf.load(params)
+    for key in OUTPUT_KEYS:
+        ours, theirs = C.check_str(cfg, key), OmegaConf.select(pipeline, key)
+        if theirs is not None and Path(ours).resolve() == Path(str(theirs)).resolve():
+            raise ConfigError(key, f"is the pipeline's own output dir ({ours}): a replicate would overwrite "
+                              "it; run the named sweep (python -m flexatt.stages.replicate -m +sweep=seeds) "
+                              f"or set {', '.join(OUTPUT_KEYS)} elsewhere")
 
 
 def run(cfg: DictConfig) -> dict:
+    check_outputs(cfg)
     seed = C.check_int(cfg, "train.seed", minimum=0)
     models_dir = Path(C.check_str(cfg, "train.out_dir"))
     job_dir = Path(C.check_str(cfg, "train.metrics_dir"))
@@ -58,15 +86,18 @@ def run(cfg: DictConfig) -> dict:
 
     dev_bleu = {}
     for variant in VARIANTS:
-        metrics, _ = train(cfg, variant)
+        metrics, objects = train(cfg, variant, run_name=f"{variant}-seed{seed}")
         dev_bleu[variant] = metrics["dev_bleu"]
-    metrics, _ = train(cfg, FINETUNED, out_dir=str(ft_dir),
-                       epochs=C.check_int(cfg, "finetune.epochs", minimum=1),
-                       lr=C.check_float(cfg, "finetune.lr", gt=0.0),
-                       beta=C.check_float(cfg, "finetune.beta", ge=0.0),
-                       init_from=models_dir / FINETUNED / "best.ckpt",
-                       metrics_file=job_dir / f"{FINETUNED}_ft.json")
+    metrics, objects = train(cfg, FINETUNED, out_dir=str(ft_dir),
+                             epochs=C.check_int(cfg, "finetune.epochs", minimum=1),
+                             lr=C.check_float(cfg, "finetune.lr", gt=0.0),
+                             beta=C.check_float(cfg, "finetune.beta", ge=0.0),
+                             init_from=models_dir / FINETUNED / "best.ckpt",
+                             metrics_file=job_dir / f"{FINETUNED}_ft.json",
+                             run_name=f"{FINETUNED}_ft-seed{seed}")
     dev_bleu[f"{FINETUNED}_ft"] = metrics["dev_bleu"]
+    if not objects["is_global_zero"]:  # under DDP, rank 0 alone decodes and reports
+        return {}
 
     models = {"global": load_model(models_dir / "global" / "best.ckpt"),
               "flexible": load_model(models_dir / "flexible" / "best.ckpt"),
@@ -77,7 +108,7 @@ def run(cfg: DictConfig) -> dict:
         out = translate_split(models[name], data.split, data.tgt_vocab, tau=tau, **settings)
         return {"tau": tau, "bleu": round(corpus_bleu(out.hypotheses, [data.references])[0], 2),
                 "chrf": round(corpus_chrf(out.hypotheses, [data.references])[0], 2),
-                "window": round(out.mean_window, 3)}
+                "window": round(out.mean_window, 3), "ms_per_sentence": round(out.ms_per_sentence, 2)}
 
     log_mean = round(math.log(sets["dev"].mean_src_len), 3)
     if add_log_mean_len and log_mean not in grid:
@@ -87,23 +118,28 @@ def run(cfg: DictConfig) -> dict:
                            tolerance, steps)
     chosen = select_tau(points, reference["bleu"], tolerance)
     tau = chosen["tau"] if chosen else None
+    if tau is None:
+        print(f"replicate: seed {seed}: no tau within {tolerance} dev BLEU of tau = inf "
+              f"({reference['bleu']}): flexible_ft_tau is decoded at tau = inf", flush=True)
 
     rows = {name: score(name, "test", None) for name in models}
     rows["flexible_ft_tau"] = score("flexible_ft", "test", tau)
     for name, row in rows.items():
         row["reduction"] = round(1.0 - row["window"] / rows["global"]["window"], 4)
-    result = {"seed": seed, "dev_bleu": dev_bleu, "selected_tau": tau,
+    result = {"seed": seed, "dev_bleu": dev_bleu, "selected_tau": tau, "tau_selected": tau is not None,
               "dev_points": [reference, *points], "rows": rows}
     write_json(job_dir / "replicate.json", result)
 
     tracker = start_run(cfg, "replicate", f"seed{seed}", tags=["seeds", cfg.get("profile")])
     tracker.table("replicate/rows", ["row", "tau", "bleu", "chrf", "window", "reduction"],
                   [[name, r["tau"], r["bleu"], r["chrf"], r["window"], r["reduction"]] for name, r in rows.items()])
-    tracker.summary({f"{name}/{k}": v for name, r in rows.items() for k, v in r.items() if v is not None})
+    summary = {"seed": seed, "selected_tau": tau, **{f"dev_bleu/{k}": v for k, v in dev_bleu.items()},
+               **{f"{name}/{k}": v for name, r in rows.items() for k, v in r.items()}}
+    tracker.summary({k: v for k, v in summary.items() if v is not None})
     tracker.finish()
     print(f"replicate: seed {seed}: " + ", ".join(
         f"{name} BLEU {r['bleu']} chrF {r['chrf']} window {r['window']}" for name, r in rows.items())
-        + f" (selected tau {tau})", flush=True)
+        + (f" (selected tau {tau})" if tau is not None else " (no tau selected: tau = inf)"), flush=True)
     return result
 
 
