@@ -83,12 +83,12 @@ PROBE_SHAPE = (2048, 128, 4000)
 BF16_MIN_SPEEDUP = 1.5
 
 
-def cpu_flags(path: str | os.PathLike = CPUINFO) -> set[str] | None:
+def cpu_flags(path: str | os.PathLike | None = None) -> set[str] | None:
     """The x86 feature flags of ``/proc/cpuinfo`` (its ``flags`` lines), or ``None`` where there
     are none to read: not Linux, an ARM CPU (whose ``Features`` lines name no x86 flags), a
-    file that cannot be read."""
+    file that cannot be read. ``path`` defaults to :data:`CPUINFO`."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as handle:
+        with open(path or CPUINFO, encoding="utf-8", errors="replace") as handle:
             lines = [line for line in handle if line.split(":", 1)[0].strip() == "flags"]
     except OSError:
         return None
@@ -97,7 +97,7 @@ def cpu_flags(path: str | os.PathLike = CPUINFO) -> set[str] | None:
     return {flag for line in lines for flag in line.split(":", 1)[1].split()}
 
 
-def native_cpu_bf16(path: str | os.PathLike = CPUINFO) -> bool | None:
+def native_cpu_bf16(path: str | os.PathLike | None = None) -> bool | None:
     """Whether this CPU multiplies bf16 matrices natively (so that bf16 autocast pays).
 
     ``False`` when oneDNN has no bf16 kernels for it at all; otherwise, on x86, whether the
