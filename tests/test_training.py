@@ -157,3 +157,116 @@ def test_changed_config_does_not_resume_a_stale_checkpoint(tokenized):
     again = subprocess.run([*cmd, "train.lr=0.02"], cwd=tokenized, env=env, capture_output=True, text=True)
     assert again.returncode == 0, again.stderr
     assert json.loads((tokenized / "stale_metrics/global.json").read_text())["resumed_from_epoch"] is None
+
+
+# ----------------------------------------------------------------------------- learning-rate schedules
+
+
+@pytest.fixture
+def forced_bleu(monkeypatch):
+    """``forced_bleu(values)``: the dev BLEU of 0-based epoch ``e`` is ``values[e]`` (the rest of
+    validation runs for real), whichever run (fresh or resumed) the epoch belongs to."""
+    import flexatt.training as training
+
+    epoch = {"now": 0}
+    start = training.TranslationTask.on_validation_epoch_start
+
+    def on_start(self) -> None:
+        epoch["now"] = self.current_epoch
+        start(self)
+
+    def make(values: list[float]) -> None:
+        monkeypatch.setattr(training.TranslationTask, "on_validation_epoch_start", on_start)
+        monkeypatch.setattr(training, "corpus_bleu", lambda hyps, refs: (values[epoch["now"]], "forced"))
+
+    return make
+
+
+def _curve(path) -> list[dict]:
+    import csv
+
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.mark.parametrize("schedule,factors", [
+    ("plateau", [1, 1, 0.5, 0.5, 0.25]),  # halved after epochs 2 (4 < 5) and 4 (6 is not > 6)
+    ("fixed", [1, 0.5, 0.25, 0.125, 0.0625]),  # lr_halve_from_epoch=2
+])
+def test_lr_schedule_and_the_lr_column(in_dir, forced_bleu, monkeypatch, schedule, factors):
+    """The ``lr`` column of the learning curve is the rate each epoch trained with (the rate
+    the optimizer steps with, logged as train/lr); plateau halves it after each epoch whose dev
+    BLEU is no better than the best before it."""
+    import flexatt.train as T
+
+    forced_bleu([5.0, 4.0, 6.0, 6.0, 7.0])
+    used: dict[int, set[float]] = {}
+
+    batch_start = T.History.on_train_batch_start
+
+    def spy(self, trainer, pl_module, batch, batch_idx) -> None:
+        used.setdefault(trainer.current_epoch, set()).add(pl_module.optimizers().param_groups[0]["lr"])
+        batch_start(self, trainer, pl_module, batch, batch_idx)
+
+    monkeypatch.setattr(T.History, "on_train_batch_start", spy)
+    cfg = load_params("params.yaml", [f"train.out_dir=s_{schedule}", f"train.metrics_dir=sr_{schedule}",
+                                      f"train.lr_schedule={schedule}", "train.lr_halve_from_epoch=2"])
+    metrics, _ = train(cfg, "global", epochs=5)
+    rows = _curve(in_dir / f"sr_{schedule}/global.csv")
+    lr = cfg.train.lr
+    assert [float(r["lr"]) for r in rows] == pytest.approx([lr * f for f in factors])
+    assert [sorted(used[e]) for e in range(5)] == [[pytest.approx(lr * f)] for f in factors]
+    assert [float(r["val_bleu"]) for r in rows] == [5.0, 4.0, 6.0, 6.0, 7.0]
+    assert metrics["best_epoch"] == 5 and metrics["dev_bleu"] == 7.0
+    assert metrics["precision"] in ("bf16-mixed", "32-true") and metrics["precision_reason"]
+
+
+def test_early_stopping_watches_dev_bleu(in_dir, forced_bleu):
+    forced_bleu([5.0, 4.0, 3.0, 8.0, 9.0])
+    cfg = load_params("params.yaml", ["train.out_dir=es", "train.metrics_dir=esr", "train.early_stopping_patience=2"])
+    metrics, _ = train(cfg, "global", epochs=5)
+    assert metrics["epochs"] == 3 and metrics["best_epoch"] == 1 and metrics["dev_bleu"] == 5.0
+
+
+def test_plateau_run_resumed_after_a_crash_ends_where_an_uninterrupted_one_ends(in_dir, forced_bleu, monkeypatch):
+    """The crash comes at the start of epoch 3, after epoch 2's non-improving BLEU halved the
+    rate: the checkpoint of epoch 2 holds the halved rate and the scheduler's state (best BLEU so
+    far), so the resumed run halves again after epoch 4 exactly as the uninterrupted one."""
+    import flexatt.train as T
+
+    class Crash(Exception):
+        pass
+
+    epoch_start = T.History.on_train_epoch_start
+
+    def crash_at_epoch_3(self, trainer, pl_module) -> None:
+        if trainer.current_epoch == 2:
+            raise Crash
+        epoch_start(self, trainer, pl_module)
+
+    forced_bleu([5.0, 4.0, 4.5, 4.9, 7.0])
+    cfg = {name: load_params("params.yaml", [f"train.out_dir=p_{name}", f"train.metrics_dir=pr_{name}",
+                                             "train.lr_schedule=plateau"]) for name in ("whole", "killed")}
+    whole, _ = train(cfg["whole"], "flexible", epochs=5)
+    with monkeypatch.context() as patch, pytest.raises(Crash):
+        patch.setattr(T.History, "on_train_epoch_start", crash_at_epoch_3)
+        train(cfg["killed"], "flexible", epochs=5)
+    killed, _ = train(cfg["killed"], "flexible", epochs=5)
+    assert killed["resumed_from_epoch"] == 2 and whole["resumed_from_epoch"] is None
+    lr = cfg["whole"].train.lr
+    for name in ("whole", "killed"):
+        rows = _curve(in_dir / f"pr_{name}/flexible.csv")
+        assert [float(r["lr"]) for r in rows] == pytest.approx([lr, lr, lr / 2, lr / 4, lr / 8]), name
+    for key in ("dev_bleu", "best_epoch", "final_train_loss", "epochs", "precision"):
+        assert whole[key] == killed[key], key
+    wa = load_checkpoint_state(in_dir / "p_whole/flexible/last.ckpt")
+    wb = load_checkpoint_state(in_dir / "p_killed/flexible/last.ckpt")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    state = torch.load(in_dir / "p_killed/flexible/last.ckpt", map_location="cpu", weights_only=True)
+    assert state["plateau_scheduler"]["best"] == 7.0
+
+
+def test_bad_lr_schedule_names_the_key(tokenized):
+    result = run_module("flexatt.stages.train", "train.lr_schedule=cosine", cwd=tokenized)
+    assert result.returncode == 2
+    assert "train.lr_schedule: must be one of fixed, plateau (got 'cosine')" in result.stderr

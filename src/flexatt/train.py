@@ -142,10 +142,15 @@ def build_trainer(cfg: DictConfig, ckpt_dir: Path, max_epochs: int, extra_callba
         trainer_cfg["precision"] = precision
     warn_slow_bf16(trainer_cfg)
     patience = C.check_int(cfg, "train.early_stopping_patience", minimum=1, optional=True)
+    # last.ckpt from a callback of its own: Lightning's save_last writes only in an epoch whose
+    # top-k checkpoint was written, i.e. with a better dev BLEU; every epoch's end must be saved
+    # for a resume to start from it (and to find the plateau schedule's state of that epoch)
     callbacks = [
         ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="val/bleu", mode="max",
-                        save_top_k=1, save_last=True, enable_version_counter=False),
+                        save_top_k=1, enable_version_counter=False),
         *extra_callbacks,
+        ModelCheckpoint(dirpath=ckpt_dir, filename="last", monitor=None, save_top_k=1,
+                        enable_version_counter=False),
     ]
     if patience is not None:
         callbacks.append(EarlyStopping(monitor="val/bleu", mode="max", patience=patience))
