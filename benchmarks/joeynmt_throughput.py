@@ -19,8 +19,8 @@ training loop does it, without data loading, logging or validation:
 
 * flexatt (``benchmarks/train_throughput.py``'s loop, the ``global`` variant by default):
   forward, ``sequence_nll``, ``zero_grad``, backward, ``clip_grad_norm_(3.0)``, Adam; at
-  ``trainer.precision`` (the default profile's bf16-mixed: the readout under bfloat16
-  autocast, as the Lightning Trainer runs the training step), and a second copy at 32-true.
+  ``trainer.precision`` as training resolves it (``auto``: bf16-mixed where the CPU multiplies
+  bf16 natively, the readout under bfloat16 autocast as the Lightning Trainer runs it; else 32-true), and a second copy at 32-true.
   Joey NMT 2.3 trains in float32 on a CPU (its config turns ``fp16`` off there), so the
   32-true ratio is the like-for-like arithmetic and the first one what each gives out of the
   box;
@@ -445,7 +445,7 @@ def main() -> None:
     bench_cfg = joey_config(cfg, work, work / "model", vocab_file, updates=10**9, logging_freq=100)
     write_yaml(work / "bench.yaml", bench_cfg)
 
-    from flexatt.runtime import GLIBC_ENV
+    from flexatt.runtime import GLIBC_ENV, resolve_precision
 
     workers = {"joeynmt": JoeyWorker(joey_python, work / "bench.yaml", args.threads, work / "worker.log"),
                "joeynmt_tuned": JoeyWorker(joey_python, work / "bench.yaml", args.threads,
@@ -459,7 +459,9 @@ def main() -> None:
                          f"Joey {info['tokens']}")
             check_same_data(batches, info, PAD_ID, UNK_ID)
 
-        precision = str(cfg.trainer.precision)
+        precision, reason = resolve_precision(cfg.trainer.precision, str(cfg.trainer.accelerator))
+        precision = str(precision)
+        print(f"flexatt precision {precision} ({reason})")
         own = {"flexatt": precision}
         if precision not in FP32:
             own["flexatt_fp32"] = "32-true"

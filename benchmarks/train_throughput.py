@@ -5,7 +5,8 @@
 
 Measures target tokens per second of full training steps (teacher-forced forward, backward,
 gradient clipping, Adam) on real batches of the encoded training split (``train.data_dir``), the
-same batches for every variant, at ``trainer.precision`` (bf16-mixed: the readout under bfloat16
+same batches for every variant, at ``trainer.precision`` as training resolves it (``auto``:
+see ``flexatt.runtime.resolve_precision``; bf16-mixed: the readout under bfloat16
 autocast, as the Lightning Trainer runs it; see ``flexatt.decoders``). The variants given by
 ``--fp32-variants`` (default: global and flexible) are also measured at 32-true, so the
 precision's share of the speed shows in the same run. All are measured side by side: each round
@@ -27,6 +28,7 @@ from flexatt.config import load_params
 from flexatt.data.batching import LengthGroupedBatches, ParallelData, collate
 from flexatt.data.subwords import PAD_ID, EncodedSplit, Vocab
 from flexatt.model import build_model
+from flexatt.runtime import resolve_precision
 from flexatt.train import model_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -57,7 +59,9 @@ def main() -> None:
     epoch_tokens = int(split.tgt_lengths.sum()) + len(split)
 
     variants = args.variants or list(cfg.variants)
-    precision = str(args.precision or cfg.trainer.precision)
+    precision, reason = resolve_precision(args.precision or cfg.trainer.precision, str(cfg.trainer.accelerator))
+    precision = str(precision)
+    print(f"precision {precision} ({reason})")
     contenders = [(v, precision) for v in variants]
     if precision not in FP32:
         contenders += [(v, "32-true") for v in args.fp32_variants if v in cfg.variants]
