@@ -15,7 +15,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # W&B stays offline unless you have configured an API key.
 export WANDB_MODE ?= $(if $(WANDB_API_KEY),online,offline)
 
-.PHONY: help venv test test-slow repro smoke params bench bench-pipeline clean
+.PHONY: help venv test test-slow repro smoke params bench bench-scale bench-pipeline clean
 
 help:
 	@echo "make repro      create .venv and run the pipeline (dvc repro) on the default corpus"
@@ -24,7 +24,8 @@ help:
 	@echo "make smoke      run the pipeline on the tiny synthetic 'smoke' profile in a scratch copy"
 	@echo "make params     recompose params.yaml from conf/ (PROFILE=smoke|default|paper)"
 	@echo "make bench      run the benchmarks (after make repro: they use its data and models)"
-	@echo "make bench-pipeline  time dvc repro from scratch, per stage (about an hour)"
+	@echo "make bench-scale  filter + tokenize at 1M and 4.5M generated pairs: wall time and peak memory (run alone)"
+	@echo "make bench-pipeline  time dvc repro from scratch, per stage"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -59,7 +60,10 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/joeynmt_throughput.py
 	$(BIN)/python benchmarks/pipeline.py --noop-only
 
-bench-pipeline: $(STAMP)  # under an hour: deletes the stage outputs and times dvc repro from scratch
+bench-scale: $(STAMP)  # filter + tokenize on generated corpora of 1M and 4.5M pairs: time and memory (hours; run alone)
+	$(BIN)/python benchmarks/scale.py --sizes 1000000 4500000 --train-probe
+
+bench-pipeline: $(STAMP)  # deletes the stage outputs and times dvc repro from scratch
 	$(BIN)/python benchmarks/pipeline.py --from-scratch
 
 smoke: $(STAMP)

@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from flexatt.data.batching import Batch, LengthGroupedBatches, ParallelData, collate
 from flexatt.data.subwords import EncodedSplit
 from flexatt.fused import PhaseTimer
-from flexatt.runtime import tune_allocator
+from flexatt.runtime import CPUINFO, native_cpu_bf16, tune_allocator
 
 #: benchmarks run flexatt as its stages do, with the C allocator tuned for large tensors
 #: (``flexatt.runtime``; ``FLEXATT_ALLOCATOR=default`` turns it off)
@@ -35,6 +35,20 @@ ALLOCATOR_TUNED = tune_allocator()
 CHAR_ROOT = Path("artifacts/bench/char")
 SUBWORD_CKPTS = {"global": Path("artifacts/models/global/best.ckpt"),
                  "flexible_ft": Path("artifacts/models_ft/flexible/best.ckpt")}
+
+
+def machine() -> dict:
+    """What the figures were measured on: the CPU's model name (``/proc/cpuinfo``, where there is
+    one), logical cores, the SIMD level PyTorch dispatches to, whether bf16 products are native
+    (:func:`flexatt.runtime.native_cpu_bf16`), torch's version and threads."""
+    model = None
+    try:
+        with open(CPUINFO, encoding="utf-8", errors="replace") as handle:
+            model = next((line.split(":", 1)[1].strip() for line in handle if line.startswith("model name")), None)
+    except OSError:
+        pass
+    return {"cpu": model, "logical_cores": os.cpu_count(), "simd": torch.backends.cpu.get_cpu_capability(),
+            "native_bf16": native_cpu_bf16(), "torch": torch.__version__, "threads": torch.get_num_threads()}
 
 
 # --------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@
 DVC runs the stages one after another and prints ``Running stage '<name>':`` as each starts;
 the time of a stage is the time from its start to the next stage's start (the last one: to
 the end of `dvc repro`). The output of `dvc repro` is passed through (progress bars included)
-and the figures are printed at the end and written to ``--out`` (JSON).
+and the figures are printed at the end and written to ``--out`` (JSON), with the machine
+(CPU model, cores, SIMD level, native bf16 or not, torch version and threads).
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import machine  # noqa: E402
 
 STAGE_LINE = re.compile(r"Running stage '([^']+)'")
 
@@ -57,7 +61,7 @@ def main() -> None:
     parser.add_argument("--out", default="benchmarks/results/pipeline.json")
     args = parser.parse_args()
 
-    result: dict = {}
+    result: dict = {"machine": machine()}
     if not args.noop_only:
         if args.from_scratch:  # every stage output; the benchmarks' own cache (artifacts/bench) stays
             for path in Path("artifacts").glob("*"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 
 import pytest
 import torch
@@ -30,9 +31,23 @@ STEPS = 120  # of copy training
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def built():
-    fused.extension(required=True)  # compiled once (cached on disk), so no test times the build
+@pytest.fixture(scope="module")
+def kernel_error() -> str | None:
+    """Why the kernel cannot be built here (``None``: it is built, once, and cached on disk, so
+    that no test times the build)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        built = fused.extension() is not None
+    return None if built else str(fused._state["error"])
+
+
+@pytest.fixture(autouse=True)
+def needs_the_kernel(request, kernel_error):
+    """Every test but those marked ``without_kernel`` is skipped, with the build error as the
+    reason, on a machine where the kernel cannot be built (no compiler, no OpenMP, no Python
+    headers); decoding there runs eagerly, which the other test modules cover."""
+    if kernel_error is not None and request.node.get_closest_marker("without_kernel") is None:
+        pytest.skip(f"the fused kernel cannot be built on this machine: {kernel_error}")
 
 
 @functools.lru_cache(maxsize=None)
@@ -345,6 +360,7 @@ def test_the_batch_order_does_not_change_a_sentence():
     assert torch.equal(b.attention[..., :width], a.attention[perm][..., :width])
 
 
+@pytest.mark.without_kernel
 def test_the_unpacked_encoder_equals_the_packed_one_with_gradients():
     """RecurrentEncoder on a CPU runs the directions apart over the padded batch
     (``_directions_apart``); torch.nn.LSTM over packed sequences is the reference."""
@@ -365,6 +381,7 @@ def test_the_unpacked_encoder_equals_the_packed_one_with_gradients():
     assert bool((out[pad] == 0).all())
 
 
+@pytest.mark.without_kernel
 def test_an_unbuildable_extension_falls_back_with_a_warning(monkeypatch, tmp_path):
     saved = dict(fused._state)
     monkeypatch.setattr(fused, "SOURCE", tmp_path / "missing.cpp")
