@@ -1,7 +1,8 @@
 """Loading trained models and translating a whole split: the shared core of the sweep,
 evaluation and translate commands.
 
-``translate_split`` decodes an encoded split in length-sorted batches (greedy or beam search),
+``translate_split`` decodes an encoded split in length-sorted batches (greedy or beam search, with
+the fast step of :mod:`flexatt.fast_search` where it covers the model),
 restores the original sentence order, detokenises, and returns the hypotheses with the window
 statistics that the attention's scoring path counted (docs/method.md, Window) and the decoding time.
 """
@@ -20,7 +21,8 @@ from flexatt.data.batching import LengthGroupedBatches, ParallelData, collate
 from flexatt.data.subwords import EncodedSplit, Vocab
 from flexatt.errors import DataError
 from flexatt.model import Seq2Seq, build_model
-from flexatt.search import beam_search, greedy, mean_window, step_weighted_window
+from flexatt.fast_search import beam_search, greedy
+from flexatt.search import mean_window, step_weighted_window
 from flexatt.train import checkpoint_hparams, load_checkpoint_state
 
 

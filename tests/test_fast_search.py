@@ -1,0 +1,192 @@
+"""The fast search step (flexatt.fast_search) against the eager reference (flexatt.search with the
+model's own decode_step): hypotheses and n-best lists token for token, windows and step counts
+exactly, scores, p_t, g_t and attention to float32 rounding (the context is one k x S product
+per sentence instead of k 1 x S ones, so it may differ in its last bit), for every variant the
+fast step covers; the variants it does not cover fall back to the eager step with one warning.
+
+The models are the half-trained copy models of tests/test_search.py (vocabulary 12, so beams of
+20 see several hypotheses end at every step) and a larger random one with padded batches."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+
+from flexatt import fast_search
+from flexatt.attention import AttentionCache
+from flexatt.data.subwords import BOS_ID, PAD_ID
+from flexatt.model import build_model
+from flexatt.search import beam_search, greedy
+from test_search import LENGTHS, ScoreCounter, hyps, sources, tiny_model
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+# (attention, tau) the fast step covers: tau only matters for the flexible variants
+COVERED = [("global", None), ("flexible", None), ("flexible", math.inf), ("flexible", 0.3),
+           ("flexible", 0.8), ("flexible", 2.0), ("flexible_sact", 0.8), ("flexible_sact", None),
+           ("sact", None)]
+BATCHES = {"one": [7], "padded": LENGTHS * 2, "two": [9, 2]}
+
+
+def assert_same_search(eager, fast, nbest=False):
+    """Same hypotheses (token for token), windows and steps; scores to float32 rounding."""
+    assert hyps(fast) == hyps(eager)
+    if nbest:
+        assert hyps(fast, nbest=True) == hyps(eager, nbest=True)
+    assert fast.window_sum.tolist() == eager.window_sum.tolist()
+    assert fast.steps.tolist() == eager.steps.tolist()
+    torch.testing.assert_close(fast.scores, eager.scores, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(fast.log_probs, eager.log_probs, atol=1e-5, rtol=1e-5)
+
+
+def assert_same_traces(eager, fast):
+    """The per-step traces of the best hypotheses: spans and windows exactly, the rest to rounding."""
+    for e, f in zip(eager.traces, fast.traces):
+        assert torch.equal(f.tokens, e.tokens)
+        assert torch.equal(f.window, e.window)
+        assert torch.equal(f.span_lo, e.span_lo) and torch.equal(f.span_hi, e.span_hi)
+        torch.testing.assert_close(f.attention, e.attention, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(f.position, e.position, atol=1e-5, rtol=1e-6)
+        for name in ("g", "temperature"):
+            a, b = getattr(e, name), getattr(f, name)
+            assert (a is None) == (b is None)
+            if a is not None:
+                torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("attention,tau", COVERED)
+@pytest.mark.parametrize("batch", list(BATCHES))
+@pytest.mark.parametrize("k", [1, 5, 20])
+def test_beam_search_equals_the_eager_search(attention, tau, batch, k):
+    model = tiny_model(attention, seed=1)
+    src, src_len = sources(BATCHES[batch], seed=5)
+    limit = src_len * 2 + 1
+    n_best = min(k, 3)
+    eager = beam_search(model, src, src_len, limit, k, tau=tau, n_best=n_best, return_traces=True)
+    fast = fast_search.beam_search(model, src, src_len, limit, k, tau=tau, n_best=n_best, return_traces=True)
+    assert_same_search(eager, fast, nbest=True)
+    assert_same_traces(eager, fast)
+
+
+@pytest.mark.parametrize("attention,tau", COVERED)
+@pytest.mark.parametrize("batch", list(BATCHES))
+def test_greedy_equals_the_eager_search(attention, tau, batch):
+    model = tiny_model(attention, seed=2)
+    src, src_len = sources(BATCHES[batch], seed=6)
+    eager = greedy(model, src, src_len, 12, tau, return_traces=True)
+    fast = fast_search.greedy(model, src, src_len, 12, tau, return_traces=True)
+    assert_same_search(eager, fast)
+    assert_same_traces(eager, fast)
+    assert fast.tokens.shape == eager.tokens.shape
+
+
+@pytest.mark.parametrize("attention,tau", [("global", None), ("flexible", 0.5), ("flexible", None)])
+def test_a_larger_model_with_padding(attention, tau):
+    """A random model of 300 words with real sizes (scores in long float32 sums) and a padded
+    batch of 12 sentences, beam 5: the search of the fast step is the eager one."""
+    torch.manual_seed(3)
+    sizes = dict(emb_size=32, hidden_size=48, att_size=40, readout_size=36, dropout=0.0)
+    model = build_model({**sizes, "attention": attention}, 300, 300, PAD_ID).eval()
+    with torch.no_grad():  # peaked outputs, so that the search is not a sea of near-ties
+        model.decoder.W_s.weight.mul_(8.0)
+    src, src_len = sources([14, 3, 9, 20, 11, 6, 17, 8, 2, 13, 5, 19], seed=7, vocab=300)
+    limit = src_len * 2 + 3
+    eager = beam_search(model, src, src_len, limit, 5, tau=tau)
+    fast = fast_search.beam_search(model, src, src_len, limit, 5, tau=tau)
+    assert_same_search(eager, fast)
+
+
+@pytest.mark.parametrize("attention,tau", [("flexible", 0.5), ("flexible_sact", 0.3), ("flexible", 2.0)])
+def test_the_score_function_sees_exactly_the_reported_window(attention, tau):
+    """Windowed scoring, as for the eager step (tests/test_search.py): the key rows handed to the
+    score function are window_sum.sum(), in beam search and in greedy search. (The dense path
+    scores S_max slots per row against one key row per sentence and reports S_i per row.)"""
+    model = tiny_model(attention, seed=2)
+    src, src_len = sources()
+    counter = ScoreCounter(model.decoder.attention.scorer)
+    result = fast_search.beam_search(model, src, src_len, 10, 5, tau=tau)
+    assert counter.rows == int(result.window_sum.sum()) > 0
+    counter.rows = 0
+    g = fast_search.greedy(model, src, src_len, 10, tau)
+    assert counter.rows == int(g.window_sum.sum())
+
+
+@pytest.mark.parametrize("attention,tau", [("global", None), ("flexible", 0.6), ("flexible", None), ("sact", None)])
+@pytest.mark.parametrize("rows", [[0, 0, 1, 2, 2, 2], [1, 1, 0, 0], [2], [0, 1, 2]])
+def test_one_step_on_any_row_layout_equals_the_models_step(attention, tau, rows):
+    """decode_step on rows in equal groups (the grouped attention) and in unequal ones (the
+    eager attention on the per-row cache) against the model's step on the gathered cache."""
+    model = tiny_model(attention, seed=4)
+    src, src_len = sources([7, 3, 9], seed=8)
+    fast = fast_search.FastDecoder(model)
+    with torch.no_grad():
+        cache, state = fast.encode(src, src_len)
+        ref_cache, ref_state = model.encode(src, src_len)
+        index = torch.tensor(rows)
+        prev = torch.tensor([BOS_ID] + [5 + i for i in range(len(rows) - 1)])
+        for _ in range(3):  # a few steps, so that p_{t-1} moves
+            out = fast.decode_step(prev, state.index_select(index), cache.index_select(index), tau)
+            ref = model.decode_step(prev, ref_state.index_select(index), ref_cache.index_select(index), tau)
+            torch.testing.assert_close(out[0], ref[0], atol=1e-5, rtol=1e-5)  # logits
+            torch.testing.assert_close(out[2], ref[2], atol=1e-6, rtol=1e-5)  # weights
+            for a, b in zip(out[3], ref[3]):
+                assert (a is None) == (b is None)
+                if a is not None and a.dtype == torch.long:
+                    assert torch.equal(a, b)
+                elif a is not None:
+                    torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-6)
+            state, ref_state = out[1], ref[1]
+            index = torch.arange(len(rows))
+            cache = fast_search.GroupedCache(cache.base, cache.rows.index_select(0, torch.tensor(rows)))
+            ref_cache = ref_cache.index_select(torch.tensor(rows))
+            rows = list(range(len(rows)))
+            prev = out[0].argmax(-1)
+
+
+def test_grouped_cache_reorders_compose_without_copying():
+    base = AttentionCache(torch.randn(3, 4, 2), torch.randn(3, 4, 6), torch.ones(3, 4, dtype=torch.bool),
+                          torch.tensor([4, 4, 4]))
+    cache = fast_search.GroupedCache(base, torch.arange(3))
+    expanded = cache.index_select(torch.tensor([0, 0, 1, 1, 2, 2]))
+    assert expanded.base is base
+    k, groups, row_len = expanded.groups()
+    assert k == 2 and groups.keys is base.keys and row_len.tolist() == [4] * 6
+    k, groups, _ = expanded.index_select(torch.tensor([2, 3, 4, 5])).groups()
+    assert k == 2 and torch.equal(groups.keys, base.keys[1:])
+    k, groups, _ = expanded.index_select(torch.tensor([0, 1, 2])).groups()  # groups 2 and 1: per row
+    assert k == 0 and torch.equal(groups.keys, base.keys[[0, 0, 1]])
+
+
+@pytest.mark.parametrize("attention", ["local_m", "local_p"])
+def test_other_variants_fall_back_to_the_eager_step_with_one_warning(attention, monkeypatch):
+    monkeypatch.setattr(fast_search, "_warned", set())
+    model = tiny_model(attention, seed=1)
+    src, src_len = sources()
+    with pytest.warns(RuntimeWarning, match="eager step"):
+        fast = fast_search.beam_search(model, src, src_len, 10, 5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once only
+        fast_search.greedy(model, src, src_len, 10)
+    assert_same_search(beam_search(model, src, src_len, 10, 5), fast)
+    assert fast_search.decoder_for(model) is model
+
+
+def test_training_mode_and_the_environment_switch_turn_it_off(monkeypatch):
+    model = tiny_model("flexible", seed=1)
+    assert isinstance(fast_search.decoder_for(model), fast_search.FastDecoder)
+    monkeypatch.setenv("FLEXATT_FUSED", "0")
+    assert fast_search.decoder_for(model) is model
+    monkeypatch.delenv("FLEXATT_FUSED")
+    model.train()
+    assert fast_search.unsupported(model) == "the model is in training mode"
+    model.eval()
+
+
+def test_negative_tau_is_refused():
+    model = tiny_model("flexible", seed=1)
+    src, src_len = sources()
+    with pytest.raises(ValueError, match="tau must be >= 0"):
+        fast_search.beam_search(model, src, src_len, 5, 3, tau=-1.0)
