@@ -1,26 +1,34 @@
-"""Beam-search speed of global and flexible attention: sentences per second at beam 5 and 20.
+"""Beam-search speed of global and flexible attention, eager step against the fast step:
+sentences per second at beam 5 and 20 (and greedy with ``--beams 1``).
 
     python benchmarks/beam_speed.py                          # first 200 test pairs, beams 5 and 20
-    python benchmarks/beam_speed.py --sentences 300 --beams 5 20 --rounds 5 --batch-size 1
+    python benchmarks/beam_speed.py --sentences 2000 --beams 5 --batch-size 150   # the evaluate stage
+    python benchmarks/beam_speed.py --sentences 300 --beams 1 5 20 --rounds 5 --batch-size 1
+    python benchmarks/beam_speed.py --paths eager             # the eager step only
     python benchmarks/beam_speed.py --level char             # the cached char setting of decode_speed.py
 
-Translates the first ``--sentences`` source sentences of the test split with
-``flexatt.search.beam_search`` (length normalisation ``decode.alpha``, at most
-``decode.max_len_ratio``·S + 10 tokens, as the pipeline decodes) by the **global** model and the
-**fine-tuned flexible** model at its **selected τ** (``results/sweep_tau.json`` →
-``models.flexible_ft.selected_tau``, or ``--tau``). Sentences are decoded in length-grouped
-batches of ``--batch-size`` (default ``decode.batch_size``, as ``translate_split`` does; 1 gives
-per-sentence latency).
+Translates the first ``--sentences`` source sentences of the test split with beam search
+(length normalisation ``decode.alpha``, at most ``decode.max_len_ratio``·S + 10 tokens, as the
+pipeline decodes; beam 1 is greedy search) by the **global** model and the **fine-tuned
+flexible** model at its **selected τ** (``results/sweep_tau.json`` →
+``models.flexible_ft.selected_tau``, or ``--tau``), each with two implementations of the same
+search (``--paths``): **eager**, :func:`flexatt.search.beam_search` on the model's own
+``decode_step``, and **fast**, :func:`flexatt.fast_search.beam_search` (the step on a
+per-sentence attention cache, what the pipeline's stages run). Sentences are decoded in
+length-grouped batches of ``--batch-size`` (default ``decode.batch_size``, as
+``translate_split`` does; 1 gives per-sentence latency).
 
-Side by side: each round decodes every batch with both models back to back, the order
-alternating from batch to batch and from round to round, after a warm-up pass; the figures are
-the median over ``--rounds`` rounds and the spread (min–max) of the per-round values, the ratio
-flexible/global of sentences per second (> 1: flexible is faster) the median of the per-round
-ratios. Also printed: the mean window (positions scored per step and live hypothesis) and the
-BLEU of the decoded sentences (a sanity check that both models translate, not a result: it is
-over a few hundred sentences). Beam search steps are not the same for the two models (they
-translate differently), so the time per sentence also reflects the output lengths, which are
-printed too.
+Side by side: each round decodes every batch with every (model, path) back to back, the order
+rotating from batch to batch and from round to round, after a warm-up pass; the figures are
+the median over ``--rounds`` rounds and the spread (min–max) of the per-round values. Ratios
+(medians of the per-round ratios): fast/eager per model, and flexible/global per path (> 1:
+flexible is faster). Also printed: the mean window (positions scored per step and live
+hypothesis), the output length and the BLEU of the decoded sentences (a sanity check that both
+models translate, not a result: it is over a few hundred sentences), and the agreement of the
+two paths: the sentences whose best hypothesis differs, with the two paths' scores of both
+hypotheses (a float32 tie shows as scores equal to ~1e-6) and whether the windows are equal.
+Beam search steps are not the same for the two models (they translate differently), so the time
+per sentence also reflects the output lengths, which are printed too.
 
 ``--level char`` uses the char-level setting that ``benchmarks/decode_speed.py`` builds and
 caches in ``artifacts/bench/char/`` (small-budget models: only the speed comparison means
@@ -41,12 +49,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as B  # noqa: E402
 
 from flexatt.config import load_params  # noqa: E402
-from flexatt.data.subwords import EncodedSplit, Vocab  # noqa: E402
+from flexatt.data.subwords import BOS_ID, EOS_ID, EncodedSplit, Vocab  # noqa: E402
 from flexatt.evaluation import load_model, read_lines  # noqa: E402
 from flexatt.metrics import corpus_bleu  # noqa: E402
-from flexatt.search import beam_search  # noqa: E402
+from flexatt import fast_search, search  # noqa: E402
 
 MODELS = ("global", "flexible_ft")
+PATHS = {"eager": (search.greedy, search.beam_search), "fast": (fast_search.greedy, fast_search.beam_search)}
 
 
 def main() -> None:
@@ -54,7 +63,8 @@ def main() -> None:
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--level", default="subword", choices=["subword", "char"])
     parser.add_argument("--sentences", type=int, default=200, help="the first N test pairs")
-    parser.add_argument("--beams", type=int, nargs="+", default=[5, 20])
+    parser.add_argument("--beams", type=int, nargs="+", default=[5, 20], help="1: greedy search")
+    parser.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS))
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--batch-size", type=int, help="default: decode.batch_size")
     parser.add_argument("--threads", type=int, default=2)
@@ -93,52 +103,106 @@ def main() -> None:
           f"{args.rounds} rounds, {args.threads} threads; flexible_ft at tau = {B.fmt_tau(tau)} "
           f"({'--tau' if args.tau is not None else sweep})", flush=True)
 
-    def decode(name: str, b, k: int):
+    def decode(name: str, path: str, b, k: int):
         max_len = (b.src_len.float() * ratio).long() + 10
-        return beam_search(models[name], b.src, b.src_len, max_len, k, tau=taus[name], alpha=alpha)
+        greedy_fn, beam_fn = PATHS[path]
+        if k == 1:
+            return greedy_fn(models[name], b.src, b.src_len, max_len, taus[name])
+        return beam_fn(models[name], b.src, b.src_len, max_len, k, tau=taus[name], alpha=alpha)
 
+    runs = [(name, path) for name in MODELS for path in args.paths]
     results: dict = {"level": args.level, "tau": tau, "sentences": n, "batch_size": batch_size,
-                     "threads": args.threads, "rounds": args.rounds, "beams": {}}
+                     "threads": args.threads, "rounds": args.rounds, "paths": args.paths,
+                     "machine": B.machine(), "beams": {}}
     for k in args.beams:
-        stats = {}
-        for name in MODELS:  # warm-up, and the outputs for window, length and BLEU
+        stats: dict = {}
+        outputs: dict = {}
+        for name, path in runs:  # warm-up, and the outputs for window, length, BLEU and agreement
             hyps: dict[int, list[int]] = {}
             wsum = steps = out_len = 0
+            per_sentence = {}
             for b in batches:
-                res = decode(name, b, k)
+                res = decode(name, path, b, k)
                 wsum += int(res.window_sum.sum())
                 steps += int(res.steps.sum())
                 out_len += int(res.lengths.sum())
-                for i, row in zip(b.index.tolist(), res.tokens.tolist()):
-                    hyps[i] = row
+                for row, i in enumerate(b.index.tolist()):
+                    hyps[i] = res.tokens[row, : int(res.lengths[row])].tolist()
+                    per_sentence[i] = (float(res.scores[row, 0]), int(res.window_sum[row]), int(res.steps[row]), b, row)
             bleu, _ = corpus_bleu(vocab.decode([hyps[i] for i in range(n)]), [refs])
-            stats[name] = {"window": wsum / max(steps, 1), "out_len": out_len / n, "bleu": bleu}
-        rates: dict[str, list[float]] = {name: [] for name in MODELS}
-        for r in range(args.rounds):
-            secs = dict.fromkeys(MODELS, 0.0)
-            for i, b in enumerate(batches):
-                for name in B.rotated(list(MODELS), i + r):
-                    t0 = time.perf_counter()
-                    decode(name, b, k)
-                    secs[name] += time.perf_counter() - t0
+            stats[f"{name}/{path}"] = {"window": wsum / max(steps, 1), "out_len": out_len / n, "bleu": bleu}
+            outputs[(name, path)] = (hyps, per_sentence)
+        agreement = {}
+        if len(args.paths) == 2:
             for name in MODELS:
-                rates[name].append(n / secs[name])
-        ratios = [f / g for f, g in zip(rates["flexible_ft"], rates["global"])]
-        results["beams"][k] = {"sentences_per_second": rates, "ratio_per_round": ratios,
-                               "ratio_median": B.med(ratios), "stats": stats}
-        print(f"\nbeam {k}:")
-        print(f"  {'model':12s} {'tau':>6s} {'window':>7s} {'out len':>7s} {'BLEU':>6s} "
+                agreement[name] = compare(models[name], taus[name], k, outputs[(name, "eager")],
+                                          outputs[(name, "fast")], ratio, alpha)
+        rates: dict[str, list[float]] = {f"{name}/{path}": [] for name, path in runs}
+        for r in range(args.rounds):
+            secs = dict.fromkeys(rates, 0.0)
+            for i, b in enumerate(batches):
+                for name, path in B.rotated(runs, i + r):
+                    t0 = time.perf_counter()
+                    decode(name, path, b, k)
+                    secs[f"{name}/{path}"] += time.perf_counter() - t0
+            for key in rates:
+                rates[key].append(n / secs[key])
+        ratios = {}
+        for path in args.paths:
+            ratios[f"flexible/global {path}"] = [f / g for f, g in zip(rates[f"flexible_ft/{path}"], rates[f"global/{path}"])]
+        if len(args.paths) == 2:
+            for name in MODELS:
+                ratios[f"{name} fast/eager"] = [f / e for f, e in zip(rates[f"{name}/fast"], rates[f"{name}/eager"])]
+            ratios["flexible fast/global eager"] = [f / e for f, e in zip(rates["flexible_ft/fast"], rates["global/eager"])]
+        results["beams"][k] = {"sentences_per_second": rates, "ratios_per_round": ratios,
+                               "ratio_medians": {key: B.med(v) for key, v in ratios.items()},
+                               "stats": stats, "agreement": agreement}
+        print(f"\n{'greedy' if k == 1 else f'beam {k}'}:")
+        print(f"  {'model':12s} {'path':5s} {'tau':>6s} {'window':>7s} {'out len':>7s} {'BLEU':>6s} "
               f"{'sent/s':>8s} {'spread':>15s}")
-        for name in MODELS:
-            s = stats[name]
-            print(f"  {name:12s} {B.fmt_tau(taus[name]):>6s} {s['window']:7.2f} {s['out_len']:7.1f} "
-                  f"{s['bleu']:6.2f} {B.med(rates[name]):8.2f} {B.spread(rates[name]):>15s}")
-        print(f"  flexible/global sentences per second: {B.med(ratios):.2f}x (rounds {B.spread(ratios)})",
-              flush=True)
+        for name, path in runs:
+            s = stats[f"{name}/{path}"]
+            print(f"  {name:12s} {path:5s} {B.fmt_tau(taus[name]):>6s} {s['window']:7.2f} {s['out_len']:7.1f} "
+                  f"{s['bleu']:6.2f} {B.med(rates[f'{name}/{path}']):8.2f} {B.spread(rates[f'{name}/{path}']):>15s}")
+        for key, values in ratios.items():
+            print(f"  {key}: {B.med(values):.2f}x (rounds {B.spread(values)})")
+        for name, a in agreement.items():
+            print(f"  {name}: fast == eager hypotheses {a['same']}/{n}, windows equal {a['same_windows']}/{n}"
+                  + "".join(f"\n    sentence {d['sentence']}: search scores eager {d['eager_score']:.7f}, fast "
+                            f"{d['fast_score']:.7f}; eager reference of the two hypotheses "
+                            f"{d['reference_eager_hyp']:.7f} vs {d['reference_fast_hyp']:.7f} (gap {d['gap']:.1e})"
+                            for d in a["differing"]),
+                  flush=True)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nwritten {out}")
+
+
+def compare(model, tau, k: int, eager: tuple, fast: tuple, ratio: float, alpha: float) -> dict:
+    """Agreement of the two paths on one model: sentences with the same best hypothesis and the
+    same windows; for each differing one, both searches' best scores and the eager reference's
+    score of both hypotheses (eager forced decoding of each, normalised as the search does): a
+    float32 tie shows as a ``gap`` of ~1e-6 between the two."""
+    (hyps_e, sent_e), (hyps_f, sent_f) = eager, fast
+    same = sum(hyps_e[i] == hyps_f[i] for i in hyps_e)
+    same_windows = sum(sent_e[i][1:3] == sent_f[i][1:3] for i in sent_e)
+    differing = []
+    for i in sorted(i for i in hyps_e if hyps_e[i] != hyps_f[i]):
+        b, row = sent_e[i][3], sent_e[i][4]
+        src, src_len = b.src[row:row + 1, : int(b.src_len[row])], b.src_len[row:row + 1]
+        max_len = int(float(src_len[0]) * ratio) + 10
+
+        def score(tokens: list[int]) -> float:
+            out = tokens + ([EOS_ID] if len(tokens) < max_len else [])
+            tgt_out, tgt_in = torch.tensor([out]), torch.tensor([[BOS_ID] + out[:-1]])
+            lp = float(search.forced_decode(model, src, src_len, tgt_in, tgt_out, tau, fused=False).log_probs[0, 0])
+            return lp / (len(out) ** alpha) if k > 1 else lp
+
+        ref_e, ref_f = score(hyps_e[i]), score(hyps_f[i])
+        differing.append({"sentence": i, "eager_score": sent_e[i][0], "fast_score": sent_f[i][0],
+                          "reference_eager_hyp": ref_e, "reference_fast_hyp": ref_f, "gap": ref_e - ref_f})
+    return {"same": same, "same_windows": same_windows, "differing": differing}
 
 
 if __name__ == "__main__":
