@@ -152,12 +152,25 @@ def test_grouped_cache_reorders_compose_without_copying():
     cache = fast_search.GroupedCache(base, torch.arange(3))
     expanded = cache.index_select(torch.tensor([0, 0, 1, 1, 2, 2]))
     assert expanded.base is base
-    k, groups, row_len = expanded.groups()
-    assert k == 2 and groups.keys is base.keys and row_len.tolist() == [4] * 6
-    k, groups, _ = expanded.index_select(torch.tensor([2, 3, 4, 5])).groups()
+    k, groups, row_len, keys2 = expanded.groups()
+    assert k == 2 and groups.keys is base.keys and row_len.tolist() == [4] * 6 and keys2 is None
+    k, groups, _, _ = expanded.index_select(torch.tensor([2, 3, 4, 5])).groups()
     assert k == 2 and torch.equal(groups.keys, base.keys[1:])
-    k, groups, _ = expanded.index_select(torch.tensor([0, 1, 2])).groups()  # groups 2 and 1: per row
+    k, groups, _, _ = expanded.index_select(torch.tensor([0, 1, 2])).groups()  # groups 2 and 1: per row
     assert k == 0 and torch.equal(groups.keys, base.keys[[0, 0, 1]])
+
+
+@pytest.mark.parametrize("shape", [(3, 1, 5, 24), (2, 4, 7, 13)])
+def test_the_doubled_concat_score_is_bit_identical_to_the_scorer(shape):
+    n, k, s, d = shape
+    torch.manual_seed(0)
+    scorer = tiny_model("global").decoder.attention.scorer
+    scorer = type(scorer)(4, 6, d)
+    q, keys = torch.randn(n, k, 1, d) * 3, torch.randn(n, 1, s, d) * 3
+    with torch.no_grad():
+        ref = scorer(q, keys, torch.arange(s).unsqueeze(0))
+        fast = fast_search.additive_scores(q.mul(2.0), keys.mul(2.0), scorer.v_a.weight.view(-1))
+    assert torch.equal(fast, ref)
 
 
 @pytest.mark.parametrize("attention", ["local_m", "local_p"])

@@ -48,6 +48,7 @@ from flexatt import search
 from flexatt.attention import (
     NEG_INF,
     AttentionCache,
+    ConcatScore,
     AttentionState,
     AttentionStats,
     FlexibleAttention,
@@ -102,6 +103,15 @@ def beam_search(model, src: Tensor, src_len: Tensor, max_len, beam_size: int, ta
                                   n_best=n_best, return_traces=return_traces)
 
 
+def additive_scores(q2: Tensor, keys2: Tensor, v: Tensor) -> Tensor:
+    """The concat score v_aᵀ tanh(q + k) (:class:`flexatt.attention.ConcatScore`, 2017 eq. 3) from
+    q and k doubled in advance: the forward of :class:`flexatt.attention._AdditiveScore`,
+    2 (σ(2(q + k)) · v_a) - Σ v_a, whose first operation, 2 (q + k), equals 2q + 2k exactly in
+    floating point (doubling is exact), so the scores are bit-identical to the scorer's and the
+    N x S x d tensor is written once less. ``q2`` and ``keys2`` broadcast (... x d) -> ...."""
+    return torch.matmul(torch.add(keys2, q2).sigmoid_(), v).mul_(2.0).sub_(v.sum())
+
+
 class GroupedCache:
     """The attention cache of a batch of sentences (``base``: ``batch x ...``, one row per
     sentence) and the sentence of each decoding row (``rows``: N long). ``index_select`` (the
@@ -111,19 +121,20 @@ class GroupedCache:
     size k (a sentence's hypotheses side by side: every step of greedy and beam search but a
     sentence with fewer than k live hypotheses), the base rows of the groups' sentences
     (``n x ...``, gathered once per layout, or the base itself), else ``k = 0`` and the
-    per-row cache of the eager step.
+    per-row cache of the eager step. ``doubled``: also keep 2 · keys of the groups
+    (:func:`additive_scores`).
     """
 
-    def __init__(self, base: AttentionCache, rows: Tensor):
-        self.base, self.rows = base, rows
-        self._groups: Optional[tuple[int, AttentionCache, Tensor]] = None
+    def __init__(self, base: AttentionCache, rows: Tensor, doubled: bool = False):
+        self.base, self.rows, self.doubled = base, rows, doubled
+        self._groups: Optional[tuple[int, AttentionCache, Tensor, Optional[Tensor]]] = None
 
     def index_select(self, index: Tensor) -> "GroupedCache":
-        return GroupedCache(self.base, self.rows.index_select(0, index))
+        return GroupedCache(self.base, self.rows.index_select(0, index), self.doubled)
 
-    def groups(self) -> tuple[int, AttentionCache, Tensor]:
+    def groups(self) -> tuple[int, AttentionCache, Tensor, Optional[Tensor]]:
         """(k, the groups' cache ``n x ...`` or the per-row cache ``N x ...`` when k = 0, the
-        source length of each row ``N``)."""
+        source length of each row ``N``, 2 · the groups' keys ``n x S x d`` or ``None``)."""
         if self._groups is None:
             sents, counts = torch.unique_consecutive(self.rows, return_counts=True)
             k = int(counts[0]) if counts.numel() else 0
@@ -135,7 +146,8 @@ class GroupedCache:
             else:
                 k, cache = 0, self.base.index_select(self.rows)
                 row_len = cache.lengths
-            self._groups = (k, cache, row_len)
+            keys2 = cache.keys.mul(2.0) if self.doubled and k else None
+            self._groups = (k, cache, row_len, keys2)
         return self._groups
 
 
@@ -152,7 +164,8 @@ class FastDecoder:
     def encode(self, src: Tensor, src_len: Tensor) -> tuple[GroupedCache, DecoderState]:
         """:meth:`flexatt.model.Seq2Seq.encode`; one row per sentence."""
         cache, state = self.model.encode(src, src_len)
-        return GroupedCache(cache, torch.arange(src.size(0), device=src.device)), state
+        rows = torch.arange(src.size(0), device=src.device)
+        return GroupedCache(cache, rows, doubled=type(self.attention.scorer) is ConcatScore), state
 
     def decode_step(self, prev_tokens: Tensor, state: DecoderState, cache: GroupedCache,
                     tau: Optional[float] = None) -> tuple[Tensor, DecoderState, Tensor, AttentionStats]:
@@ -161,21 +174,23 @@ class FastDecoder:
         dec, w = self.decoder, self.lstm_weights
         with full_precision(prev_tokens.device.type):
             i_t = dec.embed(prev_tokens)  # N x E
-            k, groups, row_len = cache.groups()
+            k, groups, row_len, keys2 = cache.groups()
             if k == 0:  # rows not in equal groups: the eager attention on the per-row cache
                 context, weights, att_state, stats = self.attention(state.hidden, i_t, groups,
                                                                     state.attention, tau)
             else:
-                context, weights, att_state, stats = self.attend(state.hidden, i_t, groups, k, row_len,
+                context, weights, att_state, stats = self.attend(state.hidden, i_t, groups, k, row_len, keys2,
                                                                  state.attention, tau)
             h_t, c_t = dec.lstm(dec.input_gates(i_t, w), context, state.hidden, state.cell, w)
         return dec.readout(h_t, context, i_t), DecoderState(h_t, c_t, att_state), weights, stats
 
     # -- the attention on groups of k rows ---------------------------------------------------
     def attend(self, query: Tensor, feedback: Tensor, groups: AttentionCache, k: int, row_len: Tensor,
-               state: AttentionState, tau: Optional[float]) -> tuple[Tensor, Tensor, AttentionState, AttentionStats]:
+               keys2: Optional[Tensor], state: AttentionState,
+               tau: Optional[float]) -> tuple[Tensor, Tensor, AttentionState, AttentionStats]:
         """The attention module's ``forward`` for N = n x k rows (row r belongs to group r // k)
-        against the groups' cache (``n x S x ...``): query N x Q (h_{t-1}), feedback N x E (i_t).
+        against the groups' cache (``n x S x ...``; ``keys2``: 2 · its keys for the concat score,
+        else ``None``): query N x Q (h_{t-1}), feedback N x E (i_t), ``row_len`` N (S of each row).
         Returns context N x 2H, weights N x S, the new state and the stats, as the module does."""
         att = self.attention
         n, src_len = groups.keys.size(0), groups.keys.size(1)
@@ -200,8 +215,12 @@ class FastDecoder:
         elif windowed:  # one row: the eager step's slice path
             return att(query, feedback, groups, state, tau)
         else:
-            scores = att.scorer(q.view(n, k, 1, -1), groups.keys.unsqueeze(1),
-                                torch.arange(src_len, device=q.device).unsqueeze(0)).view(n * k, src_len)
+            if keys2 is not None:  # the concat score, the keys doubled once per layout
+                scores = additive_scores(q.view(n, k, 1, -1).mul(2.0), keys2.unsqueeze(1),
+                                         att.scorer.v_a.weight.view(-1)).view(n * k, src_len)
+            else:
+                scores = att.scorer(q.view(n, k, 1, -1), groups.keys.unsqueeze(1),
+                                    torch.arange(src_len, device=q.device).unsqueeze(0)).view(n * k, src_len)
             positions = torch.arange(1, src_len + 1, device=q.device).unsqueeze(0)  # 1 x S (1-based)
             if isinstance(att, FlexibleAttention):
                 logits = att.flexible_logits(scores, att.penalty(positions, state.position, g), temp)
