@@ -24,6 +24,13 @@ from test_search import LENGTHS, ScoreCounter, hyps, sources, tiny_model
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
+
+@pytest.fixture(autouse=True)
+def fast_path_on(monkeypatch):
+    """This module tests the fast path: on even where the environment turns it off (CI runs the
+    decoding tests once with ``FLEXATT_FUSED=0``)."""
+    monkeypatch.delenv("FLEXATT_FUSED", raising=False)
+
 # (attention, tau) the fast step covers: tau only matters for the flexible variants
 COVERED = [("global", None), ("flexible", None), ("flexible", math.inf), ("flexible", 0.3),
            ("flexible", 0.8), ("flexible", 2.0), ("flexible_sact", 0.8), ("flexible_sact", None),
@@ -192,6 +199,11 @@ def test_training_mode_and_the_environment_switch_turn_it_off(monkeypatch):
     assert isinstance(fast_search.decoder_for(model), fast_search.FastDecoder)
     monkeypatch.setenv("FLEXATT_FUSED", "0")
     assert fast_search.decoder_for(model) is model
+    calls = []
+    monkeypatch.setattr(fast_search.FastDecoder, "decode_step", lambda *a: calls.append(a))
+    src, src_len = sources()
+    fast_search.beam_search(model, src, src_len, 5, 3)  # the eager step: never the fast one
+    assert calls == []
     monkeypatch.delenv("FLEXATT_FUSED")
     model.train()
     assert fast_search.unsupported(model) == "the model is in training mode"
