@@ -215,3 +215,35 @@ def test_negative_tau_is_refused():
     src, src_len = sources()
     with pytest.raises(ValueError, match="tau must be >= 0"):
         fast_search.beam_search(model, src, src_len, 5, 3, tau=-1.0)
+
+
+@pytest.mark.parametrize("attention,tau,beam", [("flexible", 0.8, 5), ("global", None, 5), ("flexible", 1.2, 1)])
+def test_translate_split_gives_the_eager_translation(attention, tau, beam, monkeypatch):
+    """The stages' entry point (translate_split: length-grouped batches, the stages' traces) with
+    the fast step, against the same call with FLEXATT_FUSED=0 (the eager step)."""
+    import numpy as np
+
+    from flexatt.data.subwords import EncodedSplit
+    from flexatt.evaluation import translate_split
+
+    class Ids:
+        def decode(self, rows):
+            return [" ".join(str(i) for i in row if i != PAD_ID) for row in rows]
+
+    model = tiny_model(attention, seed=3)
+    rng = np.random.default_rng(2)
+    split = EncodedSplit.from_lists([rng.integers(4, 12, rng.integers(2, 10)).tolist() for _ in range(11)],
+                                    [[5]] * 11)
+    kwargs = dict(tau=tau, beam_size=beam, batch_size=4, trace_indices={0, 5, 9})
+    fast = translate_split(model, split, Ids(), **kwargs)
+    monkeypatch.setenv("FLEXATT_FUSED", "0")
+    eager = translate_split(model, split, Ids(), **kwargs)
+    assert fast.hypotheses == eager.hypotheses
+    assert np.array_equal(fast.window_sum, eager.window_sum) and np.array_equal(fast.steps, eager.steps)
+    assert sorted(fast.traces) == sorted(eager.traces) == [0, 5, 9]
+    for i in eager.traces:
+        f, e = fast.traces[i], eager.traces[i]
+        assert torch.equal(f.window, e.window) and torch.equal(f.span_lo, e.span_lo)
+        torch.testing.assert_close(f.attention, e.attention, atol=1e-6, rtol=1e-5)
+        if e.g is not None:
+            torch.testing.assert_close(f.g, e.g, atol=1e-6, rtol=1e-5)
