@@ -17,16 +17,19 @@ evaluates the attention on the grid ``n_groups x k`` of rows against ``n_groups 
   so the scores are bit-identical);
 * windowed scoring (flexible attention at finite τ) gathers its (row, position) pairs from the
   sentence's keys instead of the row's (the same keys, so the same scores);
-* the context c_t = Σ_s a_t(s) h̄_s is one ``k x S`` by ``S x 2H`` product per sentence instead
-  of N ``1 x S`` by ``S x 2H`` ones (the eager ``bmm``); float32 sums in another order, so c_t
-  may differ from the eager one in its last bit (tests: to 1e-6).
+* the context c_t = Σ_s a_t(s) h̄_s is k ``bmm`` calls (one per hypothesis slot, over the
+  groups) of the eager step's ``1 x S`` by ``S x 2H`` products on the groups' h̄ as they are
+  (:meth:`FastDecoder.context`): the same products, so c_t is bit-identical too.
+
+Hence the whole step is the eager step's arithmetic on the same rows in the same order:
+logits, weights, p_t, g_t and spans are bit-identical (tests: ``torch.equal``), and so are the
+searches' hypotheses, scores and windows.
 
 Every equation is the model's own: g_t, the vision span, the penalty, the logits, the softmax,
 p_t (:mod:`flexatt.attention`), the LSTM and the readout (:mod:`flexatt.decoders`) are called,
 not restated; only the addressing of the cache is new. The step returns what the eager one
 returns (logits ``N x V``, the state, weights ``N x S``, :class:`AttentionStats` with the
-window counted from the index list handed to the score function), so the windows, p_t, g_t and
-traces of a search are the eager search's.
+window counted from the index list handed to the score function).
 
 Covered: :class:`~flexatt.attention.GlobalAttention`, :class:`~flexatt.attention.FlexibleAttention`
 (also with the SACT temperature, ``flexible_sact``) and :class:`~flexatt.attention.SACTAttention`,
@@ -231,10 +234,23 @@ class FastDecoder:
             weights = masked_softmax(logits.view(n, k, src_len), groups.mask.unsqueeze(1)).view(n * k, src_len)
             p_t = att.expected_position(weights, positions)  # eq. 4 / Σ a_t(s)·s
             count, lo, hi = row_len, torch.ones_like(row_len), row_len
-        # eq. 1: c_t = Σ_s a_t(s) h̄_s, one k x S by S x 2H product per sentence
-        context = torch.bmm(weights.view(n, k, src_len), groups.values).view(n * k, -1)
+        context = self.context(weights, groups.values, k)  # eq. 1
         new_state = AttentionState(p_t, context, state.step + 1)
         return context, weights, new_state, AttentionStats(count, lo, hi, p_t, g=g, temperature=temp)
+
+    @staticmethod
+    def context(weights: Tensor, values: Tensor, k: int) -> Tensor:
+        """c_t = Σ_s a_t(s) h̄_s (2017 eq. 1, :meth:`flexatt.attention.Attention.context_dense`) of
+        N = n x k rows against their groups' h̄ (``values`` n x S x 2H): one ``bmm`` per hypothesis
+        slot j over the n groups (rows j, k + j, 2k + j, ...), each of them the eager step's
+        ``1 x S`` by ``S x 2H`` product of a row, on the groups' h̄ as they are (no copy per row),
+        so c_t is bit-identical to the eager one (one ``k x S`` product per group would sum in
+        another order). weights N x S -> N x 2H."""
+        n, src_len = values.size(0), values.size(1)
+        slots = weights.view(n, k, 1, src_len)
+        if k == 1:
+            return torch.bmm(slots[:, 0], values).view(n, -1)
+        return torch.stack([torch.bmm(slots[:, j], values) for j in range(k)], 1).view(n * k, -1)
 
     def score_window(self, q: Tensor, groups: AttentionCache, k: int, lo: Tensor,
                      hi: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
