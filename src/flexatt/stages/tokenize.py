@@ -66,7 +66,9 @@ def _lines(path: Path) -> Iterator[str]:
                 yield line[:-1]
 
 
-def _chunks(lines: Iterator[str], size: int = ENCODE_CHUNK) -> Iterator[list[str]]:
+def _chunks(lines: Iterator[str], size: int | None = None) -> Iterator[list[str]]:
+    """``lines`` in lists of ``size`` (default :data:`ENCODE_CHUNK`, read at the call)."""
+    size = size or ENCODE_CHUNK
     chunk: list[str] = []
     for line in lines:
         chunk.append(line)
