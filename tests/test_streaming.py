@@ -330,9 +330,12 @@ def test_sentencepiece_trains_on_a_seeded_sample_beyond_the_limit(filtered_smoke
     first = (filtered_smoke / "tok_s1/src.model").read_bytes()
     assert first == (filtered_smoke / "tok_s2/src.model").read_bytes()  # deterministic from the seed
     assert not (filtered_smoke / "tok_s1/.spm_sample").exists()
+    stats = json.loads((filtered_smoke / "tok_s1/stats.json").read_text())
+    assert stats["sentencepiece_sample"] == {"pairs": 100, "of": n, "seed": 1234}
     monkeypatch.setattr(tokenize_stage, "SP_MAX_PAIRS", n)
     C.run_stage(tokenize_stage.run, ["tokenize.out_dir=tok_all", "tokenize.metrics_file=m.json"])
     assert (filtered_smoke / "tok_all/src.model").read_bytes() != first  # the sample was used
+    assert "sentencepiece_sample" not in json.loads((filtered_smoke / "tok_all/stats.json").read_text())
     assert isinstance(np.load(filtered_smoke / "tok_s1/train.npz")["src_ids"], np.ndarray)
 
 

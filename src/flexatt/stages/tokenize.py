@@ -17,7 +17,8 @@ Memory stays bounded on a corpus of millions of pairs:
   :data:`SP_MAX_PAIRS` of them (the Bible corpus: 27k), else on a sample of exactly
   ``SP_MAX_PAIRS`` pairs (both sides of the same pairs, in corpus order), drawn by selection
   sampling (Knuth's Algorithm S) with ``random.Random(tokenize.seed)``: the same data and seed
-  always give the same sample and so the same model. The sample is written under the names
+  always give the same sample and so the same model (``stats.json`` then records it under
+  ``sentencepiece_sample``). The sample is written under the names
   ``train.src``/``train.tgt`` in a scratch folder, so the model records the same input names.
 * Each split is encoded :data:`ENCODE_CHUNK` sentences at a time; the token ids go to a scratch
   file and are copied into the ``.npz`` member by member, so only the sentence offsets
@@ -191,6 +192,8 @@ def run(cfg: DictConfig) -> dict:
 
         stats: dict = {"model_type": model_type, "joint": joint,
                        "vocab": {side: len(v) for side, v in vocabs.items()}}
+        if n_train > SP_MAX_PAIRS:  # recorded only when a sample was drawn
+            stats["sentencepiece_sample"] = {"pairs": SP_MAX_PAIRS, "of": n_train, "seed": seed}
         for split in SPLITS:
             encoded = {}
             for side in ("src", "tgt"):
