@@ -227,6 +227,12 @@ def test_only_atomic_writers_in_the_package(root):
         # the tokenize stage fills its temporary folder
         ("stages/tokenize.py", "shutil.copyfile(tmp"), ("stages/tokenize.py", "shutil.move(tmp"),
         ("stages/tokenize.py", "shutil.copyfile(in_dir"),
+        # the tokenize stage's scratch files (the SentencePiece sample, the token ids) and the
+        # streamed .npz members, all inside its temporary output folder
+        ("stages/tokenize.py", "open(samples[0]"), ("stages/tokenize.py", "open(samples[1]"),
+        ("stages/tokenize.py", "open(ids_file, \"wb\")"), ("stages/tokenize.py", "npz.open("),
+        # the filter stage's split files, opened inside its temporary output folder
+        ("stages/filter.py", "open(path, \"w\""),
         # flexatt.io itself: the temporary file of write_lines / write_json / save_torch
         ("io.py", "open(tmp"), ("io.py", "torch.save(obj, out)"),
     }
@@ -295,13 +301,16 @@ def test_no_space_left_during_a_stage(filtered, monkeypatch, capsys):
     monkeypatch.chdir(filtered)
     before = _tree_digest(filtered / "artifacts")
     real_open = open
-    monkeypatch.setattr(flexatt.io, "open", lambda f, mode="r", *a, **k: real_open(
-        "/dev/full" if "w" in mode else f, mode, *a, **k), raising=False)
+    full_open = lambda f, mode="r", *a, **k: real_open("/dev/full" if "w" in mode else f, mode, *a, **k)  # noqa: E731
+    monkeypatch.setattr(flexatt.io, "open", full_open, raising=False)
+    monkeypatch.setattr(filter_stage, "open", full_open, raising=False)  # it streams its split files
     with pytest.raises(SystemExit) as info:
         C.run_stage(filter_stage.run, ["filter.seed=7"])
     assert info.value.code == 2
     errors = _error_lines(capsys.readouterr().err)
-    assert errors == ["error: artifacts/filter/train.src: No space left on device"]
+    # the split files are written together, pair by pair: the first to fill its buffer fails
+    assert len(errors) == 1 and re.fullmatch(r"error: artifacts/filter/(train|dev|test)\.\w+: No space left on device",
+                                             errors[0]), errors
     assert _tree_digest(filtered / "artifacts") == before and _temporaries(filtered) == []
 
 

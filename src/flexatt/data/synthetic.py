@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import argparse
 import random
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from flexatt.data.corpus import RawPair, ReadResult
@@ -40,29 +40,39 @@ def reorder_permutation(length: int, chunk: int) -> list[int]:
     return perm
 
 
-def generate(n_pairs: int, vocab_size: int = 40, min_len: int = 3, max_len: int = 12,
-             chunk: int = 3, seed: int = 1) -> list[tuple[str, str, str]]:
-    """Generate ``n_pairs`` (source, target, Pharaoh alignment) triples, deterministically."""
+def iter_generate(n_pairs: int, vocab_size: int = 40, min_len: int = 3, max_len: int = 12,
+                  chunk: int = 3, seed: int = 1) -> Iterator[tuple[str, str, str]]:
+    """Yield ``n_pairs`` (source, target, Pharaoh alignment) triples, deterministically, one at
+    a time (:func:`generate` collects them)."""
     if not (0 < min_len <= max_len) or vocab_size < 2 or chunk < 1 or n_pairs < 1:
         raise ValueError("need n_pairs >= 1, vocab_size >= 2, chunk >= 1, 0 < min_len <= max_len")
     rng = random.Random(seed)
-    triples = []
     for _ in range(n_pairs):
         words = [rng.randrange(vocab_size) for _ in range(rng.randint(min_len, max_len))]
         perm = reorder_permutation(len(words), chunk)
         src = " ".join(_word(w) for w in words)
         tgt = " ".join(_word(words[s]).upper() for s in perm)
         align = " ".join(f"{s}-{j}" for j, s in sorted(enumerate(perm), key=lambda js: js[1]))
-        triples.append((src, tgt, align))
-    return triples
+        yield src, tgt, align
+
+
+def generate(n_pairs: int, vocab_size: int = 40, min_len: int = 3, max_len: int = 12,
+             chunk: int = 3, seed: int = 1) -> list[tuple[str, str, str]]:
+    """Generate ``n_pairs`` (source, target, Pharaoh alignment) triples, deterministically."""
+    return list(iter_generate(n_pairs, vocab_size, min_len, max_len, chunk, seed))
+
+
+def iter_synthetic(spec: Mapping) -> Iterator[RawPair]:
+    """The synthetic corpus described by ``data.synthetic`` as :class:`RawPair` records, streamed."""
+    triples = iter_generate(int(spec["n_pairs"]), int(spec["vocab_size"]), int(spec["min_len"]),
+                            int(spec["max_len"]), int(spec["chunk"]), int(spec["seed"]))
+    for i, (s, t, a) in enumerate(triples):
+        yield RawPair(i + 1, s, t, {"align": a})
 
 
 def read_synthetic(spec: Mapping) -> ReadResult:
     """The synthetic corpus described by ``data.synthetic`` as :class:`RawPair` records."""
-    triples = generate(int(spec["n_pairs"]), int(spec["vocab_size"]), int(spec["min_len"]),
-                       int(spec["max_len"]), int(spec["chunk"]), int(spec["seed"]))
-    pairs = [RawPair(i + 1, s, t, {"align": a}) for i, (s, t, a) in enumerate(triples)]
-    return ReadResult(pairs, [])
+    return ReadResult(list(iter_synthetic(spec)), [])
 
 
 def main(argv: list[str] | None = None) -> None:

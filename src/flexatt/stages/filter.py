@@ -11,30 +11,39 @@ side files split with their pairs (``.key``, ``.ref2``, ``.align`` where the cor
 ``report.json`` (counts of what was read, dropped and kept, with the first dropped lines per
 reason); the report's counts also go to ``filter.metrics_file`` (a DVC metric kept in git).
 The output directory is replaced atomically: a failed run leaves the previous one intact.
+
+The corpus is streamed and read twice (:mod:`flexatt.data.filtering`: :func:`plan_split`, then
+:func:`apply_split`): memory stays at about 100 bytes per pair (the deduplication hashes), one
+byte per pair while writing, whatever the length of the sentences. Everything the first pass can
+refuse (a mismatched line count, invalid UTF-8, an empty file, a bad alignment, a split too
+large) is refused before anything is written.
 """
 
 from __future__ import annotations
 
 import logging
-import statistics
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
+from typing import IO
 
 from omegaconf import DictConfig, OmegaConf
 
 from flexatt import config as C
-from flexatt.data.corpus import ON_INVALID, ReadResult, read_text_files, read_tsv
-from flexatt.data.filtering import DROP_REASONS, SPLITS, filter_and_split
-from flexatt.data.synthetic import read_synthetic
+from flexatt.data.corpus import ON_INVALID, InvalidLines, RawPair, iter_text_files, iter_tsv
+from flexatt.data.filtering import DROP_REASONS, SPLITS, apply_split, plan_split
+from flexatt.data.synthetic import iter_synthetic
 from flexatt.errors import ConfigError
-from flexatt.io import atomic_path, write_json, write_lines
+from flexatt.io import atomic_path, write_json
 
 log = logging.getLogger("flexatt.filter")
 
 
-def read_corpus(cfg: DictConfig) -> tuple[ReadResult, dict, str]:
-    """Read the corpus that ``cfg.data`` describes.
+def read_corpus(cfg: DictConfig) -> tuple[Callable[[InvalidLines], Iterator[RawPair]], dict, str]:
+    """The corpus that ``cfg.data`` describes, as a stream of pairs.
 
-    Returns the pairs, a description of the source for the report, and the name of the file that
+    Returns a function that opens the stream (each call reads the corpus anew, counting skipped
+    broken lines in the ``InvalidLines`` it is given), a description of the source for the report, and the name of the file that
     holds the gold alignments (for error messages). The first kind configured is used: two text
     files (``data.src`` + ``data.tgt``), else a TSV (``data.tsv``), else ``data.synthetic``.
     """
@@ -49,7 +58,8 @@ def read_corpus(cfg: DictConfig) -> tuple[ReadResult, dict, str]:
         sides = {k: v for k, v in sides.items() if v is not None}
         if C.get(cfg, "data.tsv"):
             log.info("reading the text files data.src/data.tgt; data.tsv and its side files are not used")
-        result = read_text_files(src, tgt, sides, on_invalid)
+        def result(invalid: InvalidLines) -> Iterator[RawPair]:
+            return iter_text_files(src, tgt, sides, on_invalid, invalid)
         source = {"kind": "text", "src": str(src), "tgt": str(tgt), **{k: str(v) for k, v in sides.items()}}
         return result, source, str(sides.get("align", "alignments"))
     tsv = C.check_file(cfg, "data.tsv", optional=True)
@@ -59,7 +69,8 @@ def read_corpus(cfg: DictConfig) -> tuple[ReadResult, dict, str]:
             raise ConfigError("data.columns", f"must map src and tgt (and optionally key, ref2) to "
                               f"column names of {tsv} (got {columns!r})")
         align = C.check_file(cfg, "data.tsv_align", optional=True)
-        result = read_tsv(tsv, columns, align, on_invalid)
+        def result(invalid: InvalidLines) -> Iterator[RawPair]:
+            return iter_tsv(tsv, columns, align, on_invalid, invalid)
         source = {"kind": "tsv", "tsv": str(tsv), "columns": columns, "align": str(align) if align else None}
         return result, source, str(align)
     spec = C.get(cfg, "data.synthetic")
@@ -71,11 +82,12 @@ def read_corpus(cfg: DictConfig) -> tuple[ReadResult, dict, str]:
     if values["min_len"] > values["max_len"]:
         raise ConfigError("data.synthetic.min_len", f"must be <= data.synthetic.max_len = {values['max_len']} "
                           f"(got {values['min_len']})")
-    return read_synthetic(spec), {"kind": "synthetic", **OmegaConf.to_container(spec)}, "synthetic"
+    return lambda invalid: iter_synthetic(spec), {"kind": "synthetic", **OmegaConf.to_container(spec)}, "synthetic"
 
 
-def _mean_words(lines: list[str]) -> float:
-    return round(statistics.fmean(len(s.split(" ")) for s in lines), 2) if lines else 0.0
+def _mean(total: int, n: int) -> float:
+    """``round(statistics.fmean(counts), 2)`` of ``n`` word counts summing to ``total``."""
+    return round(float(total) / n, 2) if n else 0.0
 
 
 def run(cfg: DictConfig) -> dict:
@@ -89,46 +101,83 @@ def run(cfg: DictConfig) -> dict:
     seed = C.check_int(cfg, "filter.seed", minimum=0)
     metrics_file = C.check_str(cfg, "filter.metrics_file", optional=True)
 
-    read, source, align_name = read_corpus(cfg)
-    log.info("read %d pairs from %s%s", len(read.pairs) + len(read.invalid), source["kind"],
-             f" ({len(read.invalid)} invalid lines skipped)" if read.invalid else "")
+    open_pairs, source, align_name = read_corpus(cfg)
+    invalid = InvalidLines(keep=20)
     try:
-        splits, filtered = filter_and_split(read.pairs, dev_size, test_size, seed, max_len, max_ratio,
-                                            eval_max_len, align_name)
+        plan = plan_split(open_pairs(invalid), dev_size, test_size, seed, align_name)
     except ValueError as exc:
         raise ConfigError("filter.dev_size", str(exc)) from exc
-
-    side_names = sorted({k for p in filtered.kept for k in p.sides})
     with atomic_path(out_dir) as tmp:
         tmp.mkdir(parents=True)
-        for split, pairs in splits.items():
-            write_lines(tmp / f"{split}.src", (p.src for p in pairs))
-            write_lines(tmp / f"{split}.tgt", (p.tgt for p in pairs))
-            for side in side_names:
-                write_lines(tmp / f"{split}.{side}", (p.sides[side] for p in pairs))
+        with ExitStack() as stack:
+            writer = _SplitWriter(tmp, stack)
+            for split in SPLITS:  # every split has its .src and .tgt, even when it is empty
+                for name in ("src", "tgt"):
+                    writer.file(f"{split}.{name}")
+            corpus = source.get("src") or source.get("tsv") or source["kind"]
+            filtered = apply_split(plan, open_pairs(InvalidLines(keep=0)), writer, max_len, max_ratio,
+                                   eval_max_len, align_name, corpus)
+            for split in SPLITS:  # and every side file the kept pairs have
+                for side in filtered.side_names:
+                    writer.file(f"{split}.{side}")
+        log.info("read %d pairs from %s%s", filtered.read + len(invalid), source["kind"],
+                 f" ({len(invalid)} invalid lines skipped)" if len(invalid) else "")
         counts = {
-            "read": len(read.pairs) + len(read.invalid),
-            "invalid": len(read.invalid),
+            "read": filtered.read + len(invalid),
+            "invalid": len(invalid),
             "dropped": {reason: filtered.dropped[reason] for reason in DROP_REASONS},
-            "kept": len(filtered.kept),
+            "kept": filtered.kept,
             "splits": {
-                split: {"pairs": len(pairs),
-                        "src_words_mean": _mean_words([p.src for p in pairs]),
-                        "tgt_words_mean": _mean_words([p.tgt for p in pairs])}
-                for split, pairs in splits.items()
+                split: {"pairs": filtered.pairs[split],
+                        "src_words_mean": _mean(filtered.words[split][0], filtered.pairs[split]),
+                        "tgt_words_mean": _mean(filtered.words[split][1], filtered.pairs[split])}
+                for split in SPLITS
             },
         }
-        report = {"source": source, **counts, "side_files": side_names,
-                  "dropped_lines": filtered.examples, "invalid_lines": read.invalid[:20]}
+        report = {"source": source, **counts, "side_files": filtered.side_names,
+                  "dropped_lines": filtered.examples, "invalid_lines": invalid.first}
         write_json(tmp / "report.json", report)
     if metrics_file:
         write_json(metrics_file, counts)
 
     dropped = ", ".join(f"{r} {n}" for r, n in counts["dropped"].items() if n) or "none"
     print(f"filter: read {counts['read']} pairs, invalid {counts['invalid']}, dropped: {dropped}; "
-          f"kept {counts['kept']} -> " + ", ".join(f"{s} {len(splits[s])}" for s in SPLITS)
+          f"kept {counts['kept']} -> " + ", ".join(f"{s} {filtered.pairs[s]}" for s in SPLITS)
           + f" (in {out_dir})")
     return report
+
+
+class _SplitWriter:
+    """``writer(split, pair)`` appends the pair's fields to ``{split}.src``, ``.tgt`` and one file
+    per side field in ``folder`` (files opened on first use, closed by ``stack``). A failed write
+    (a full disk) is an ``OSError`` naming its file, which :func:`atomic_path` reports."""
+
+    def __init__(self, folder: Path, stack: ExitStack):
+        self.folder, self.stack, self.files = folder, stack, {}
+
+    def file(self, name: str) -> IO[str]:
+        handle = self.files.get(name)
+        if handle is None:
+            path = self.folder / name
+            handle = self.files[name] = open(path, "w", encoding="utf-8", newline="\n")
+            self.stack.callback(self._close, path, handle)
+        return handle
+
+    @staticmethod
+    def _close(path: Path, handle: IO[str]) -> None:
+        try:
+            handle.close()
+        except OSError as exc:
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+
+    def __call__(self, split: str, pair: RawPair) -> None:
+        for name, text in (("src", pair.src), ("tgt", pair.tgt), *pair.sides.items()):
+            handle = self.file(f"{split}.{name}")
+            try:
+                handle.write(text)
+                handle.write("\n")
+            except OSError as exc:
+                raise OSError(exc.errno, exc.strerror, str(self.folder / f"{split}.{name}")) from exc
 
 
 def main() -> None:
