@@ -1,0 +1,166 @@
+"""Write the README's figures from the committed results, or check that they match them.
+
+    python scripts/readme_figures.py            # rewrite the generated blocks
+    python scripts/readme_figures.py --check    # exit 1, naming each stale block, if any differs
+
+The README and ``benchmarks/README.md`` carry blocks between ``<!-- NAME:begin -->`` and
+``<!-- NAME:end -->`` whose text is derived from files that the pipeline and the benchmarks write,
+so the prose never quotes a figure of an earlier run:
+
+* ``headline`` (README): the fine-tuned flexible model at its selected τ against the same model at
+  τ = ∞ and against Global, from ``results/metrics.json``;
+* ``results`` (README): Table 1 (``results/table1.md``) under a caption with the corpus sizes
+  (``results/filter.json``);
+* ``seeds`` (README): the seed sweep's summary table (``results/seeds/summary.md``), if committed;
+* ``pipeline`` (README and ``benchmarks/README.md``): minutes per stage of the last timed
+  ``dvc repro`` and the machine it ran on (``benchmarks/results/pipeline.json``).
+
+Everything outside the blocks is left as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+BENCH_README = ROOT / "benchmarks" / "README.md"
+LANGUAGES = {"es": "Spanish", "en": "English", "de": "German", "ja": "Japanese", "fr": "French"}
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _table_lines(markdown: str) -> list[str]:
+    """The first Markdown table of ``markdown`` (its ``|`` lines)."""
+    lines, started = [], False
+    for line in markdown.splitlines():
+        if line.startswith("|"):
+            lines.append(line)
+            started = True
+        elif started:
+            break
+    return lines
+
+
+def _params() -> dict:
+    import yaml
+
+    return yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
+
+
+def headline(metrics: dict, params: dict) -> str:
+    rows = metrics["models"]
+    ft, ft_tau, glob = rows.get("flexible_ft"), rows.get("flexible_ft_tau"), rows.get("global")
+    if not (ft and ft_tau and glob):
+        return "Table 1 lacks the Global or the fine-tuned Flexible rows."
+    data = params["data"]
+    pair = f"{LANGUAGES.get(data['src_lang'], data['src_lang'])} → {LANGUAGES.get(data['tgt_lang'], data['tgt_lang'])}"
+    tau = "τ = ∞ (no τ kept dev BLEU within the tolerance)" if ft_tau["tau"] is None else f"τ = {ft_tau['tau']:g}"
+    return textwrap.fill(f"On the default corpus ({pair} Bible verses, 2,000 test sentences, beam "
+            f"{metrics['beam_size']}) the fine-tuned flexible model at the τ selected on dev ({tau}) "
+            f"scores **{ft_tau['window']:.1f} positions per step instead of {glob['window']:.1f} "
+            f"(−{100 * ft_tau['reduction']:.0f}%) at {ft_tau['bleu']:.2f} BLEU, against "
+            f"{ft['bleu']:.2f} at τ = ∞**; global attention reaches {glob['bleu']:.2f} BLEU "
+            "([Table 1](#results)).", width=100, break_on_hyphens=False)
+
+
+def results_block(table_md: str, filt: dict, metrics: dict) -> str:
+    splits = filt["splits"]
+    caption = (f"Default profile, `dvc repro`: {splits['train']['pairs']:,} training pairs, "
+               f"{splits[metrics['split']]['pairs']:,} {metrics['split']} pairs, beam {metrics['beam_size']} "
+               "(`results/table1.md`, `results/metrics.json`).")
+    return caption + "\n\n" + "\n".join(_table_lines(table_md))
+
+
+def seeds_block(summary: Path) -> str:
+    if not summary.exists():
+        return ""
+    return (f"Seed sweep (`{summary.relative_to(ROOT)}`):\n\n"
+            + "\n".join(_table_lines(summary.read_text(encoding="utf-8"))))
+
+
+def _machine(pipe: dict) -> str:
+    m = pipe.get("machine")
+    if not m:
+        return "the machine is not recorded"
+    bf16 = {True: "native bf16", False: "no native bf16", None: "bf16 support unknown"}[m.get("native_bf16")]
+    return f"{m.get('cpu') or 'CPU'}, {m['logical_cores']} logical cores, {m['simd']}, {bf16}, torch {m['torch']}"
+
+
+def pipeline_table(pipe: dict) -> str:
+    stages = pipe["stages"]
+    train = [s for s in stages if s.startswith("train@")]
+    ft = [s for s in stages if s.startswith("finetune@")]
+
+    def names(group: list[str]) -> str:
+        return " / ".join(s.split("@", 1)[1] for s in group)
+
+    def mins(group: list[str]) -> str:
+        return " / ".join(f"{stages[s]:.2f}" for s in group)
+
+    rows = [("filter + tokenize", f"{stages.get('filter', 0) + stages.get('tokenize', 0):.2f}")]
+    if train:
+        rows.append((f"train@{names(train)}", mins(train)))
+    if ft:
+        rows.append((f"finetune@{names(ft)}", mins(ft)))
+    rows += [(s, f"{stages[s]:.2f}") for s in stages if s not in ("filter", "tokenize") and s not in train + ft]
+    rows.append(("**`dvc repro` from scratch**" if pipe.get("from_scratch") else "**`dvc repro`**",
+                 f"**{pipe['total_minutes']:.1f}**"))
+    if "noop_seconds_median" in pipe:
+        rows.append(("no-op `dvc repro`", f"{pipe['noop_seconds_median']:.2f} s (median of {len(pipe['noop_seconds'])})"))
+    return "\n".join([f"Stage times from `benchmarks/results/pipeline.json` (minutes; {_machine(pipe)}):", "",
+                      "| stage | minutes |", "|---|---|", *(f"| {a} | {b} |" for a, b in rows)])
+
+
+def blocks_of(path: Path) -> dict[str, str]:
+    metrics = _json(ROOT / "results" / "metrics.json")
+    pipe = _json(ROOT / "benchmarks" / "results" / "pipeline.json")
+    if path == BENCH_README:
+        return {"pipeline": pipeline_table(pipe)}
+    return {
+        "headline": headline(metrics, _params()),
+        "results": results_block((ROOT / "results" / "table1.md").read_text(encoding="utf-8"),
+                                 _json(ROOT / "results" / "filter.json"), metrics),
+        "seeds": seeds_block(ROOT / "results" / "seeds" / "summary.md"),
+        "pipeline": pipeline_table(pipe),
+    }
+
+
+def fill(text: str, blocks: dict[str, str], path: Path) -> str:
+    for name, body in blocks.items():
+        pattern = re.compile(rf"(<!-- {name}:begin -->\n)(.*?)(<!-- {name}:end -->)", re.S)
+        if not pattern.search(text):
+            sys.exit(f"error: {path}: no <!-- {name}:begin --> ... <!-- {name}:end --> block")
+        text = pattern.sub(lambda m: m.group(1) + (body + "\n" if body else "") + m.group(3), text, count=1)
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block is stale")
+    args = parser.parse_args()
+    stale = []
+    for path in (README, BENCH_README):
+        text = path.read_text(encoding="utf-8")
+        blocks = blocks_of(path)
+        new = fill(text, blocks, path)
+        if new != text:
+            if args.check:
+                stale += [f"{path.relative_to(ROOT)}: {name}" for name in blocks
+                          if fill(text, {name: blocks[name]}, path) != text]
+            else:
+                path.write_text(new, encoding="utf-8")
+                print(f"wrote {path.relative_to(ROOT)}")
+    if stale:
+        sys.exit("stale README figures (run python scripts/readme_figures.py): " + ", ".join(stale))
+
+
+if __name__ == "__main__":
+    main()
