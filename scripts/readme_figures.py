@@ -11,7 +11,7 @@ so the prose never quotes a figure of an earlier run:
   τ = ∞ and against Global, from ``results/metrics.json``;
 * ``results`` (README): Table 1 (``results/table1.md``) under a caption with the corpus sizes
   (``results/filter.json``);
-* ``seeds`` (README): the seed sweep's summary table (``results/seeds/summary.md``), if committed;
+* ``seeds`` (README): mean ± sd of the seed sweep (``results/seeds/summary.csv``), if committed;
 * ``pipeline`` (README and ``benchmarks/README.md``): minutes per stage of the last timed
   ``dvc repro`` and the machine it ran on (``benchmarks/results/pipeline.json``).
 
@@ -79,11 +79,37 @@ def results_block(table_md: str, filt: dict, metrics: dict) -> str:
     return caption + "\n\n" + "\n".join(_table_lines(table_md))
 
 
-def seeds_block(summary: Path) -> str:
-    if not summary.exists():
+SEED_ROWS = (("Global", "global", False), ("Flexible τ=∞", "flexible", False),
+             ("+ fine-tuning τ=∞", "flexible_ft", False),
+             ("+ fine-tuning, τ selected per seed", "flexible_ft_tau", True))
+
+
+def seeds_block(summary_csv: Path) -> str:
+    """Mean ± sample standard deviation over the seed sweep's completed jobs (its ``summary.csv``)."""
+    if not summary_csv.exists():
         return ""
-    return (f"Seed sweep (`{summary.relative_to(ROOT)}`):\n\n"
-            + "\n".join(_table_lines(summary.read_text(encoding="utf-8"))))
+    import csv
+    import statistics
+
+    with open(summary_csv, encoding="utf-8", newline="") as handle:
+        jobs = [row for row in csv.DictReader(handle) if row["status"] == "COMPLETED"]
+    if len(jobs) < 2:
+        return ""
+
+    def cell(key: str, fmt: str = "{:.2f}") -> str:
+        values = [float(job[key]) for job in jobs]
+        return f"{fmt.format(statistics.mean(values))} ± {fmt.format(statistics.stdev(values))}"
+
+    seeds = ", ".join(job["train.seed"] for job in jobs)
+    caption = (f"Training noise: {len(jobs)} training seeds ({seeds}) of the sweep `+sweep=seeds`, test set, "
+               f"mean ± sd (`{summary_csv.parent.relative_to(ROOT)}/summary.{{md,csv,png}}`):")
+    lines = [textwrap.fill(caption, width=100, break_on_hyphens=False), "",
+             "| model | BLEU | chrF | window |", "|---|---|---|---|"]
+    for name, key, windowed in SEED_ROWS:
+        window = (f"{cell(key + '_window', '{:.1f}')} (−{100 * statistics.mean(float(j[key + '_reduction']) for j in jobs):.0f}%)"
+                  if windowed else f"{float(jobs[0]['global_window']):.1f}")
+        lines.append(f"| {name} | {cell(key + '_bleu')} | {cell(key + '_chrf')} | {window} |")
+    return "\n".join(lines)
 
 
 def _machine(pipe: dict) -> str:
@@ -128,7 +154,7 @@ def blocks_of(path: Path) -> dict[str, str]:
         "headline": headline(metrics, _params()),
         "results": results_block((ROOT / "results" / "table1.md").read_text(encoding="utf-8"),
                                  _json(ROOT / "results" / "filter.json"), metrics),
-        "seeds": seeds_block(ROOT / "results" / "seeds" / "summary.md"),
+        "seeds": seeds_block(ROOT / "results" / "seeds" / "summary.csv"),
         "pipeline": pipeline_table(pipe),
     }
 
