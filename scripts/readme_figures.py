@@ -55,7 +55,7 @@ def _params() -> dict:
     return yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
 
 
-def headline(metrics: dict, params: dict) -> str:
+def headline(metrics: dict, params: dict, filt: dict) -> str:
     rows = metrics["models"]
     ft, ft_tau, glob = rows.get("flexible_ft"), rows.get("flexible_ft_tau"), rows.get("global")
     if not (ft and ft_tau and glob):
@@ -63,7 +63,8 @@ def headline(metrics: dict, params: dict) -> str:
     data = params["data"]
     pair = f"{LANGUAGES.get(data['src_lang'], data['src_lang'])} → {LANGUAGES.get(data['tgt_lang'], data['tgt_lang'])}"
     tau = "τ = ∞ (no τ kept dev BLEU within the tolerance)" if ft_tau["tau"] is None else f"τ = {ft_tau['tau']:g}"
-    return textwrap.fill(f"On the default corpus ({pair} Bible verses, 2,000 test sentences, beam "
+    evaluated = filt["splits"][metrics["split"]]["pairs"]
+    return textwrap.fill(f"On the default corpus ({pair} Bible verses, {evaluated:,} {metrics['split']} sentences, beam "
             f"{metrics['beam_size']}) the fine-tuned flexible model at the τ selected on dev ({tau}) "
             f"scores **{ft_tau['window']:.1f} positions per step instead of {glob['window']:.1f} "
             f"(−{100 * ft_tau['reduction']:.0f}%) at {ft_tau['bleu']:.2f} BLEU, against "
@@ -148,12 +149,12 @@ def pipeline_table(pipe: dict) -> str:
 def blocks_of(path: Path) -> dict[str, str]:
     metrics = _json(ROOT / "results" / "metrics.json")
     pipe = _json(ROOT / "benchmarks" / "results" / "pipeline.json")
+    filt = _json(ROOT / "results" / "filter.json")
     if path == BENCH_README:
         return {"pipeline": pipeline_table(pipe)}
     return {
-        "headline": headline(metrics, _params()),
-        "results": results_block((ROOT / "results" / "table1.md").read_text(encoding="utf-8"),
-                                 _json(ROOT / "results" / "filter.json"), metrics),
+        "headline": headline(metrics, _params(), filt),
+        "results": results_block((ROOT / "results" / "table1.md").read_text(encoding="utf-8"), filt, metrics),
         "seeds": seeds_block(ROOT / "results" / "seeds" / "summary.csv"),
         "pipeline": pipeline_table(pipe),
     }
