@@ -15,6 +15,8 @@ import math
 import os
 import shutil
 import statistics
+import subprocess
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,6 +29,8 @@ from flexatt.data.batching import Batch, LengthGroupedBatches, ParallelData, col
 from flexatt.data.subwords import EncodedSplit
 from flexatt.fused import PhaseTimer
 from flexatt.runtime import CPUINFO, native_cpu_bf16, tune_allocator
+
+ROOT = Path(__file__).resolve().parent.parent
 
 #: benchmarks run flexatt as its stages do, with the C allocator tuned for large tensors
 #: (``flexatt.runtime``; ``FLEXATT_ALLOCATOR=default`` turns it off)
@@ -274,7 +278,7 @@ def prepare_char(cfg: DictConfig, *, root: Path = CHAR_ROOT, filter_dir: Path = 
     1. ``root/filter``: the pipeline's filtered train and test pairs, the first ``dev_size`` dev pairs;
     2. ``root/tok``: the tokenize stage with ``tokenize.model_type=char`` (joint SentencePiece
        char model, the pipeline's settings otherwise);
-    3. ``root/models/{global,flexible}``: ``flexatt.train.train`` for one epoch limited to
+    3. ``root/models/{global,flexible}``: ``flexatt.trainer.train`` for one epoch limited to
        ``train_fraction`` of the batches (Lightning ``limit_train_batches``), the model sizes of
        ``params.yaml``;
     4. ``root/models_ft/flexible``: fine-tuning with J = CE − β·mean g_t (``finetune.beta``,
@@ -288,9 +292,8 @@ def prepare_char(cfg: DictConfig, *, root: Path = CHAR_ROOT, filter_dir: Path = 
     """
     from flexatt.evaluation import EvalSet, select_tau, translate_split
     from flexatt.metrics import corpus_bleu
-    from flexatt.stages import tokenize as tokenize_stage
-    from flexatt.stages.sweep_tau import decode_settings
-    from flexatt.train import train
+    from flexatt.evaluation import decode_settings
+    from flexatt.trainer import train
 
     settings = {"dev_size": dev_size, "train_fraction": train_fraction, "ft_fraction": ft_fraction,
                 "model": OmegaConf.to_container(cfg.model, resolve=True),
@@ -340,11 +343,10 @@ def prepare_char(cfg: DictConfig, *, root: Path = CHAR_ROOT, filter_dir: Path = 
 
     step("filter", (fdir / "test.tgt").is_file(), make_filter)
 
-    def make_tok() -> None:
-        tcfg = _bench_cfg(cfg, root, 1.0)
-        tcfg.tokenize.in_dir, tcfg.tokenize.out_dir = str(fdir), str(tok_dir)
-        tcfg.tokenize.model_type, tcfg.tokenize.metrics_file = "char", None
-        tokenize_stage.run(tcfg)
+    def make_tok() -> None:  # the stage itself, as DVC runs it, with the pipeline's other tokenize params
+        subprocess.run([sys.executable, "-m", "flexatt.stages.tokenize", f"tokenize.in_dir={fdir.resolve()}",
+                        f"tokenize.out_dir={tok_dir.resolve()}", "tokenize.model_type=char", "tokenize.metrics_file=null"],
+                       cwd=ROOT, check=True)
 
     step("tokenize", (tok_dir / "stats.json").is_file(), make_tok)
 

@@ -407,7 +407,7 @@ def main() -> None:
     from flexatt.data.batching import LengthGroupedBatches, ParallelData, collate
     from flexatt.data.subwords import PAD_ID, UNK_ID, EncodedSplit, Vocab
     from flexatt.model import build_model, count_parameters, sequence_nll
-    from flexatt.train import model_config
+    from flexatt.trainer import model_config
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from _common import ALLOCATOR_TUNED, FP32, precision_context, training_round

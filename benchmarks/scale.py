@@ -37,11 +37,12 @@ and summed VmRSS sampled every 0.1 s (see :func:`run_measured`). A stage that fa
 past ``--timeout`` or past ``--max-rss-gib`` (killed, so that it cannot push the machine out of
 memory) is reported as such with the tail of its stderr; the tokenize stage is then skipped.
 
-``--train-probe`` adds a third subprocess that does what ``flexatt.train.train`` does before its
+``--train-probe`` adds a third subprocess that does what ``flexatt.trainer.train`` does before its
 first step with the data: load both SentencePiece models and ``TranslationData`` (the encoded
 train and dev splits), hash ``train.npz`` for the run fingerprint, build the training
 DataLoader and draw the first batch. Its wall time from process start (interpreter and imports
-included) and peak RSS are reported next to the size of the encoded token ids in memory.
+included) and peak RSS are reported next to the size of the encoded token ids, which training
+memory-maps (:meth:`flexatt.data.subwords.EncodedSplit.load`): its peak should not follow them.
 
 Targets (issue: corpora of millions of pairs): filter + tokenize ≤ 15 minutes end to end and
 ≤ 6 GiB peak RSS per stage at 4.5 million pairs; with several sizes, the peak memory ratio is
@@ -476,12 +477,12 @@ PROBE_PREFIX = "PROBE_RESULT "
 
 
 def probe_train(tok_dir: Path, batch_size: int, seed: int) -> dict:
-    """What ``flexatt.train.train`` does with the data before its first step, timed in phases."""
+    """What ``flexatt.trainer.train`` does with the data before its first step, timed in phases."""
     clock = time.perf_counter
     t0 = clock()
     from flexatt.data.subwords import Vocab
-    from flexatt.train import _file_digest
-    from flexatt.training import TranslationData
+    from flexatt.io import file_digest
+    from flexatt.data.datamodule import TranslationData
     phases = {"import": clock() - t0}
     rss_imports = _status_kib("self", "VmRSS")[0]
 
@@ -490,7 +491,7 @@ def probe_train(tok_dir: Path, batch_size: int, seed: int) -> dict:
     data = TranslationData(tok_dir, batch_size, seed)
     phases["load"] = clock() - t
     t = clock()
-    _file_digest(tok_dir / "train.npz")  # the run fingerprint, computed before the Trainer starts
+    file_digest(tok_dir / "train.npz")  # the run fingerprint, computed before the Trainer starts
     phases["fingerprint"] = clock() - t
     t = clock()
     loader = data.train_dataloader()
@@ -633,7 +634,7 @@ def report(results: list[dict]) -> list[str]:
             lines.append(f"  train probe: first batch {probe['seconds']:.1f} s after the process started (imports "
                          f"{ph['import']:.1f}, load {ph['load']:.1f}, fingerprint {ph['fingerprint']:.1f}, "
                          f"sampler {ph['sampler']:.1f}, batch {ph['first_batch']:.2f}); encoded ids "
-                         f"{probe['encoded_bytes'] / GIB:.3f} GiB, RSS after imports "
+                         f"{probe['encoded_bytes'] / GIB:.3f} GiB (memory-mapped), RSS after imports "
                          f"{_gib(probe['rss_after_imports_kib']):.2f} GiB")
     done = sorted(results, key=lambda r: r["pairs"])
     for a, b in zip(done, done[1:]):

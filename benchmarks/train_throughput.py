@@ -29,7 +29,7 @@ from flexatt.data.batching import LengthGroupedBatches, ParallelData, collate
 from flexatt.data.subwords import PAD_ID, EncodedSplit, Vocab
 from flexatt.model import build_model
 from flexatt.runtime import resolve_precision
-from flexatt.train import model_config
+from flexatt.trainer import model_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import FP32, training_round  # noqa: E402

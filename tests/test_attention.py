@@ -9,6 +9,7 @@ import torch
 
 from flexatt.attention import (
     ATTENTION_TYPES,
+    AttentionArgs,
     SCORE_TYPES,
     AttentionState,
     FlexibleAttention,
@@ -24,9 +25,9 @@ S_MAX = max(LENGTHS)
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 
-def make(attention, score="concat", seed=0, **kw):
+def make(attention, score="concat", seed=0, max_src_len=256, **kw):
     torch.manual_seed(seed)
-    return build_attention(attention, score, Q, K, E, A, **kw)
+    return build_attention(attention, score, AttentionArgs(Q, K, E, A, **kw), max_src_len)
 
 
 def inputs(seed=1, scale=1.0):

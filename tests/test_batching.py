@@ -41,6 +41,17 @@ def test_batch_order_is_seeded_per_epoch():
     assert list(fixed) == fixed.batches
 
 
+def test_batch_order_golden():
+    """The order is the seeded shuffle of the length-sorted batches: a run's batches, and so its
+    results, do not depend on how the sampler stores them."""
+    src, tgt = np.array([3, 1, 2, 1, 3, 2, 1]), np.array([1, 1, 1, 2, 1, 1, 1])
+    sampler = LengthGroupedBatches(src, tgt, 2, seed=5)
+    assert sampler.batches == [[1, 6], [3, 2], [5, 0], [4]]
+    assert list(sampler) == [[1, 6], [3, 2], [4], [5, 0]]
+    sampler.set_epoch(1)
+    assert list(sampler) == [[4], [5, 0], [3, 2], [1, 6]]
+
+
 def test_ranks_take_disjoint_equal_shares():
     lengths = np.arange(205)
     ranks = [LengthGroupedBatches(lengths, lengths, 10, seed=0, world_size=2, rank=r) for r in (0, 1)]
@@ -96,12 +107,12 @@ def _tiny_tok_dir(path):
 
 
 def _fit(tok_dir, root, epochs: int, seed: int, ckpt_path=None) -> dict[int, list[list[int]]]:
-    """Fit the recorder with the Trainer settings of :func:`flexatt.train.build_trainer` that
+    """Fit the recorder with the Trainer settings of :func:`flexatt.trainer.build_trainer` that
     concern the data (``use_distributed_sampler=False``, epoch-end checkpoints)."""
     import pytorch_lightning as pl
     from pytorch_lightning.callbacks import ModelCheckpoint
 
-    from flexatt.training import TranslationData
+    from flexatt.data.datamodule import TranslationData
 
     data = TranslationData(tok_dir, batch_size=10, seed=seed)
     module = _Recorder.create()

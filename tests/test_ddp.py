@@ -70,7 +70,8 @@ def test_ddp_converges_like_a_single_process(tokenized):
     assert len(runs) == 1
     assert runs[0]["summary"]["final/world_size"] == 2
     assert runs[0]["summary"]["final/dev_bleu"] == pytest.approx(two["dev_bleu"])
-    assert sorted(os.listdir(tokenized / "ddp/models/flexible")) == ["best.ckpt", "last.ckpt", "run.json"]
+    assert sorted(os.listdir(tokenized / "ddp/models/flexible")) == [
+        "best.ckpt", "last.ckpt", "run.json", "src.model", "tgt.model"]  # rank 0 wrote each once
 
 
 def test_gpu_trainer_config_composes(root, tmp_path):
@@ -81,7 +82,7 @@ def test_gpu_trainer_config_composes(root, tmp_path):
 
     from flexatt import config as C
     from flexatt.errors import ConfigError
-    from flexatt.train import build_trainer
+    from flexatt.trainer import build_trainer
 
     out = tmp_path / "params.yaml"
     result = subprocess.run([sys.executable, "-m", "flexatt.cli", "params", "trainer=gpu", "--output", str(out),

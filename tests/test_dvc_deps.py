@@ -3,23 +3,11 @@
 A file missing from a stage's ``deps`` lets a change leave committed results stale while
 ``dvc status`` says all is up to date; a listed file the stage does not run re-runs it for nothing.
 
-What "the files a stage runs" means here (the rules the check applies, decided once):
-
-* The stage's code is every ``flexatt`` module named by ``python -m flexatt....`` in its ``cmd``
-  (a ``foreach`` stage by its ``do`` template), and every package module those import, directly
-  or transitively.
-* Imports are read statically with :mod:`ast`, at import level, not call level: ``import
-  flexatt.x``, ``from flexatt.x import y`` (``y`` counts when it is itself a submodule, i.e. a
-  file ``flexatt/x/y.py`` or package ``flexatt/x/y/``), ``from flexatt import x``, and relative
-  imports (``from . import x``, ``from ..x import y``). An import anywhere in a file counts,
-  inside a function or an ``if TYPE_CHECKING:`` block too: the check over-approximates, it never
-  misses a file because it was imported lazily.
-* Importing ``a.b.c`` executes ``a/__init__.py`` and ``a/b/__init__.py``: those count, unless
-  the file holds no statement at all (empty, or only comments), since such a file runs no code.
-  An ``__init__.py`` that gains code later then has to be listed, and the check says so.
-* ``flexatt/fused.py`` compiles the C++ sources under ``src/flexatt/csrc/`` at run time, so a
-  stage whose closure holds ``fused.py`` also depends on every C/C++ file there.
-* Only the ``src/...`` entries of ``deps`` are compared; data and artifact deps are left alone.
+"The files a stage runs" is :func:`flexatt.provenance.code_files` of every ``flexatt`` module
+named by ``python -m flexatt....`` in the stage's ``cmd`` (a ``foreach`` stage by its ``do``
+template): the import closure, with the rules in that module's docstring (the same closure makes
+a training run's resume fingerprint). Only the ``src/...`` entries of ``deps`` are compared; data
+and artifact deps are left alone.
 
 Run this file as a script to check another version of ``dvc.yaml`` against the current sources,
 e.g. ``git show HEAD~3:dvc.yaml | python tests/test_dvc_deps.py -`` (exit status 1 on a problem).
@@ -27,7 +15,6 @@ e.g. ``git show HEAD~3:dvc.yaml | python tests/test_dvc_deps.py -`` (exit status
 
 from __future__ import annotations
 
-import ast
 import re
 import sys
 from pathlib import Path
@@ -35,12 +22,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from flexatt import provenance
+from flexatt.provenance import module_file, runs_code
+
 ROOT = Path(__file__).resolve().parents[1]
-SRC = ROOT / "src"
-PACKAGE = "flexatt"
 FUSED = "src/flexatt/fused.py"
-CSRC = SRC / PACKAGE / "csrc"
-KERNEL_SUFFIXES = {".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".cu", ".cuh"}
 STAGE_CMD = re.compile(r"python[0-9.]*\s+-m\s+(flexatt(?:\.\w+)*)")
 
 
@@ -50,68 +36,12 @@ def rel(path: Path) -> str:
 
 
 def kernel_sources() -> set[str]:
-    """The C/C++ sources ``flexatt/fused.py`` compiles (everything under ``src/flexatt/csrc``)."""
-    if not CSRC.is_dir():
-        return set()
-    return {rel(p) for p in CSRC.rglob("*") if p.is_file() and p.suffix in KERNEL_SUFFIXES}
-
-
-def module_file(name: str) -> Path | None:
-    """The file of module ``name`` (``pkg/__init__.py`` for a package), or None outside src/."""
-    path = SRC.joinpath(*name.split("."))
-    if (path / "__init__.py").is_file():
-        return path / "__init__.py"
-    if path.with_suffix(".py").is_file():
-        return path.with_suffix(".py")
-    return None
-
-
-def runs_code(path: Path) -> bool:
-    """False for a file with no statement at all (empty, or only comments and blank lines)."""
-    return bool(ast.parse(path.read_text(encoding="utf-8")).body)
-
-
-def _imports(path: Path, name: str) -> set[str]:
-    """The package modules that file ``path`` (module ``name``) imports: ``import flexatt.x``,
-    ``from flexatt.x import y`` (``flexatt.x.y`` is kept too: it may be a submodule, which
-    :func:`module_file` decides), ``from flexatt import x``, relative imports."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:  # relative: level 1 is this package, 2 its parent, ...
-                parts = package.split(".")
-                if node.level - 1 >= len(parts):
-                    raise ImportError(f"{rel(path)}: relative import beyond the top-level package")
-                base = ".".join(parts[: len(parts) - (node.level - 1)])
-                module = f"{base}.{node.module}" if node.module else base
-            else:
-                module = node.module or ""
-            found.add(module)
-            found.update(f"{module}.{alias.name}" for alias in node.names if alias.name != "*")
-    return {m for m in found if m == PACKAGE or m.startswith(PACKAGE + ".")}
+    return {rel(p) for p in provenance.kernel_sources()}
 
 
 def closure(*modules: str) -> set[str]:
-    """Repository-relative paths of every package file that running ``modules`` executes (see
-    the module doc for the rules), plus the kernel sources when ``fused.py`` is among them."""
-    seen: dict[str, Path] = {}
-    todo = list(modules)
-    while todo:
-        name = todo.pop()
-        parts = name.split(".")
-        for i in range(1, len(parts) + 1):  # importing a.b.c runs a/__init__.py, a/b/__init__.py
-            sub = ".".join(parts[:i])
-            path = module_file(sub)
-            if path is not None and sub not in seen:
-                seen[sub] = path
-                todo.extend(_imports(path, sub))
-    files = {rel(p) for p in seen.values() if runs_code(p)}
-    if FUSED in files:
-        files |= kernel_sources()
-    return files
+    """Repository-relative paths of :func:`flexatt.provenance.code_files`."""
+    return {rel(p) for p in provenance.code_files(*modules)}
 
 
 def load_stages(text: str) -> dict[str, dict]:
@@ -137,11 +67,18 @@ def check(stage: str, spec: dict) -> list[str]:
         return [f"{stage}: cmd runs {m}, which has no file under src/" for m in missing_modules]
     needed = closure(*modules)
     deps = [d for d in spec.get("deps") or [] if isinstance(d, str)]
-    listed = [d.removeprefix("./") for d in deps if d.removeprefix("./").startswith("src/")]
+    listed = [d.removeprefix("./").rstrip("/") for d in deps if d.removeprefix("./").startswith("src/")]
     problems = [f"{stage}: deps list {f} more than once" for f in sorted({d for d in listed if listed.count(d) > 1})]
-    problems += [f"{stage}: deps miss {f} (the stage runs it)" for f in sorted(needed - set(listed))]
-    problems += [f"{stage}: deps list {f}, which the stage does not run" for f in sorted(set(listed) - needed)]
+    folders = {d: folder_files(d) for d in listed if (ROOT / d).is_dir()}
+    covered = {f for d in listed if d not in folders for f in [d]} | {f for files in folders.values() for f in files}
+    problems += [f"{stage}: deps miss {f} (the stage runs it)" for f in sorted(needed - covered)]
+    problems += [f"{stage}: deps list {f}, which the stage does not run" for f in sorted(covered - needed)]
     return problems
+
+
+def folder_files(folder: str) -> set[str]:
+    """The files DVC hashes for a folder in ``deps`` (``__pycache__`` is in ``.dvcignore``)."""
+    return {rel(p) for p in (ROOT / folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts}
 
 
 def check_all(all_stages: dict[str, dict]) -> list[str]:
@@ -177,14 +114,65 @@ def test_the_check_names_a_duplicate_and_a_cmd_it_cannot_read():
 
 def test_closure_follows_transitive_and_submodule_imports():
     files = closure("flexatt.stages.evaluate")
-    # evaluate -> evaluation -> train -> training -> model -> attention; the kernel via fused.py
-    assert {"src/flexatt/attention.py", "src/flexatt/train.py", "src/flexatt/data/subwords.py",
-            "src/flexatt/__init__.py", *kernel_sources()} <= files
-    assert "src/flexatt/stages/filter.py" not in files
+    # evaluate -> evaluation -> checkpoints, model -> attention, variants/; the kernel via fused.py
+    assert {"src/flexatt/attention.py", "src/flexatt/checkpoints.py", "src/flexatt/data/subwords.py",
+            "src/flexatt/__init__.py", "src/flexatt/variants/__init__.py", *kernel_sources()} <= files
+    # decoding does not run the training code, nor another stage
+    assert not {"src/flexatt/trainer.py", "src/flexatt/task.py", "src/flexatt/stages/filter.py",
+                "src/flexatt/stages/sweep_tau.py"} & files
     # empty package __init__ files run no code and are not deps
     for init in ("src/flexatt/data/__init__.py", "src/flexatt/stages/__init__.py"):
         if (ROOT / init).is_file() and not runs_code(ROOT / init):
             assert init not in files
+
+
+def test_a_stage_without_the_variants_folder_is_told_to_list_it():
+    spec = dict(stages()["evaluate"])
+    deps = [d for d in spec["deps"] if d != "src/flexatt/variants"]
+    assert check("evaluate", {**spec, "deps": deps}) == [
+        "evaluate: deps miss src/flexatt/variants/__init__.py (the stage runs it)"]
+
+
+@pytest.fixture
+def package_copy(tmp_path, monkeypatch):
+    """A copy of src/flexatt that :mod:`flexatt.provenance` reads instead of the real one."""
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(ROOT / "src/flexatt", src / "flexatt", ignore=shutil.ignore_patterns("__pycache__"))
+    package = src / "flexatt"
+    for name, value in {"SRC": src, "PACKAGE_DIR": package, "FUSED": package / "fused.py",
+                        "CSRC": package / "csrc", "VARIANTS_DIR": package / "variants"}.items():
+        monkeypatch.setattr(provenance, name, value)
+    return package
+
+
+def test_resume_fingerprint_changes_exactly_with_the_files_of_the_stage(package_copy, monkeypatch):
+    """The fingerprint of a training run hashes the import closure of the trainer and of the stage
+    it runs: the files dvc.yaml lists for train@*. A new variant module, an edited attention or
+    kernel changes it; an edit to another stage's module does not."""
+    import types
+
+    from flexatt import trainer
+
+    monkeypatch.setattr(sys.modules["__main__"], "__spec__", types.SimpleNamespace(name="flexatt.stages.train"),
+                        raising=False)
+    files = provenance.code_files("flexatt.trainer", "flexatt.stages.train")
+    listed = [d for d in stages()["train"]["deps"] if d.startswith("src/")]
+    listed = {f for d in listed for f in (folder_files(d) if (ROOT / d).is_dir() else [d])}
+    assert {f.relative_to(package_copy.parent).as_posix() for f in files} == {f.removeprefix("src/") for f in listed}
+    before = trainer._code_digest()
+    assert before == provenance.code_digest("flexatt.trainer", "flexatt.stages.train")
+    (package_copy / "stages/filter.py").write_text("# another stage\n", encoding="utf-8")
+    assert trainer._code_digest() == before
+    for edit in ("variants/extra.py", "attention.py", "csrc/fused_decode.cpp"):
+        path = package_copy / edit
+        line = "EDITED = 1" if path.suffix == ".py" else "// edited"
+        path.write_text((path.read_text(encoding="utf-8") if path.exists() else "") + f"\n{line}\n",
+                        encoding="utf-8")
+        after = trainer._code_digest()
+        assert after != before, edit
+        before = after
 
 
 def test_fused_still_builds_the_kernel_from_csrc():

@@ -100,7 +100,7 @@ def test_eval_set_names_missing_files(tmp_path):
 def test_tau_search_bisects_between_the_largest_failing_and_smallest_passing_tau():
     """The grid misses the knee (every grid τ but log S̄ fails); four bisections on log τ find a
     τ whose window is smaller than log S̄'s, and the selection takes it."""
-    from flexatt.stages.sweep_tau import search_points
+    from flexatt.evaluation import search_points
 
     calls = []
 

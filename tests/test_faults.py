@@ -252,7 +252,7 @@ def test_only_atomic_writers_in_the_package(root):
 
 def test_checkpoints_and_translate_stats_are_written_atomically(root):
     """The two known exceptions of the audit above are gone (flexatt.io.save_torch, atomic_path)."""
-    text = (root / "src/flexatt/training.py").read_text() + (root / "src/flexatt/cli.py").read_text()
+    text = (root / "src/flexatt/task.py").read_text() + (root / "src/flexatt/cli.py").read_text()
     assert "torch.save(checkpoint, tmp)" not in text and 'open(args.stats, "w"' not in text
 
 
@@ -367,7 +367,7 @@ def test_unwritable_metrics_folder_keeps_the_checkpoints(trained):
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert _error_lines(result.stderr) == [
         "error: blocker/metrics/flexible.json: Not a directory: blocker (a file is in the way)"]
-    from flexatt.train import load_checkpoint_state
+    from flexatt.checkpoints import load_checkpoint_state
 
     assert load_checkpoint_state(trained / "m2/flexible/best.ckpt")  # trained and saved before the failure
 
@@ -549,6 +549,38 @@ def test_translate_refuses_a_file_that_is_not_a_checkpoint_in_one_line(trained, 
         main(["translate", "--checkpoint", str(text), "--input", str(text)])
     assert str(info.value.code).startswith(f"error: {text}: not a readable checkpoint")
     assert "\n" not in str(info.value.code)
+
+
+def test_checkpoint_folder_is_self_contained(trained, tmp_path, capsys):
+    """Training copies the SentencePiece models beside its checkpoints: translate needs no --tok-dir,
+    and a vocabulary of the right size that is not the checkpoint's is refused by its digest."""
+    import shutil
+
+    from flexatt.checkpoints import check_vocabulary, checkpoint_hparams
+    from flexatt.cli import main
+    from flexatt.errors import DataError
+
+    ckpt_dir = trained / "m/flexible"
+    for side in ("src", "tgt"):
+        assert (ckpt_dir / f"{side}.model").read_bytes() == (trained / f"artifacts/tok/{side}.model").read_bytes()
+    moved = tmp_path / "moved"
+    shutil.copytree(ckpt_dir, moved)
+    (tmp_path / "in.txt").write_text((trained / "artifacts/filter/dev.src").read_text(encoding="utf-8")
+                                     .split("\n")[0] + "\n", encoding="utf-8")
+    main(["translate", "--checkpoint", str(moved / "best.ckpt"), "--beam", "1", "--input", str(tmp_path / "in.txt")])
+    alone = capsys.readouterr().out
+    _translate(trained, "--input", str(tmp_path / "in.txt"))
+    assert alone == capsys.readouterr().out and alone.strip()
+    hparams = checkpoint_hparams(moved / "best.ckpt")
+    assert set(hparams["vocab_digests"]) == {"src", "tgt"}
+    other = {**hparams, "vocab_digests": {**hparams["vocab_digests"], "src": "0" * 16}}
+    with pytest.raises(DataError, match="src.model: is not the src SentencePiece model .* was trained with"):
+        check_vocabulary(moved / "best.ckpt", other, "src", moved / "src.model", hparams["src_vocab"])
+    check_vocabulary(moved / "best.ckpt", hparams, "src", moved / "src.model", hparams["src_vocab"])
+    (moved / "src.model").unlink()
+    with pytest.raises(SystemExit) as info:
+        main(["translate", "--checkpoint", str(moved / "best.ckpt"), "--input", str(tmp_path / "in.txt")])
+    assert str(info.value.code).startswith(f"error: {moved / 'src.model'}: not found")
 
 
 def test_translate_refuses_another_models_vocabulary(trained, tmp_path):

@@ -139,7 +139,7 @@ def test_bf16_on_a_cpu_without_native_bf16_warns_naming_the_key(monkeypatch):
     flags cannot tell (whatever CPU runs the test: the answer of native_cpu_bf16 is set here)."""
     import warnings
 
-    from flexatt import train
+    from flexatt import trainer as train
 
     monkeypatch.setattr(train, "native_cpu_bf16", lambda: False)
     with pytest.warns(UserWarning, match=r"trainer\.precision=bf16-mixed: .*32-true"):

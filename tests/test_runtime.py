@@ -159,7 +159,7 @@ def test_explicit_bf16_on_a_cpu_without_native_bf16_still_warns(cpu, tmp_path):
 
     from omegaconf import OmegaConf
 
-    from flexatt.train import build_trainer, warn_slow_bf16
+    from flexatt.trainer import build_trainer, warn_slow_bf16
 
     cpu(X86_WITHOUT_BF16, onednn_bf16=True)
     with pytest.warns(UserWarning, match=r"trainer\.precision=bf16-mixed: .*32-true"):
@@ -196,7 +196,7 @@ def test_the_timing_probe_measures_a_ratio_and_leaves_the_global_seed_alone():
 def test_auto_precision_is_decided_once_per_run(cpu, monkeypatch):
     """A resumed run keeps the precision of its run.json; ranks started by rank 0 take rank 0's
     decision from the environment; rank 0 puts it there."""
-    from flexatt import train as T
+    from flexatt import trainer as T
 
     monkeypatch.delenv(T.PRECISION_ENV, raising=False)
     for key in ("RANK", "LOCAL_RANK", "NODE_RANK"):

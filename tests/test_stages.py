@@ -129,3 +129,30 @@ def test_encoded_split_round_trip_and_corruption(tmp_path):
     (tmp_path / "bad.npz").write_bytes((tmp_path / "x.npz").read_bytes()[:50])
     with pytest.raises(DataError, match="bad.npz: not a valid encoded split"):
         EncodedSplit.load(tmp_path / "bad.npz")
+
+
+def test_encoded_split_is_memory_mapped_with_the_values_np_load_reads(tmp_path):
+    rng = np.random.default_rng(0)
+    seqs = [rng.integers(4, 9000, rng.integers(0, 30)).tolist() for _ in range(500)]
+    EncodedSplit.from_lists(seqs, seqs[::-1]).save(tmp_path / "x.npz")
+    mapped, read = EncodedSplit.load(tmp_path / "x.npz"), EncodedSplit.load(tmp_path / "x.npz", mmap=False)
+    for key in ("src_ids", "src_offsets", "tgt_ids", "tgt_offsets"):
+        a, b = getattr(mapped, key), getattr(read, key)
+        assert isinstance(a, np.memmap) and not isinstance(b, np.memmap)
+        assert a.dtype == b.dtype and np.array_equal(a, b) and not a.flags.writeable
+    assert [mapped.src(i).tolist() for i in range(500)] == seqs
+
+
+def test_encoded_split_compressed_or_truncated(tmp_path):
+    split = EncodedSplit.from_lists([[5, 6], [7]], [[8], [9, 10]])
+    np.savez_compressed(tmp_path / "z.npz", src_ids=split.src_ids, src_offsets=split.src_offsets,
+                        tgt_ids=split.tgt_ids, tgt_offsets=split.tgt_offsets)
+    loaded = EncodedSplit.load(tmp_path / "z.npz")  # compressed members cannot be mapped: read
+    assert loaded.tgt(1).tolist() == [9, 10] and not isinstance(loaded.src_ids, np.memmap)
+    split.save(tmp_path / "x.npz")
+    data = bytearray((tmp_path / "x.npz").read_bytes())
+    at = data.index(b"\x93NUMPY")  # the first member's .npy magic
+    data[at:at + 6] = b"XXXXXX"
+    (tmp_path / "bad.npz").write_bytes(bytes(data))
+    with pytest.raises(DataError, match="bad.npz: not a valid encoded split"):
+        EncodedSplit.load(tmp_path / "bad.npz")

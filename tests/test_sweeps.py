@@ -429,7 +429,7 @@ def test_real_seeds_sweep(mini_repo):
     """Two training seeds of the seeds sweep end to end on smoke data: each job trains Global and
     Flexible, fine-tunes Flexible, selects τ on dev and scores the four test rows; the summary
     has one line per job and the mean ± sample sd of every column over the jobs."""
-    from flexatt.train import load_checkpoint_state
+    from flexatt.checkpoints import load_checkpoint_state
 
     before = pipeline_files(mini_repo)
     _, sweep_dir = run_sweep(mini_repo, "replicate", "+sweep=seeds", "train.seed=1,2", "train.epochs=1",

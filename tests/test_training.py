@@ -16,8 +16,9 @@ from conftest import run_module, tokenized_smoke
 from flexatt.config import load_params
 from flexatt.errors import DataError
 from flexatt.search import greedy
-from flexatt.train import checkpoint_hparams, load_checkpoint_state, train
-from flexatt.training import lr_factor
+from flexatt.checkpoints import checkpoint_hparams, load_checkpoint_state
+from flexatt.trainer import train
+from flexatt.task import lr_factor
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +167,7 @@ def test_changed_config_does_not_resume_a_stale_checkpoint(tokenized):
 def forced_bleu(monkeypatch):
     """``forced_bleu(values)``: the dev BLEU of 0-based epoch ``e`` is ``values[e]`` (the rest of
     validation runs for real), whichever run (fresh or resumed) the epoch belongs to."""
-    import flexatt.training as training
+    import flexatt.task as training
 
     epoch = {"now": 0}
     start = training.TranslationTask.on_validation_epoch_start
@@ -197,7 +198,7 @@ def test_lr_schedule_and_the_lr_column(in_dir, forced_bleu, monkeypatch, schedul
     """The ``lr`` column of the learning curve is the rate each epoch trained with (the rate
     the optimizer steps with, logged as train/lr); plateau halves it after each epoch whose dev
     BLEU is no better than the best before it."""
-    import flexatt.train as T
+    import flexatt.trainer as T
 
     forced_bleu([5.0, 4.0, 6.0, 6.0, 7.0])
     used: dict[int, set[float]] = {}
@@ -232,7 +233,7 @@ def test_plateau_run_resumed_after_a_crash_ends_where_an_uninterrupted_one_ends(
     """The crash comes at the start of epoch 3, after epoch 2's non-improving BLEU halved the
     rate: the checkpoint of epoch 2 holds the halved rate and the scheduler's state (best BLEU so
     far), so the resumed run halves again after epoch 4 exactly as the uninterrupted one."""
-    import flexatt.train as T
+    import flexatt.trainer as T
 
     class Crash(Exception):
         pass

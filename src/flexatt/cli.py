@@ -6,8 +6,8 @@
 ``flexatt translate --checkpoint CKPT [--input FILE] [--beam 5] [--tau 1.2] [--stats FILE]``
 translates one sentence per line (stdin or a file) with a trained model; an empty line gives an
 empty line. The SentencePiece models ``src.model`` / ``tgt.model`` are taken from the
-checkpoint's folder when they are there, else from ``--tok-dir``; a vocabulary whose size is not
-the checkpoint's is refused by name. ``--stats`` writes a JSON line per sentence with the window
+checkpoint's folder (training writes them there), or from ``--tok-dir``; a vocabulary that is
+not the checkpoint's (another size, or another file than the one it records) is refused by name. ``--stats`` writes a JSON line per sentence with the window
 scored at each decoding step.
 """
 
@@ -27,19 +27,19 @@ def write_params(overrides: list[str], output: Path, config_dir: Path) -> None:
                      overrides)
 
 
-def vocabularies(checkpoint: Path, tok_dir: Path):
+def vocabularies(checkpoint: Path, tok_dir: Path | None):
     """The (source, target) SentencePiece vocabularies of ``checkpoint``: ``src.model`` and
-    ``tgt.model`` beside it, else in ``tok_dir``; each must have the size the model was trained
-    with.
+    ``tgt.model`` in ``tok_dir`` when it is given, else beside the checkpoint; each must be the
+    one the model was trained with (:func:`flexatt.checkpoints.check_vocabulary`).
 
     Raises:
         DataError: a model file is missing, or its vocabulary is not the checkpoint's.
     """
+    from flexatt.checkpoints import check_vocabulary, checkpoint_hparams
     from flexatt.data.subwords import Vocab
     from flexatt.errors import DataError
-    from flexatt.train import checkpoint_hparams
 
-    folder = checkpoint.parent if (checkpoint.parent / "src.model").is_file() else tok_dir
+    folder = checkpoint.parent if tok_dir is None else tok_dir
     hparams = checkpoint_hparams(checkpoint)
     vocabs = []
     for side in ("src", "tgt"):
@@ -48,9 +48,7 @@ def vocabularies(checkpoint: Path, tok_dir: Path):
             raise DataError(path, f"not found: the {side} SentencePiece model of {checkpoint} "
                             "(put it beside the checkpoint, or pass --tok-dir)")
         vocab = Vocab(path)
-        if len(vocab) != hparams[f"{side}_vocab"]:
-            raise DataError(path, f"has {len(vocab)} pieces but {checkpoint} was trained with "
-                            f"{hparams[f'{side}_vocab']}: not this model's vocabulary")
+        check_vocabulary(checkpoint, hparams, side, path, len(vocab))
         vocabs.append(vocab)
     return vocabs[0], vocabs[1]
 
@@ -118,7 +116,8 @@ def main(argv: list[str] | None = None) -> None:
     params.add_argument("--config-dir", type=Path, default=Path("conf"))
     tr = sub.add_parser("translate", help="translate text with a trained checkpoint")
     tr.add_argument("--checkpoint", type=Path, required=True, help="e.g. artifacts/models_ft/flexible/best.ckpt")
-    tr.add_argument("--tok-dir", type=Path, default=Path("artifacts/tok"), help="holds src.model and tgt.model when they are not beside the checkpoint")
+    tr.add_argument("--tok-dir", type=Path, default=None,
+                    help="take src.model and tgt.model from here (default: beside the checkpoint)")
     tr.add_argument("--input", type=Path, help="one sentence per line (default: stdin)")
     tr.add_argument("--beam", type=int, default=5, help="beam size (1: greedy)")
     tr.add_argument("--tau", type=float, default=None, help="flexible attention's threshold (default: inf)")

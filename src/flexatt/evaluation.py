@@ -1,5 +1,6 @@
 """Loading trained models and translating a whole split: the shared core of the sweep,
-evaluation and translate commands.
+evaluation and translate commands, with the settings they share (``decode``, the checkpoints of
+``evaluate.checkpoints``, lists of τ) and the τ search of the sweeps.
 
 ``translate_split`` decodes an encoded split in length-sorted batches (greedy or beam search, with
 the fast step of :mod:`flexatt.fast_search` where it covers the model),
@@ -17,13 +18,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from omegaconf import DictConfig
+
+from flexatt import config as C
+from flexatt.checkpoints import checkpoint_hparams, load_checkpoint_state
 from flexatt.data.batching import LengthGroupedBatches, ParallelData, collate
 from flexatt.data.subwords import EncodedSplit, Vocab
-from flexatt.errors import DataError
-from flexatt.model import Seq2Seq, build_model
+from flexatt.errors import ConfigError, DataError
 from flexatt.fast_search import beam_search, greedy
+from flexatt.model import Seq2Seq, build_model
 from flexatt.search import mean_window, step_weighted_window
-from flexatt.train import checkpoint_hparams, load_checkpoint_state
 
 
 def load_model(checkpoint: str | Path) -> Seq2Seq:
@@ -159,3 +163,67 @@ class EvalSet:
     def mean_src_len(self) -> float:
         """S̄: mean source length as the attention sees it (subword tokens + EOS)."""
         return float(np.mean(self.split.src_lengths + 1))
+
+
+def decode_settings(cfg: DictConfig) -> dict:
+    """The ``decode`` group, checked."""
+    return {
+        "beam_size": C.check_int(cfg, "decode.beam_size", minimum=1),
+        "alpha": C.check_float(cfg, "decode.alpha", ge=0.0),
+        "max_len_ratio": C.check_float(cfg, "decode.max_len_ratio", gt=0.0),
+        "batch_size": C.check_int(cfg, "decode.batch_size", minimum=1),
+    }
+
+
+def checkpoint_of(cfg: DictConfig, name: str, key: str) -> Path:
+    """The checkpoint of row ``name`` (``evaluate.checkpoints``), an existing file; ``key`` names
+    the list it came from."""
+    checkpoints = C.get(cfg, "evaluate.checkpoints")
+    if name not in checkpoints:
+        raise ConfigError(key, f"unknown model {name!r}: must be one of {', '.join(checkpoints)}")
+    return C.check_file(cfg, f"evaluate.checkpoints.{name}", hint="train that model first")
+
+
+def check_taus(cfg: DictConfig, key: str, nonempty: bool = False) -> list[float]:
+    """A list of thresholds τ >= 0 (not empty when ``nonempty``); errors name ``key[i]``."""
+    values = list(C.get(cfg, key))
+    if nonempty and not values:
+        raise ConfigError(key, "must not be empty")
+    for i, tau in enumerate(values):
+        if isinstance(tau, bool) or not isinstance(tau, (int, float)) or math.isnan(tau) or tau < 0:
+            raise ConfigError(f"{key}[{i}]", f"must be a number >= 0 (got {tau!r})")
+    return [float(t) for t in values]
+
+
+def search_points(point, grid: list[float], reference_bleu: float, tolerance: float,
+                  steps: int) -> list[dict]:
+    """Every dev point of one model: the grid, then ``steps`` bisections on log τ.
+
+    ``point(tau) -> {"tau", "window", "bleu", ...}`` decodes dev at ``tau``. A point passes when
+    its BLEU is at least ``reference_bleu − tolerance``. The bracket is the smallest passing τ
+    of the grid and the largest failing τ below it; each step decodes the geometric mean of the
+    bracket and moves the bound it falls on, so the knee of the curve is found with ``steps``
+    extra decodes. No bisection when the grid has no passing τ or the smallest τ passes.
+    Returns the points in order of τ, each marked ``"source": "grid" | "search"``.
+    """
+    points = [{**point(tau), "source": "grid"} for tau in grid]
+
+    def passes(p: dict) -> bool:
+        return p["bleu"] >= reference_bleu - tolerance
+
+    passing = [p["tau"] for p in points if passes(p)]
+    if passing:
+        hi = min(passing)
+        failing = [p["tau"] for p in points if not passes(p) and 0 < p["tau"] < hi]
+        lo = max(failing) if failing else None
+        for _ in range(steps if lo is not None else 0):
+            mid = round(math.exp(0.5 * (math.log(lo) + math.log(hi))), 4)
+            if not lo < mid < hi:
+                break
+            p = {**point(mid), "source": "search"}
+            points.append(p)
+            if passes(p):
+                hi = mid
+            else:
+                lo = mid
+    return sorted(points, key=lambda p: p["tau"])

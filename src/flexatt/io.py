@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import gzip
+import hashlib
 import json
 import os
 import shutil
@@ -58,6 +59,15 @@ def read_raw_lines(path: str | os.PathLike) -> list[bytes]:
     if lines[-1] == b"":
         lines.pop()
     return [line[:-1] if line.endswith(b"\r") else line for line in lines]
+
+
+def file_digest(path: str | os.PathLike, block: int = 1 << 20) -> str:
+    """SHA-256 of a file (first 16 hex digits), read in blocks: a file may be larger than memory."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(block):
+            digest.update(chunk)
+    return digest.hexdigest()[:16]
 
 
 def decode_line(raw: bytes, path: str | os.PathLike, line_no: int) -> str:

@@ -23,11 +23,13 @@ from typing import Any, Optional
 import torch
 from torch import Tensor, nn
 
+import flexatt.variants  # noqa: F401  (registers the variants of src/flexatt/variants/)
 from flexatt.attention import (
-    ATTENTION_TYPES,
     SCORE_TYPES,
+    AttentionArgs,
     AttentionCache,
     AttentionStats,
+    attention_types,
     build_attention,
 )
 from flexatt.decoders import DecoderState, RecurrentDecoder, full_precision
@@ -121,8 +123,8 @@ def validate_config(cfg: Mapping) -> dict[str, Any]:
     if unknown:
         _fail(unknown[0], cfg[unknown[0]], "one of the keys " + ", ".join(DEFAULTS))
     out = {**DEFAULTS, **cfg}
-    if out["attention"] not in ATTENTION_TYPES:
-        _fail("attention", out["attention"], " | ".join(ATTENTION_TYPES))
+    if out["attention"] not in attention_types():
+        _fail("attention", out["attention"], " | ".join(attention_types()))
     if out["score"] not in SCORE_TYPES:
         _fail("score", out["score"], " | ".join(SCORE_TYPES))
     for key in ("emb_size", "hidden_size", "att_size", "readout_size", "local_D", "max_src_len"):
@@ -155,9 +157,7 @@ def build_model(cfg: Mapping, src_vocab: int, tgt_vocab: int, pad_id: int = 0) -
     c = validate_config(cfg)
     hidden, ctx = c["hidden_size"], 2 * c["hidden_size"]
     encoder = RecurrentEncoder(src_vocab, c["emb_size"], hidden, hidden, c["dropout"], pad_id)
-    attention = build_attention(
-        c["attention"],
-        c["score"],
+    args = AttentionArgs(
         query_size=hidden,
         key_size=ctx,
         feedback_size=c["emb_size"],
@@ -167,9 +167,9 @@ def build_model(cfg: Mapping, src_vocab: int, tgt_vocab: int, pad_id: int = 0) -
         g_feedback=c["g_feedback"],
         sact_lambda=float(c["sact_lambda"]),
         temperature=None if c["temperature"] is None else float(c["temperature"]),
-        max_src_len=c["max_src_len"],
         sact_feedback=c["sact_feedback"],
     )
+    attention = build_attention(c["attention"], c["score"], args, c["max_src_len"])
     decoder = RecurrentDecoder(
         tgt_vocab,
         c["emb_size"],

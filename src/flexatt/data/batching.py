@@ -1,8 +1,9 @@
 """Batches of sentence pairs, grouped by length, for training and decoding.
 
-As in the papers (SPEC §5): pairs are sorted by length, cut into batches of ``batch_size`` pairs,
-and the order of the batches is shuffled every epoch (seeded, so a run repeats exactly, and
-each data-parallel rank takes every ``world_size``-th batch of the same order).
+As in the papers (docs/method.md, Training and decoding): pairs are sorted by length, cut into
+batches of ``batch_size`` pairs, and the order of the batches is shuffled every epoch (seeded, so
+a run repeats exactly, and each data-parallel rank takes every ``world_size``-th batch of the same
+order).
 
 Tensor layout of a :class:`Batch`::
 
@@ -115,8 +116,8 @@ class LengthGroupedBatches(Sampler[list[int]]):
                  shuffle: bool = True, seed: int = 0, world_size: int = 1, rank: int = 0):
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
-        order = np.lexsort((np.arange(len(src_lengths)), tgt_lengths, src_lengths))  # stable
-        self.batches = [order[i:i + batch_size].tolist() for i in range(0, len(order), batch_size)]
+        self.order = np.lexsort((np.arange(len(src_lengths)), tgt_lengths, src_lengths))  # stable
+        self.batch_size, self.n_batches = batch_size, -(-len(self.order) // batch_size)
         self.shuffle, self.seed, self.epoch = shuffle, seed, 0
         self.world_size, self.rank = world_size, rank
         self.sampler = _EpochSetter(self)
@@ -132,11 +133,21 @@ class LengthGroupedBatches(Sampler[list[int]]):
         A generator: the order is drawn when the first batch is requested, not when the
         iterator is made. Lightning makes the training DataLoader's first iterator before it
         sets the epoch of a fit's first epoch (a resumed run's included)."""
-        batches = list(self.batches)
+        batches = list(range(self.n_batches))
         if self.shuffle:
             random.Random(self.seed + self.epoch).shuffle(batches)
         usable = len(batches) - len(batches) % self.world_size if self.world_size > 1 else len(batches)
-        yield from batches[self.rank:usable:self.world_size]
+        for b in batches[self.rank:usable:self.world_size]:
+            yield self.batch(b)
+
+    def batch(self, b: int) -> list[int]:
+        """The pair indices of batch ``b`` of the length-sorted order (the ``b``-th ``batch_size`` pairs)."""
+        return self.order[b * self.batch_size:(b + 1) * self.batch_size].tolist()
+
+    @property
+    def batches(self) -> list[list[int]]:
+        """Every batch in length-sorted order (as :meth:`__iter__` gives them without shuffling)."""
+        return [self.batch(b) for b in range(self.n_batches)]
 
     def __len__(self) -> int:
-        return len(self.batches) // self.world_size if self.world_size > 1 else len(self.batches)
+        return self.n_batches // self.world_size if self.world_size > 1 else self.n_batches

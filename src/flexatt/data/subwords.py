@@ -5,7 +5,8 @@ sentence. Encoded sentences hold neither BOS nor EOS; batching adds them.
 
 An encoded split is one ``.npz`` file holding, per side, all token ids concatenated
 (``src_ids``, int32) and the start of each sentence (``src_offsets``, int64, ``n + 1`` entries),
-so loading 30k sentences is two array reads, not 30k Python lists.
+so a split is four arrays, not a Python list per sentence, and :meth:`EncodedSplit.load`
+memory-maps them: a corpus of millions of pairs is read from disk as batches touch it.
 """
 
 from __future__ import annotations
@@ -141,10 +142,19 @@ class EncodedSplit:
                      tgt_ids=self.tgt_ids, tgt_offsets=self.tgt_offsets)
 
     @staticmethod
-    def load(path: str | os.PathLike) -> EncodedSplit:
+    def load(path: str | os.PathLike, mmap: bool = True) -> EncodedSplit:
+        """Read an encoded split; with ``mmap`` its arrays are memory-mapped, read-only.
+
+        Memory-mapped, a split costs address space, not memory: the pages of the token ids
+        are read when a batch touches them and the OS may drop them again, so training on
+        millions of pairs holds no copy of the corpus. See :func:`_map_npz_member`."""
+        keys = ("src_ids", "src_offsets", "tgt_ids", "tgt_offsets")
         try:
-            with np.load(path, allow_pickle=False) as data:
-                split = EncodedSplit(*(data[k] for k in ("src_ids", "src_offsets", "tgt_ids", "tgt_offsets")))
+            if mmap:
+                split = EncodedSplit(*(_map_npz_member(path, k) for k in keys))
+            else:
+                with np.load(path, allow_pickle=False) as data:
+                    split = EncodedSplit(*(data[k] for k in keys))
         except FileNotFoundError as exc:
             raise DataError(path, "encoded split not found (run the tokenize stage)") from exc
         except (OSError, ValueError, KeyError, zipfile.BadZipFile) as exc:
@@ -156,3 +166,45 @@ class EncodedSplit:
         if len(split.src_offsets) != len(split.tgt_offsets):
             raise DataError(path, "source and target sentence counts differ")
         return split
+
+
+_ZIP_LOCAL_HEADER = 30  # bytes of a ZIP local file header before its name and extra field
+_NPY_HEADER_READERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
+def _map_npz_member(path: str | os.PathLike, key: str) -> np.ndarray:
+    """The array ``key`` of the ``.npz`` at ``path``, memory-mapped where the file allows it.
+
+    ``np.load`` ignores ``mmap_mode`` for ``.npz`` archives and reads every member it is asked
+    for, so this maps the member itself: ``np.savez`` stores members uncompressed, and a stored
+    member's ``.npy`` bytes lie contiguously in the archive after its local file header. A
+    compressed member (``np.savez_compressed``) or an object array is read into memory."""
+    with zipfile.ZipFile(path) as archive:
+        info = archive.getinfo(f"{key}.npy")
+        if info.compress_type != zipfile.ZIP_STORED:
+            with archive.open(info) as member:
+                return np.lib.format.read_array(member, allow_pickle=False)
+    with open(path, "rb") as raw:
+        raw.seek(info.header_offset)
+        local = raw.read(_ZIP_LOCAL_HEADER)
+        if len(local) != _ZIP_LOCAL_HEADER or local[:4] != b"PK\x03\x04":
+            raise ValueError(f"{key}.npy: bad ZIP local header")
+        name_len, extra_len = int.from_bytes(local[26:28], "little"), int.from_bytes(local[28:30], "little")
+        start = info.header_offset + _ZIP_LOCAL_HEADER + name_len + extra_len
+        raw.seek(start)
+        read_header = _NPY_HEADER_READERS.get(np.lib.format.read_magic(raw))
+        if read_header is None:  # a newer .npy version: read it, do not guess its layout
+            with np.load(path, allow_pickle=False) as data:
+                return data[key]
+        shape, fortran, dtype = read_header(raw)
+        data_start = raw.tell()
+    if dtype.hasobject:
+        raise ValueError(f"{key}.npy: object arrays are not allowed")
+    count = int(np.prod(shape))
+    if data_start - start + count * dtype.itemsize != info.file_size:
+        raise ValueError(f"{key}.npy: {info.file_size} bytes stored, the header describes "
+                         f"{data_start - start + count * dtype.itemsize}")
+    if count == 0:
+        return np.empty(shape, dtype)
+    return np.memmap(path, dtype=dtype, mode="r", offset=data_start, shape=shape,
+                     order="F" if fortran else "C")

@@ -53,7 +53,7 @@ from flexatt.metrics import (
     tokenized_bleu,
 )
 from flexatt.search import forced_decode
-from flexatt.stages.sweep_tau import checkpoint_of, decode_settings
+from flexatt.evaluation import checkpoint_of, decode_settings
 from flexatt.tracking import start_run
 
 TABLE_ORDER = ["global", "local_m", "local_p", "flexible", "flexible_tau", "flexible_ft",

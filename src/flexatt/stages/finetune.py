@@ -19,7 +19,7 @@ from omegaconf import DictConfig
 
 from flexatt import config as C
 from flexatt.errors import ConfigError
-from flexatt.train import model_config, train
+from flexatt.trainer import model_config, train
 
 
 def run(cfg: DictConfig) -> dict:

@@ -44,9 +44,9 @@ from flexatt.errors import ConfigError
 from flexatt.evaluation import EvalSet, load_model, select_tau, translate_split
 from flexatt.io import write_json
 from flexatt.metrics import corpus_bleu, corpus_chrf
-from flexatt.stages.sweep_tau import check_taus, decode_settings, search_points
+from flexatt.evaluation import check_taus, decode_settings, search_points
 from flexatt.tracking import start_run
-from flexatt.train import train
+from flexatt.trainer import train
 
 #: the variants a job trains, and the one it fine-tunes
 VARIANTS = ("global", "flexible")

@@ -24,9 +24,9 @@ from flexatt.errors import ConfigError
 from flexatt.evaluation import EvalSet, load_model, translate_split
 from flexatt.io import atomic_path, write_json
 from flexatt.metrics import corpus_bleu
-from flexatt.stages.sweep_tau import check_taus, decode_settings
+from flexatt.evaluation import check_taus, decode_settings
 from flexatt.tracking import default_group, start_run
-from flexatt.train import model_config, train
+from flexatt.trainer import model_config, train
 
 
 def _dev_point(model, dev: EvalSet, tau: float | None, settings: dict) -> tuple[float, float]:

@@ -30,40 +30,11 @@ from omegaconf import DictConfig
 from flexatt import config as C
 from flexatt import figures
 from flexatt.errors import ConfigError
-from flexatt.evaluation import EvalSet, load_model, select_tau, translate_split
+from flexatt.evaluation import (EvalSet, check_taus, checkpoint_of, decode_settings, load_model, search_points,
+                                select_tau, translate_split)
 from flexatt.io import atomic_path, write_json
 from flexatt.metrics import corpus_bleu
 from flexatt.tracking import start_run
-
-
-def decode_settings(cfg: DictConfig) -> dict:
-    """The ``decode`` group, checked."""
-    return {
-        "beam_size": C.check_int(cfg, "decode.beam_size", minimum=1),
-        "alpha": C.check_float(cfg, "decode.alpha", ge=0.0),
-        "max_len_ratio": C.check_float(cfg, "decode.max_len_ratio", gt=0.0),
-        "batch_size": C.check_int(cfg, "decode.batch_size", minimum=1),
-    }
-
-
-def checkpoint_of(cfg: DictConfig, name: str, key: str) -> Path:
-    """The checkpoint of row ``name`` (``evaluate.checkpoints``), an existing file; ``key`` names
-    the list it came from."""
-    checkpoints = C.get(cfg, "evaluate.checkpoints")
-    if name not in checkpoints:
-        raise ConfigError(key, f"unknown model {name!r}: must be one of {', '.join(checkpoints)}")
-    return C.check_file(cfg, f"evaluate.checkpoints.{name}", hint="train that model first")
-
-
-def check_taus(cfg: DictConfig, key: str, nonempty: bool = False) -> list[float]:
-    """A list of thresholds τ >= 0 (not empty when ``nonempty``); errors name ``key[i]``."""
-    values = list(C.get(cfg, key))
-    if nonempty and not values:
-        raise ConfigError(key, "must not be empty")
-    for i, tau in enumerate(values):
-        if isinstance(tau, bool) or not isinstance(tau, (int, float)) or math.isnan(tau) or tau < 0:
-            raise ConfigError(f"{key}[{i}]", f"must be a number >= 0 (got {tau!r})")
-    return [float(t) for t in values]
 
 
 class Decoder:
@@ -89,40 +60,6 @@ class Decoder:
             print(f"  {name:18s} {split:5s} tau={tau:<8g} window {p['window']:7.2f}  BLEU {p['bleu']:6.2f}"
                   f"  ({p['ms_per_sentence']:.1f} ms/sentence)", flush=True)
         return self.memo[key]
-
-
-def search_points(point, grid: list[float], reference_bleu: float, tolerance: float,
-                  steps: int) -> list[dict]:
-    """Every dev point of one model: the grid, then ``steps`` bisections on log τ.
-
-    ``point(tau) -> {"tau", "window", "bleu", ...}`` decodes dev at ``tau``. A point passes when
-    its BLEU is at least ``reference_bleu − tolerance``. The bracket is the smallest passing τ
-    of the grid and the largest failing τ below it; each step decodes the geometric mean of the
-    bracket and moves the bound it falls on, so the knee of the curve is found with ``steps``
-    extra decodes. No bisection when the grid has no passing τ or the smallest τ passes.
-    Returns the points in order of τ, each marked ``"source": "grid" | "search"``.
-    """
-    points = [{**point(tau), "source": "grid"} for tau in grid]
-
-    def passes(p: dict) -> bool:
-        return p["bleu"] >= reference_bleu - tolerance
-
-    passing = [p["tau"] for p in points if passes(p)]
-    if passing:
-        hi = min(passing)
-        failing = [p["tau"] for p in points if not passes(p) and 0 < p["tau"] < hi]
-        lo = max(failing) if failing else None
-        for _ in range(steps if lo is not None else 0):
-            mid = round(math.exp(0.5 * (math.log(lo) + math.log(hi))), 4)
-            if not lo < mid < hi:
-                break
-            p = {**point(mid), "source": "search"}
-            points.append(p)
-            if passes(p):
-                hi = mid
-            else:
-                lo = mid
-    return sorted(points, key=lambda p: p["tau"])
 
 
 def run(cfg: DictConfig) -> dict:

@@ -9,7 +9,7 @@ Usage::
 
 Writes ``<train.out_dir>/<variant>/{best,last}.ckpt`` and ``<train.metrics_dir>/<variant>.json``
 (dev BLEU, throughput, minutes per epoch) with its learning curve ``<variant>.csv``. Started
-again after an interruption, it resumes from ``last.ckpt`` (see :mod:`flexatt.train`).
+again after an interruption, it resumes from ``last.ckpt`` (see :mod:`flexatt.trainer`).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from flexatt import config as C
-from flexatt.train import train
+from flexatt.trainer import train
 
 
 def run(cfg: DictConfig) -> dict:

@@ -18,11 +18,11 @@ rank 0 take rank 0's decision.
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import logging
 import os
 import shutil
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -33,17 +33,19 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
-import flexatt
 from flexatt import config as C
+from flexatt.checkpoints import SIDES, error_summary, load_checkpoint_state, vocab_digest
+from flexatt.data.datamodule import TranslationData
 from flexatt.data.subwords import Vocab
 from flexatt.errors import ConfigError, DataError
-from flexatt.io import atomic_path, write_json
+from flexatt.io import atomic_path, file_digest, write_json
 from flexatt.model import count_parameters
+from flexatt.provenance import code_digest
 from flexatt.runtime import AUTO_PRECISION, native_cpu_bf16, resolve_precision
 from flexatt.tracking import default_group, lightning_logger, start_run
-from flexatt.training import LR_SCHEDULES, AtomicCheckpointIO, TranslationData, TranslationTask
+from flexatt.task import LR_SCHEDULES, AtomicCheckpointIO, TranslationTask
 
-log = logging.getLogger("flexatt.train")
+log = logging.getLogger("flexatt.trainer")
 
 
 class History(Callback):
@@ -95,15 +97,12 @@ class History(Callback):
 
 
 def _code_digest() -> str:
-    """Hash of the package's source, part of the resume fingerprint."""
-    digest = hashlib.sha256()
-    for path in sorted(Path(flexatt.__file__).parent.rglob("*.py")):
-        digest.update(path.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def _file_digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    """Hash of the code this run executes, part of the resume fingerprint: the import closure
+    (:func:`flexatt.provenance.code_files`) of this module and of the stage module the process
+    runs (``python -m flexatt.stages.train``), the files DVC lists as the stage's ``deps``."""
+    main = getattr(sys.modules.get("__main__"), "__spec__", None)
+    modules = [__name__] + ([main.name] if main and main.name.startswith("flexatt.") else [])
+    return code_digest(*modules)
 
 
 def model_config(cfg: DictConfig, variant: str, key: str = "train.variant") -> dict:
@@ -205,7 +204,8 @@ def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: 
     pl.seed_everything(seed, workers=True, verbose=False)
     try:
         task = TranslationTask(model_cfg, len(src_vocab), len(tgt_vocab), lr=lr, halve_from=halve_from,
-                               beta=beta, seed=seed, max_len_ratio=ratio, lr_schedule=lr_schedule)
+                               beta=beta, seed=seed, max_len_ratio=ratio, lr_schedule=lr_schedule,
+                               vocab_digests={side: vocab_digest(tok_dir / f"{side}.model") for side in SIDES})
     except ValueError as exc:  # the model's own checks name the key
         raise ConfigError(str(exc).split(":")[0], str(exc).split(":", 1)[1].strip()) from exc
     if init_from is not None:
@@ -220,8 +220,8 @@ def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: 
         "variant": variant, "model": model_cfg, "epochs": epochs, "lr": lr, "beta": beta,
         "batch_size": batch_size, "halve_from": halve_from, "lr_schedule": lr_schedule, "seed": seed,
         "trainer": OmegaConf.to_container(C.get(cfg, "trainer"), resolve=True),
-        "data": _file_digest(tok_dir / "train.npz"), "code": _code_digest(),
-        "init_from": _file_digest(init_from) if init_from else None,
+        "data": file_digest(tok_dir / "train.npz"), "code": _code_digest(),
+        "init_from": file_digest(init_from) if init_from else None,
     }
     resume, recorded = _resume_point(ckpt_dir, fingerprint)
     resumed_from_epoch = _epoch_of(resume)
@@ -246,6 +246,10 @@ def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: 
         tracker.finish()
         raise
     wall = time.perf_counter() - started
+    if trainer.is_global_zero:  # the checkpoints' vocabularies: a checkpoint's folder is self-contained
+        for side in SIDES:
+            with atomic_path(ckpt_dir / f"{side}.model") as tmp:
+                shutil.copyfile(tok_dir / f"{side}.model", tmp)
 
     rows = history.rows
     best = max((r for r in rows if r["val_bleu"] is not None), key=lambda r: r["val_bleu"], default=None)
@@ -277,7 +281,7 @@ def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: 
     tracker.summary({f"final/{k}": v for k, v in metrics.items() if v is not None})
     best_ckpt = ckpt_dir / "best.ckpt"
     if log_checkpoint and best_ckpt.is_file():
-        tracker.artifact(f"{job}-{variant}", "model", [best_ckpt],
+        tracker.artifact(f"{job}-{variant}", "model", [best_ckpt, *(ckpt_dir / f"{side}.model" for side in SIDES)],
                          {"dev_bleu": metrics["dev_bleu"], "epoch": metrics["best_epoch"]})
     tracker.finish()
     return metrics, {"task": task, "trainer": trainer, "data": data, "ckpt_dir": ckpt_dir,
@@ -344,36 +348,6 @@ def _epoch_of(checkpoint: Path | None) -> int | None:
     try:
         return int(torch.load(checkpoint, map_location="cpu", weights_only=True)["epoch"]) + 1
     except Exception as exc:  # truncated zip, pickle error, missing key
-        raise DataError(checkpoint, f"cannot resume: not a readable checkpoint (corrupt or truncated?): {exc} "
+        raise DataError(checkpoint, f"cannot resume: not a readable checkpoint (corrupt or truncated?): "
+                        f"{error_summary(exc)} "
                         "(delete it to train from scratch)") from exc
-
-
-def load_checkpoint_state(path: str | Path) -> dict[str, torch.Tensor]:
-    """The network weights (``Seq2Seq`` state dict) of a Lightning checkpoint.
-
-    Loaded with ``weights_only=True``: nothing in the file is unpickled as code.
-
-    Raises:
-        DataError: the file is missing, truncated or not a flexatt checkpoint.
-    """
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-        state = ckpt["state_dict"]
-    except FileNotFoundError as exc:
-        raise DataError(path, "checkpoint not found") from exc
-    except Exception as exc:  # truncated zip, pickle error, missing key
-        raise DataError(path, f"not a readable checkpoint (corrupt or truncated?): {exc}") from exc
-    prefix = "model."
-    weights = {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
-    if not weights:
-        raise DataError(path, "holds no model weights")
-    return weights
-
-
-def checkpoint_hparams(path: str | Path) -> dict[str, Any]:
-    """The hyperparameters saved in a checkpoint (model config, vocabulary sizes, …)."""
-    try:
-        return dict(torch.load(path, map_location="cpu", weights_only=True)["hyper_parameters"])
-    except Exception as exc:
-        raise DataError(path, f"not a readable checkpoint (corrupt or truncated?): {exc}") from exc
-

@@ -4,25 +4,24 @@
 the fine-tuning objective J = CE − β·mean g_t of Flexible Attention eq. 9), Adam with a learning
 rate schedule (``train.lr_schedule``: ``fixed`` halves it every epoch from a configured epoch on,
 ``plateau`` halves it after every epoch whose dev BLEU is no better than the best before), and
-validation by greedy decoding of the dev set scored with BLEU. The network lives in ``flexatt.model``; batching in
-``flexatt.data.batching``; decoding in ``flexatt.search``.
+validation by greedy decoding of the dev set scored with BLEU. The network lives in
+``flexatt.model``; the data in ``flexatt.data.datamodule``; decoding in ``flexatt.search``; the
+Trainer and its run in ``flexatt.trainer``.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
 from lightning_fabric.plugins import TorchCheckpointIO
 from pytorch_lightning.trainer.states import TrainerFn
-from torch.utils.data import DataLoader
 
-from flexatt.data.batching import Batch, LengthGroupedBatches, ParallelData, collate
-from flexatt.data.subwords import PAD_ID, EncodedSplit
+from flexatt.data.batching import Batch
+from flexatt.data.subwords import PAD_ID
 from flexatt.io import save_torch
 from flexatt.metrics import corpus_bleu
 from flexatt.model import build_model, finetune_loss, sequence_nll
@@ -59,11 +58,13 @@ class TranslationTask(pl.LightningModule):
             uninterrupted one does. Lightning's own plateau stepping comes after the checkpoint
             and is skipped on resume; it is not used. Without dev BLEU (no detokenizer) the
             rate stays constant.
+        vocab_digests: ``{"src": sha, "tgt": sha}`` of the SentencePiece models, saved with the
+            hyperparameters so that a checkpoint refuses another vocabulary of the same size.
     """
 
     def __init__(self, model_cfg: dict, src_vocab: int, tgt_vocab: int, lr: float = 1e-3,
                  halve_from: int = 4, beta: float = 0.0, seed: int = 0, max_len_ratio: float = 2.0,
-                 lr_schedule: str = "fixed"):
+                 lr_schedule: str = "fixed", vocab_digests: dict[str, str] | None = None):
         super().__init__()
         if lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"train.lr_schedule: must be one of {', '.join(LR_SCHEDULES)} (got {lr_schedule!r})")
@@ -154,29 +155,6 @@ class TranslationTask(pl.LightningModule):
         self._plateau_state = checkpoint.get("plateau_scheduler")
         if self.plateau is not None and self._plateau_state is not None:
             self.plateau.load_state_dict(self._plateau_state)
-
-
-class TranslationData(pl.LightningDataModule):
-    """The encoded train and dev splits, batched by length (rank-aware under DDP)."""
-
-    def __init__(self, tok_dir: str | os.PathLike, batch_size: int, seed: int, eval_batch_size: int = 100):
-        super().__init__()
-        self.tok_dir = Path(tok_dir)
-        self.batch_size, self.eval_batch_size, self.seed = batch_size, eval_batch_size, seed
-        self.train = EncodedSplit.load(self.tok_dir / "train.npz")
-        self.dev = EncodedSplit.load(self.tok_dir / "dev.npz")
-
-    def train_dataloader(self) -> DataLoader:
-        world = self.trainer.world_size if self.trainer else 1
-        rank = self.trainer.global_rank if self.trainer else 0
-        sampler = LengthGroupedBatches(self.train.src_lengths, self.train.tgt_lengths, self.batch_size,
-                                       shuffle=True, seed=self.seed, world_size=world, rank=rank)
-        return DataLoader(ParallelData(self.train), batch_sampler=sampler, collate_fn=collate)
-
-    def val_dataloader(self) -> DataLoader:
-        sampler = LengthGroupedBatches(self.dev.src_lengths, self.dev.tgt_lengths, self.eval_batch_size,
-                                       shuffle=False)
-        return DataLoader(ParallelData(self.dev), batch_sampler=sampler, collate_fn=collate)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
