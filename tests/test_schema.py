@@ -1,0 +1,148 @@
+"""The configuration schema (flexatt.schema): its defaults are conf/'s, and every rule refuses a
+bad value with one line naming the key and what it allows."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from omegaconf import OmegaConf
+
+from flexatt import schema
+from flexatt.config import compose
+from flexatt.errors import ConfigError
+
+
+@pytest.fixture(scope="module")
+def default_cfg(root):
+    return compose([], config_dir=root / "conf")
+
+
+def test_defaults_are_those_of_conf(default_cfg):
+    composed = OmegaConf.to_container(default_cfg, resolve=True)
+    for name, field in schema.Params.model_fields.items():
+        if name in ("variants", "evaluate"):
+            continue  # data, not defaults: the pipeline's models and their checkpoints
+        default = field.get_default(call_default_factory=True)
+        dumped = default.model_dump() if hasattr(default, "model_dump") else default
+        if name == "trainer":  # keys conf/ leaves to Lightning have Lightning's defaults
+            assert {k: v for k, v in dumped.items() if k not in composed[name]} == {"num_nodes": 1}
+            dumped = {k: v for k, v in dumped.items() if k in composed[name]}
+        assert dumped == composed[name], name
+    evaluate = schema.Evaluate(checkpoints={"global": "g.ckpt", **{r: "x" for r in composed["evaluate"]["tau_rows"]}})
+    assert {k: v for k, v in evaluate.model_dump().items() if k != "checkpoints"} == {
+        k: v for k, v in composed["evaluate"].items() if k != "checkpoints"}
+
+
+def test_the_default_and_smoke_configurations_are_valid(root):
+    for overrides in ([], ["profile=smoke"], ["profile=paper"]):
+        params = schema.validate(compose(overrides, config_dir=root / "conf"))
+        assert params.model_of(params.train.variant).attention == params.train.variant
+
+
+def _with(cfg, key, value):
+    cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    if value is _DELETE:
+        parent, _, leaf = key.rpartition(".")
+        del OmegaConf.select(cfg, parent)[leaf]
+    else:
+        OmegaConf.update(cfg, key, value, force_add=True)
+    return cfg
+
+
+_DELETE = object()
+
+RULES = [
+    ("seed", -1, "seed: must be >= 0 (got -1)"),
+    ("data.name", "", "data.name: must be a non-empty string (got '')"),
+    ("data.src", "a.txt", "data.tgt: data.src and data.tgt must be given together"),
+    ("data.columns", {"src": "es", "tgt": "en", "lemma": "x"}, "data.columns.lemma: must be one of src, tgt, key, ref2"),
+    ("data.synthetic", {"min_len": 5, "max_len": 2}, "data.synthetic.min_len: must be <= data.synthetic.max_len = 2 (got 5)"),
+    ("data.synthetic", {"vocab_size": 1}, "data.synthetic.vocab_size: must be >= 2 (got 1)"),
+    ("filter.dev_size", 0, "filter.dev_size: must be >= 1 (got 0)"),
+    ("filter.dev_sise", 3, "filter.dev_sise: unknown key"),
+    ("filter.max_ratio", 0.5, "filter.max_ratio: must be >= 1.0 (got 0.5)"),
+    ("filter.eval_max_len", 0, "filter.eval_max_len: must be >= 1 (got 0)"),
+    ("filter.on_invalid", "ignore", "filter.on_invalid: must be one of error, skip (got 'ignore')"),
+    ("filter.seed", "7", "filter.seed: must be an integer (got '7')"),
+    ("tokenize.model_type", "wordpiece", "tokenize.model_type: must be one of unigram, bpe, char, word (got 'wordpiece')"),
+    ("tokenize.vocab_size", 4, "tokenize.vocab_size: must be >= 8 (got 4)"),
+    ("tokenize.character_coverage", 0.0, "tokenize.character_coverage: must be > 0.0 (got 0.0)"),
+    ("tokenize.joint", 1, "tokenize.joint: must be true or false (got 1)"),
+    ("tokenize.threads", 0, "tokenize.threads: must be >= 1 (got 0)"),
+    ("model.attention", "sparse", "model.attention: must be one of global, local_m, local_p, flexible, sact, flexible_sact"),
+    ("model.score", "cosine", "model.score: must be one of concat, general, dot, scaled_dot, location (got 'cosine')"),
+    ("model.emb_size", 0, "model.emb_size: must be >= 1 (got 0)"),
+    ("model.dropout", 1.0, "model.dropout: must be < 1.0 (got 1.0)"),
+    ("model.sigma", -1.0, "model.sigma: must be > 0.0 (got -1.0)"),
+    ("model.sigma", math.inf, "model.sigma: must be a finite number (got inf)"),
+    ("model.sact_lambda", 1.0, "model.sact_lambda: must be > 1.0 (got 1.0)"),
+    ("model.g_feedback", "maybe", "model.g_feedback: must be true or false (got 'maybe')"),
+    ("model.temperature", 0.0, "model.temperature: must be > 0.0 (got 0.0)"),
+    ("variants.global.score", "cosine", "variants.global.score: must be one of concat"),
+    ("variants.global.layers", 2, "variants.global.layers: unknown key"),
+    ("trainer.accelerator", "abacus", "trainer.accelerator: must be one of auto, cpu, gpu, cuda, mps, tpu (got 'abacus')"),
+    ("trainer.devices", 0, "trainer.devices: must be an integer >= 1, -1 (every device), auto, or a list of device indices (got 0)"),
+    ("trainer.strategy", "telepathy", "trainer.strategy: must be one of auto, ddp,"),
+    ("trainer.precision", "8-bit", "trainer.precision: must be one of 32-true, 16-mixed, bf16-mixed"),
+    ("trainer.gradient_clip_val", -1.0, "trainer.gradient_clip_val: must be >= 0.0 (got -1.0)"),
+    ("trainer.deterministic", "maybe", "trainer.deterministic: must be one of true, false, warn, null (got 'maybe')"),
+    ("train.variant", "bahdanau", "train.variant: unknown model 'bahdanau': must be one of global, local_m"),
+    ("train.epochs", 0, "train.epochs: must be >= 1 (got 0)"),
+    ("train.epochs", True, "train.epochs: must be an integer (got True)"),
+    ("train.lr", 0.0, "train.lr: must be > 0.0 (got 0.0)"),
+    ("train.lr_schedule", "cosine", "train.lr_schedule: must be one of fixed, plateau (got 'cosine')"),
+    ("train.early_stopping_patience", 0, "train.early_stopping_patience: must be >= 1 (got 0)"),
+    ("finetune.variant", "bahdanau", "finetune.variant: unknown model 'bahdanau'"),
+    ("finetune.beta", -0.1, "finetune.beta: must be >= 0.0 (got -0.1)"),
+    ("decode.beam_size", 0, "decode.beam_size: must be >= 1 (got 0)"),
+    ("decode.alpha", -1.0, "decode.alpha: must be >= 0.0 (got -1.0)"),
+    ("decode.max_len_ratio", 0.0, "decode.max_len_ratio: must be > 0.0 (got 0.0)"),
+    ("sweep_tau.grid", [0.8, -1.0], "sweep_tau.grid[1]: must be >= 0.0 (got -1.0)"),
+    ("sweep_tau.grid", [math.nan], "sweep_tau.grid[0]: must be >= 0.0 (got nan)"),
+    ("sweep_tau.grid", [], "sweep_tau.grid: must not be empty"),
+    ("sweep_tau.models", ["flexible", "bahdanau"], "sweep_tau.models[1]: unknown model 'bahdanau': must be one of global"),
+    ("sweep_tau.curve_model", "bahdanau", "sweep_tau.curve_model: unknown model 'bahdanau'"),
+    ("sweep_tau.curve_splits", ["train"], "sweep_tau.curve_splits[0]: must be one of dev, test (got 'train')"),
+    ("sweep_tau.search_steps", -1, "sweep_tau.search_steps: must be >= 0 (got -1)"),
+    ("sweep_tau.figure", "", "sweep_tau.figure: must be a non-empty string (got '')"),
+    ("sweep_sigma.grid", [1.5, 0.0], "sweep_sigma.grid[1]: must be > 0.0 (got 0.0)"),
+    ("sweep_sigma.grid", [], "sweep_sigma.grid: must not be empty"),
+    ("sweep_sigma.base_variant", "bahdanau", "sweep_sigma.base_variant: unknown model 'bahdanau'"),
+    ("sweep_sigma.warm_start_epochs", 0, "sweep_sigma.warm_start_epochs: must be >= 1 (got 0)"),
+    ("evaluate.split", "train", "evaluate.split: must be one of dev, test (got 'train')"),
+    ("evaluate.checkpoints.global", _DELETE, "evaluate.checkpoints: must include global"),
+    ("evaluate.tau_rows", ["flexible", "bahdanau"], "evaluate.tau_rows[1]: must be one of global, "),
+    ("evaluate.length_buckets", [20, 10], "evaluate.length_buckets[1]: must be > evaluate.length_buckets[0] = 20"),
+    ("evaluate.length_buckets", ["ten"], "evaluate.length_buckets[0]: must be an integer (got 'ten')"),
+    ("evaluate.samples", [-1], "evaluate.samples[0]: must be >= 0 (got -1)"),
+    ("evaluate.bootstrap_seed", 0, "evaluate.bootstrap_seed: must be >= 1 (got 0)"),
+    ("logger.mode", "sometimes", "logger.mode: must be one of auto, online, offline, disabled (got 'sometimes')"),
+    ("logger.enabled", "maybe", "logger.enabled: must be true or false (got 'maybe')"),
+]
+
+
+@pytest.mark.parametrize("key, value, expected", RULES, ids=[f"{k}={v!r}" for k, v, _ in RULES])
+def test_every_rule_names_its_key_and_what_it_allows(default_cfg, key, value, expected):
+    with pytest.raises(ConfigError) as info:
+        schema.validate(_with(default_cfg, key, value))
+    assert str(info.value).startswith(expected), str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_a_variant_is_validated_with_the_model_it_overrides(default_cfg):
+    with pytest.raises(ConfigError, match=r"^variants.sact.temperature: must be null when model.attention is sact"):
+        schema.validate(_with(default_cfg, "variants.sact.temperature", 1.0))
+    params = schema.validate(_with(default_cfg, "model.dropout", 0.1))
+    assert params.model_of("flexible").dropout == 0.1 and params.model_of("flexible").attention == "flexible"
+    assert params.model_of("sact").model_dump() == {**params.model.model_dump(), "attention": "sact"}
+
+
+def test_a_registered_variant_is_an_allowed_attention(default_cfg):
+    from flexatt.attention import ATTENTION_VARIANTS, register_attention
+
+    register_attention("schema_probe")(lambda scorer, args: None)
+    try:
+        assert schema.validate(_with(default_cfg, "model.attention", "schema_probe")).model.attention == "schema_probe"
+    finally:
+        ATTENTION_VARIANTS.pop("schema_probe")
