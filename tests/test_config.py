@@ -43,24 +43,15 @@ def test_load_params_overrides_and_unknown_keys(smoke_dir):
         C.load_params(smoke_dir / "params.yaml", ["filter.nope=1"])
 
 
-@pytest.mark.parametrize(
-    "check, value, message",
-    [
-        (lambda c: C.check_int(c, "a", minimum=1), 0, "a: must be >= 1"),
-        (lambda c: C.check_int(c, "a"), 1.5, "a: must be an integer"),
-        (lambda c: C.check_int(c, "a"), True, "a: must be an integer"),
-        (lambda c: C.check_float(c, "a", gt=0), 0.0, "a: must be > 0"),
-        (lambda c: C.check_float(c, "a"), float("nan"), "a: must be a finite number"),
-        (lambda c: C.check_choice(c, "a", ["x", "y"]), "z", "a: must be one of x, y"),
-        (lambda c: C.check_bool(c, "a"), "yes", "a: must be true or false"),
-        (lambda c: C.check_str(c, "a"), "", "a: must be a non-empty string"),
-        (lambda c: C.check_file(c, "a"), "/no/such/file", "a: file not found"),
-    ],
-)
-def test_value_checks_name_the_key(check, value, message):
-    with pytest.raises(ConfigError) as info:
-        check(OmegaConf.create({"a": value}))
-    assert str(info.value).startswith(message)
+def test_file_and_key_lookups_name_the_key(tmp_path):
+    """The value rules are flexatt.schema's (tests/test_schema.py); config reads keys and files."""
+    with pytest.raises(ConfigError, match=r"^a: file not found: /no/such/file \(train it first\)$"):
+        C.require_file("a", "/no/such/file", hint="train it first")
+    assert C.require_file("a", None) is None
+    (tmp_path / "f").write_text("x")
+    assert C.require_file("a", str(tmp_path / "f")) == tmp_path / "f"
+    with pytest.raises(ConfigError, match=r"^b.c: missing from the configuration$"):
+        C.get(OmegaConf.create({"a": 1}), "b.c")
 
 
 def test_stage_refuses_unknown_key_and_bad_value(smoke_dir):

@@ -142,16 +142,17 @@ def test_invalid_precision_is_refused_naming_the_key(root, tmp_path, monkeypatch
     """One line, ``error: trainer.precision: must be one of ...auto (got 'x')``, exit status 2."""
     from conftest import compose_params
     from flexatt import config as C
+    from flexatt import schema
 
     monkeypatch.setenv(C.PARAMS_ENV, str(compose_params(tmp_path, "profile=smoke")))
     monkeypatch.chdir(root)  # writes nothing there (hydra.output_subdir=null)
     with pytest.raises(SystemExit) as exit_:
-        C.run_stage(C.check_trainer, ["trainer.precision=x"])
+        C.run_stage(schema.validate, ["trainer.precision=x"])
     err = capsys.readouterr().err.strip()
     assert exit_.value.code == 2 and len(err.splitlines()) == 1
     assert err.startswith("error: trainer.precision: must be one of 32-true, 16-mixed, bf16-mixed, ")
     assert ", auto (got 'x')" in err
-    C.run_stage(C.check_trainer, ["trainer.precision=auto"])  # accepted
+    C.run_stage(schema.validate, ["trainer.precision=auto"])  # accepted
 
 
 def test_explicit_bf16_on_a_cpu_without_native_bf16_still_warns(cpu, tmp_path):

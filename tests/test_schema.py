@@ -70,7 +70,6 @@ RULES = [
     ("tokenize.character_coverage", 0.0, "tokenize.character_coverage: must be > 0.0 (got 0.0)"),
     ("tokenize.joint", 1, "tokenize.joint: must be true or false (got 1)"),
     ("tokenize.threads", 0, "tokenize.threads: must be >= 1 (got 0)"),
-    ("model.attention", "sparse", "model.attention: must be one of global, local_m, local_p, flexible, sact, flexible_sact"),
     ("model.score", "cosine", "model.score: must be one of concat, general, dot, scaled_dot, location (got 'cosine')"),
     ("model.emb_size", 0, "model.emb_size: must be >= 1 (got 0)"),
     ("model.dropout", 1.0, "model.dropout: must be < 1.0 (got 1.0)"),
@@ -87,13 +86,16 @@ RULES = [
     ("trainer.precision", "8-bit", "trainer.precision: must be one of 32-true, 16-mixed, bf16-mixed"),
     ("trainer.gradient_clip_val", -1.0, "trainer.gradient_clip_val: must be >= 0.0 (got -1.0)"),
     ("trainer.deterministic", "maybe", "trainer.deterministic: must be one of true, false, warn, null (got 'maybe')"),
-    ("train.variant", "bahdanau", "train.variant: unknown model 'bahdanau': must be one of global, local_m"),
+    ("train.variant", "bahdanau", "train.variant: must be one of global, local_m, local_p, flexible, sact, flexible_sact (got 'bahdanau')"),
     ("train.epochs", 0, "train.epochs: must be >= 1 (got 0)"),
     ("train.epochs", True, "train.epochs: must be an integer (got True)"),
     ("train.lr", 0.0, "train.lr: must be > 0.0 (got 0.0)"),
     ("train.lr_schedule", "cosine", "train.lr_schedule: must be one of fixed, plateau (got 'cosine')"),
     ("train.early_stopping_patience", 0, "train.early_stopping_patience: must be >= 1 (got 0)"),
-    ("finetune.variant", "bahdanau", "finetune.variant: unknown model 'bahdanau'"),
+    ("finetune.variant", "bahdanau", "finetune.variant: must be one of global, local_m"),
+    ("finetune.variant", "global", "finetune.variant: must name a flexible model (flexible, flexible_sact), not 'global'"),
+    ("finetune.variants", ["flexible", "sact"], "finetune.variants[1]: must name a flexible model"),
+    ("sweep_sigma.base_variant", "local_p", "sweep_sigma.base_variant: must name a flexible model"),
     ("finetune.beta", -0.1, "finetune.beta: must be >= 0.0 (got -0.1)"),
     ("decode.beam_size", 0, "decode.beam_size: must be >= 1 (got 0)"),
     ("decode.alpha", -1.0, "decode.alpha: must be >= 0.0 (got -1.0)"),
@@ -101,14 +103,14 @@ RULES = [
     ("sweep_tau.grid", [0.8, -1.0], "sweep_tau.grid[1]: must be >= 0.0 (got -1.0)"),
     ("sweep_tau.grid", [math.nan], "sweep_tau.grid[0]: must be >= 0.0 (got nan)"),
     ("sweep_tau.grid", [], "sweep_tau.grid: must not be empty"),
-    ("sweep_tau.models", ["flexible", "bahdanau"], "sweep_tau.models[1]: unknown model 'bahdanau': must be one of global"),
-    ("sweep_tau.curve_model", "bahdanau", "sweep_tau.curve_model: unknown model 'bahdanau'"),
+    ("sweep_tau.models", ["flexible", "bahdanau"], "sweep_tau.models[1]: must be one of global, local_m"),
+    ("sweep_tau.curve_model", "bahdanau", "sweep_tau.curve_model: must be one of global, local_m"),
     ("sweep_tau.curve_splits", ["train"], "sweep_tau.curve_splits[0]: must be one of dev, test (got 'train')"),
     ("sweep_tau.search_steps", -1, "sweep_tau.search_steps: must be >= 0 (got -1)"),
     ("sweep_tau.figure", "", "sweep_tau.figure: must be a non-empty string (got '')"),
     ("sweep_sigma.grid", [1.5, 0.0], "sweep_sigma.grid[1]: must be > 0.0 (got 0.0)"),
     ("sweep_sigma.grid", [], "sweep_sigma.grid: must not be empty"),
-    ("sweep_sigma.base_variant", "bahdanau", "sweep_sigma.base_variant: unknown model 'bahdanau'"),
+    ("sweep_sigma.base_variant", "bahdanau", "sweep_sigma.base_variant: must be one of global, local_m"),
     ("sweep_sigma.warm_start_epochs", 0, "sweep_sigma.warm_start_epochs: must be >= 1 (got 0)"),
     ("evaluate.split", "train", "evaluate.split: must be one of dev, test (got 'train')"),
     ("evaluate.checkpoints.global", _DELETE, "evaluate.checkpoints: must include global"),
@@ -117,6 +119,27 @@ RULES = [
     ("evaluate.length_buckets", ["ten"], "evaluate.length_buckets[0]: must be an integer (got 'ten')"),
     ("evaluate.samples", [-1], "evaluate.samples[0]: must be >= 0 (got -1)"),
     ("evaluate.bootstrap_seed", 0, "evaluate.bootstrap_seed: must be >= 1 (got 0)"),
+    ("filter.test_size", 0, "filter.test_size: must be >= 1 (got 0)"),
+    ("filter.max_len", -5, "filter.max_len: must be >= 1 (got -5)"),
+    ("tokenize.seed", -1, "tokenize.seed: must be >= 0 (got -1)"),
+    ("model.hidden_size", 2.5, "model.hidden_size: must be an integer (got 2.5)"),
+    ("model.att_size", 0, "model.att_size: must be >= 1 (got 0)"),
+    ("model.readout_size", 0, "model.readout_size: must be >= 1 (got 0)"),
+    ("model.local_D", 0, "model.local_D: must be >= 1 (got 0)"),
+    ("model.max_src_len", 0, "model.max_src_len: must be >= 1 (got 0)"),
+    ("trainer.num_nodes", 0, "trainer.num_nodes: must be >= 1 (got 0)"),
+    ("trainer.log_every_n_steps", -1, "trainer.log_every_n_steps: must be >= 0 (got -1)"),
+    ("train.batch_size", 0, "train.batch_size: must be >= 1 (got 0)"),
+    ("train.lr_halve_from_epoch", 0, "train.lr_halve_from_epoch: must be >= 1 (got 0)"),
+    ("train.val_max_len_ratio", 0.0, "train.val_max_len_ratio: must be > 0.0 (got 0.0)"),
+    ("train.seed", -1, "train.seed: must be >= 0 (got -1)"),
+    ("finetune.epochs", 0, "finetune.epochs: must be >= 1 (got 0)"),
+    ("finetune.lr", 0, "finetune.lr: must be > 0.0 (got 0.0)"),
+    ("decode.batch_size", 0, "decode.batch_size: must be >= 1 (got 0)"),
+    ("sweep_tau.tolerance", -0.5, "sweep_tau.tolerance: must be >= 0.0 (got -0.5)"),
+    ("sweep_tau.curve_taus", [1.0, -2.0], "sweep_tau.curve_taus[1]: must be >= 0.0 (got -2.0)"),
+    ("sweep_sigma.lr", 0.0, "sweep_sigma.lr: must be > 0.0 (got 0.0)"),
+    ("evaluate.bootstrap_samples", 0, "evaluate.bootstrap_samples: must be >= 1 (got 0)"),
     ("logger.mode", "sometimes", "logger.mode: must be one of auto, online, offline, disabled (got 'sometimes')"),
     ("logger.enabled", "maybe", "logger.enabled: must be true or false (got 'maybe')"),
 ]
@@ -138,11 +161,42 @@ def test_a_variant_is_validated_with_the_model_it_overrides(default_cfg):
     assert params.model_of("sact").model_dump() == {**params.model.model_dump(), "attention": "sact"}
 
 
-def test_a_registered_variant_is_an_allowed_attention(default_cfg):
+def test_the_attention_is_one_of_the_registered_variants():
     from flexatt.attention import ATTENTION_VARIANTS, register_attention
+    from flexatt.model import validate_config
 
+    with pytest.raises(ConfigError, match=r"^model.attention: must be one of global, local_m, local_p, flexible, "
+                                          r"sact, flexible_sact.* \(got 'schema_probe'\)$"):
+        validate_config({"attention": "schema_probe"})
     register_attention("schema_probe")(lambda scorer, args: None)
     try:
-        assert schema.validate(_with(default_cfg, "model.attention", "schema_probe")).model.attention == "schema_probe"
+        assert validate_config({"attention": "schema_probe"})["attention"] == "schema_probe"
     finally:
         ATTENTION_VARIANTS.pop("schema_probe")
+
+
+def _constrained_fields():
+    """Every field of every group whose values are restricted beyond a plain type: a bound,
+    a list of allowed values or a length."""
+    import annotated_types
+    import typing
+
+    found = []
+    for group_name, field in schema.Params.model_fields.items():
+        model = field.annotation
+        if not isinstance(model, type) or not issubclass(model, schema.Group):
+            continue
+        for name, info in model.model_fields.items():
+            bounds = [m for m in info.metadata if isinstance(m, (annotated_types.Ge, annotated_types.Gt,
+                                                                  annotated_types.Lt, annotated_types.Le))]
+            text = str(info.annotation)
+            literal = "Literal" in text or typing.get_origin(info.annotation) is typing.Literal
+            if bounds or literal or "Ge(" in text or "Gt(" in text:
+                found.append(f"{group_name}.{name}")
+    return found
+
+
+def test_every_bounded_or_enumerated_setting_has_a_rule_case():
+    covered = {key.split("[")[0] for key, _, _ in RULES}
+    missing = [key for key in _constrained_fields() if key not in covered]
+    assert not missing, f"add a case to RULES for: {', '.join(missing)}"

@@ -45,12 +45,13 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from flexatt.schema import SCORE_TYPES
+
 NEG_INF = float("-inf")
 _F32 = np.float32
 
 #: the built-in variants; :func:`attention_types` adds those registered by ``flexatt.variants``
 ATTENTION_TYPES = ("global", "local_m", "local_p", "flexible", "sact", "flexible_sact")
-SCORE_TYPES = ("concat", "general", "dot", "scaled_dot", "location")
 
 
 # --------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import torch
 from omegaconf import DictConfig
 
 from flexatt import config as C
+from flexatt import schema
 from flexatt.checkpoints import checkpoint_hparams, load_checkpoint_state
 from flexatt.data.batching import LengthGroupedBatches, ParallelData, collate
 from flexatt.data.subwords import EncodedSplit, Vocab
@@ -165,34 +166,18 @@ class EvalSet:
         return float(np.mean(self.split.src_lengths + 1))
 
 
-def decode_settings(cfg: DictConfig) -> dict:
-    """The ``decode`` group, checked."""
-    return {
-        "beam_size": C.check_int(cfg, "decode.beam_size", minimum=1),
-        "alpha": C.check_float(cfg, "decode.alpha", ge=0.0),
-        "max_len_ratio": C.check_float(cfg, "decode.max_len_ratio", gt=0.0),
-        "batch_size": C.check_int(cfg, "decode.batch_size", minimum=1),
-    }
+def decode_settings(cfg: DictConfig | schema.Params) -> dict:
+    """The ``decode`` group: ``beam_size``, ``alpha``, ``max_len_ratio``, ``batch_size``."""
+    return schema.group(cfg, "decode").model_dump()
 
 
-def checkpoint_of(cfg: DictConfig, name: str, key: str) -> Path:
+def checkpoint_of(cfg: DictConfig | schema.Params, name: str, key: str) -> Path:
     """The checkpoint of row ``name`` (``evaluate.checkpoints``), an existing file; ``key`` names
     the list it came from."""
-    checkpoints = C.get(cfg, "evaluate.checkpoints")
+    checkpoints = schema.group(cfg, "evaluate").checkpoints
     if name not in checkpoints:
         raise ConfigError(key, f"unknown model {name!r}: must be one of {', '.join(checkpoints)}")
-    return C.check_file(cfg, f"evaluate.checkpoints.{name}", hint="train that model first")
-
-
-def check_taus(cfg: DictConfig, key: str, nonempty: bool = False) -> list[float]:
-    """A list of thresholds τ >= 0 (not empty when ``nonempty``); errors name ``key[i]``."""
-    values = list(C.get(cfg, key))
-    if nonempty and not values:
-        raise ConfigError(key, "must not be empty")
-    for i, tau in enumerate(values):
-        if isinstance(tau, bool) or not isinstance(tau, (int, float)) or math.isnan(tau) or tau < 0:
-            raise ConfigError(f"{key}[{i}]", f"must be a number >= 0 (got {tau!r})")
-    return [float(t) for t in values]
+    return C.require_file(f"evaluate.checkpoints.{name}", checkpoints[name], hint="train that model first")
 
 
 def search_points(point, grid: list[float], reference_bleu: float, tolerance: float,

@@ -16,7 +16,6 @@ Beam search (k hypotheses per sentence): expand once with
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any, Optional
 
@@ -24,8 +23,8 @@ import torch
 from torch import Tensor, nn
 
 import flexatt.variants  # noqa: F401  (registers the variants of src/flexatt/variants/)
+from flexatt import schema
 from flexatt.attention import (
-    SCORE_TYPES,
     AttentionArgs,
     AttentionCache,
     AttentionStats,
@@ -34,24 +33,10 @@ from flexatt.attention import (
 )
 from flexatt.decoders import DecoderState, RecurrentDecoder, full_precision
 from flexatt.encoders import RecurrentEncoder
+from flexatt.errors import ConfigError
 
-#: model config keys and their defaults (``max_src_len`` is optional, location score only)
-DEFAULTS: dict[str, Any] = {
-    "attention": "global",
-    "score": "concat",
-    "emb_size": 256,
-    "hidden_size": 256,
-    "att_size": 256,
-    "readout_size": 256,
-    "dropout": 0.2,
-    "local_D": 10,
-    "sigma": 1.5,
-    "g_feedback": True,
-    "sact_lambda": 4.0,
-    "sact_feedback": True,
-    "temperature": None,
-    "max_src_len": 256,
-}
+#: model config keys and their defaults (``conf/model/default.yaml``; :class:`flexatt.schema.Model`)
+DEFAULTS: dict[str, Any] = schema.Model().model_dump()
 
 
 class Seq2Seq(nn.Module):
@@ -105,50 +90,17 @@ class Seq2Seq(nn.Module):
 # --------------------------------------------------------------------------------------
 # Config
 # --------------------------------------------------------------------------------------
-def _fail(key: str, value: Any, allowed: str) -> None:
-    raise ValueError(f"model.{key}: got {value!r}; allowed: {allowed}")
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
 def validate_config(cfg: Mapping) -> dict[str, Any]:
-    """Check a model config (dict or OmegaConf DictConfig); return it with defaults filled.
+    """A model config (dict or OmegaConf DictConfig) checked by :class:`flexatt.schema.Model`,
+    with defaults filled.
 
-    Raises ``ValueError("model.<key>: got ...; allowed: ...")`` naming the offending key.
+    Raises:
+        ConfigError: naming the ``model.<key>`` that fails and what it allows.
     """
-    cfg = {k: cfg[k] for k in cfg}
-    unknown = sorted(set(cfg) - set(DEFAULTS))
-    if unknown:
-        _fail(unknown[0], cfg[unknown[0]], "one of the keys " + ", ".join(DEFAULTS))
-    out = {**DEFAULTS, **cfg}
-    if out["attention"] not in attention_types():
-        _fail("attention", out["attention"], " | ".join(attention_types()))
-    if out["score"] not in SCORE_TYPES:
-        _fail("score", out["score"], " | ".join(SCORE_TYPES))
-    for key in ("emb_size", "hidden_size", "att_size", "readout_size", "local_D", "max_src_len"):
-        if not (isinstance(out[key], int) and not isinstance(out[key], bool) and out[key] >= 1):
-            _fail(key, out[key], "an integer >= 1")
-    if not (_is_number(out["dropout"]) and 0.0 <= out["dropout"] < 1.0):
-        _fail("dropout", out["dropout"], "a number in [0, 1)")
-    if not (_is_number(out["sigma"]) and out["sigma"] > 0 and math.isfinite(out["sigma"])):
-        _fail("sigma", out["sigma"], "a finite number > 0")
-    for key in ("g_feedback", "sact_feedback"):
-        if not isinstance(out[key], bool):
-            _fail(key, out[key], "true | false")
-    if not (_is_number(out["sact_lambda"]) and 1.0 < out["sact_lambda"] < math.inf):
-        _fail("sact_lambda", out["sact_lambda"], "a finite number > 1")
-    temp = out["temperature"]
-    if temp is not None:
-        if not (_is_number(temp) and 0 < temp < math.inf):
-            _fail("temperature", temp, "null or a finite number > 0")
-        if out["attention"] in ("sact", "flexible_sact"):
-            _fail(
-                "temperature",
-                temp,
-                "null when model.attention is sact or flexible_sact (their temperature is learned)",
-            )
+    out = schema.validate_group(schema.Model, cfg, "model").model_dump()
+    if out["attention"] not in attention_types():  # built in, or registered by flexatt.variants
+        raise ConfigError("model.attention", f"must be one of {', '.join(attention_types())} "
+                          f"(got {out['attention']!r})")
     return out
 
 

@@ -25,6 +25,21 @@ from pydantic_core import PydanticCustomError
 from flexatt.errors import ConfigError
 
 # --------------------------------------------------------------------------------------
+# allowed values (the modules that act on them import them from here)
+# --------------------------------------------------------------------------------------
+ON_INVALID = ("error", "skip")  # filter.on_invalid: refuse an undecodable line, or drop and count it
+MODEL_TYPES = ("unigram", "bpe", "char", "word")  # tokenize.model_type: SentencePiece's
+SCORE_TYPES = ("concat", "general", "dot", "scaled_dot", "location")  # model.score
+LR_SCHEDULES = ("fixed", "plateau")  # train.lr_schedule
+LOGGER_MODES = ("auto", "online", "offline", "disabled")  # logger.mode
+SPLITS = ("dev", "test")  # what sweep_tau and evaluate decode
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu")
+PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "64-true",
+              "transformer-engine", "transformer-engine-float16", "auto")
+PRECISION_ALIASES = ("32", "16", "64", "bf16", 32, 16, 64)
+
+
+# --------------------------------------------------------------------------------------
 # value types
 # --------------------------------------------------------------------------------------
 PositiveInt = Annotated[int, Field(ge=1)]
@@ -59,7 +74,7 @@ class Synthetic(Group):
         return self
 
 
-TSV_COLUMNS = ("src", "tgt", "key", "ref2")
+TSV_COLUMNS = ("src", "tgt", "key", "ref2")  # data.columns: the roles of a TSV's columns
 
 
 class Data(Group):
@@ -71,7 +86,7 @@ class Data(Group):
     ref2: Optional[Text] = None
     align: Optional[Text] = None
     tsv: Optional[Text] = "data/bible/bible.es-en.tsv.gz"
-    columns: dict[Literal["src", "tgt", "key", "ref2"], Text] = Field(
+    columns: dict[Literal[TSV_COLUMNS], Text] = Field(
         default_factory=lambda: {"src": "es", "tgt": "en", "key": "key", "ref2": "en_web"})
     tsv_align: Optional[Text] = "data/bible/bible.es-en.kjv.align.gz"
     synthetic: Optional[Synthetic] = None
@@ -97,7 +112,7 @@ class Filter(Group):
     max_len: PositiveInt = 50
     max_ratio: Annotated[float, Field(ge=1.0, allow_inf_nan=False)] = 3.0
     eval_max_len: Optional[PositiveInt] = 256
-    on_invalid: Literal["error", "skip"] = "error"
+    on_invalid: Literal[ON_INVALID] = "error"
     seed: NonNegativeInt = 1234
 
 
@@ -105,7 +120,7 @@ class Tokenize(Group):
     in_dir: Text = "artifacts/filter"
     out_dir: Text = "artifacts/tok"
     metrics_file: Optional[Text] = "results/tokenize.json"
-    model_type: Literal["unigram", "bpe", "char", "word"] = "unigram"
+    model_type: Literal[MODEL_TYPES] = "unigram"
     joint: bool = True
     vocab_size: Annotated[int, Field(ge=8)] = 4000
     character_coverage: Annotated[float, Field(gt=0.0, le=1.0)] = 1.0
@@ -113,15 +128,11 @@ class Tokenize(Group):
     seed: NonNegativeInt = 1234
 
 
-ATTENTION_BUILTINS = ("global", "local_m", "local_p", "flexible", "sact", "flexible_sact")
-SCORES = ("concat", "general", "dot", "scaled_dot", "location")
-
-
 class Model(Group):
     """``conf/model``: the network (:func:`flexatt.model.build_model`)."""
 
-    attention: Text = "global"  # a registered variant (checked against the registry)
-    score: Literal["concat", "general", "dot", "scaled_dot", "location"] = "concat"
+    attention: Text = "global"  # a registered variant: flexatt.model.validate_config checks the registry
+    score: Literal[SCORE_TYPES] = "concat"
     emb_size: PositiveInt = 128
     hidden_size: PositiveInt = 128
     att_size: PositiveInt = 128
@@ -134,17 +145,6 @@ class Model(Group):
     sact_feedback: bool = True
     temperature: Optional[PositiveFloat] = None
     max_src_len: PositiveInt = 256
-
-    @field_validator("attention")
-    @classmethod
-    def _registered(cls, value: str) -> str:
-        from flexatt.attention import attention_types
-
-        allowed = attention_types()
-        if value not in allowed:
-            raise PydanticCustomError("flexatt", "must be one of {allowed} (got {value})",
-                                      {"allowed": ", ".join(allowed), "value": repr(value)})
-        return value
 
     @model_validator(mode="after")
     def _temperature(self) -> Model:
@@ -174,18 +174,12 @@ class ModelOverrides(Group):
     max_src_len: Optional[int] = None
 
 
-ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu")
-PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "64-true",
-              "transformer-engine", "transformer-engine-float16", "auto")
-PRECISION_ALIASES = ("32", "16", "64", "bf16", 32, 16, 64)
-
-
 class Trainer(Group):
     """``conf/trainer``: Lightning Trainer arguments. The ones flexatt sets are checked; any
     other key goes to Lightning as it is (whose own errors name the trainer group)."""
 
     model_config = ConfigDict(strict=True, extra="allow", validate_assignment=True)
-    accelerator: Literal["auto", "cpu", "gpu", "cuda", "mps", "tpu"] = "cpu"
+    accelerator: Literal[ACCELERATORS] = "cpu"
     devices: Union[Literal["auto"], int, str, list[NonNegativeInt]] = 1
     num_nodes: PositiveInt = 1
     strategy: Text = "auto"
@@ -242,7 +236,7 @@ class Train(Group):
     epochs: PositiveInt = 3
     batch_size: PositiveInt = 64
     lr: PositiveFloat = 0.002
-    lr_schedule: Literal["fixed", "plateau"] = "plateau"
+    lr_schedule: Literal[LR_SCHEDULES] = "plateau"
     lr_halve_from_epoch: PositiveInt = 3
     early_stopping_patience: Optional[PositiveInt] = None
     val_max_len_ratio: PositiveFloat = 2.0
@@ -276,7 +270,7 @@ class SweepTau(Group):
     tolerance: NonNegativeFloat = 0.5
     curve_model: Text = "flexible_ft"
     curve_taus: list[Tau] = Field(default_factory=lambda: [0.3, 0.5, 0.8, 1.0, 1.2, 1.4, 1.6, 5.0, 8.0, 999.0])
-    curve_splits: list[Literal["dev", "test"]] = Field(default_factory=lambda: ["dev", "test"])
+    curve_splits: list[Literal[SPLITS]] = Field(default_factory=lambda: ["dev", "test"])
     out: Text = "results/sweep_tau.json"
     curve_file: Text = "results/plots/tradeoff.csv"
     figure: Text = "results/figures/tradeoff.png"
@@ -297,7 +291,7 @@ class Evaluate(Group):
     checkpoints: dict[str, Text] = Field(default_factory=dict)  # row name -> checkpoint
     tau_rows: list[Text] = Field(default_factory=lambda: ["flexible", "flexible_ft", "flexible_sact",
                                                           "flexible_sact_ft"])
-    split: Literal["dev", "test"] = "test"
+    split: Literal[SPLITS] = "test"
     length_buckets: Annotated[list[PositiveInt], Field(min_length=1)] = Field(
         default_factory=lambda: [10, 20, 30, 40, 50])
     bootstrap_samples: PositiveInt = 1000
@@ -333,10 +327,41 @@ class Logger(Group):
     enabled: bool = True
     project: Text = "flexatt"
     entity: Optional[Text] = None
-    mode: Literal["auto", "online", "offline", "disabled"] = "auto"
+    mode: Literal[LOGGER_MODES] = "auto"
     dir: Text = "."
     group: Optional[Text] = None
     log_checkpoint: bool = True
+
+
+class SweepSummary(Group):
+    """``hydra.callbacks.sweep_summary`` of a named sweep (:class:`flexatt.sweeps.SweepSummary`)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+    name: Text
+    metrics_file: Text
+    metrics: dict[str, Text]  # summary column -> dotted path in each job's metrics file
+    main_metric: Text
+    mode: Literal["max", "min"] = "max"
+    x: Optional[Text] = None
+    plot: Optional[list[Text]] = None
+    aggregate: bool = False
+
+    @field_validator("metrics")
+    @classmethod
+    def _columns(cls, value: dict) -> dict:
+        if not value:
+            raise PydanticCustomError("flexatt", "must map column names to dotted paths (got {{}})")
+        return value
+
+    @model_validator(mode="after")
+    def _known_columns(self) -> SweepSummary:
+        columns = ", ".join(self.metrics)
+        if self.main_metric not in self.metrics:
+            raise _error("main_metric", f"must be one of {columns} (got {self.main_metric!r})")
+        for column in self.plot or []:
+            if column not in self.metrics:
+                raise _error("plot", f"{column!r} is not a column of metrics ({columns})")
+        return self
 
 
 class Params(BaseModel):
@@ -364,23 +389,33 @@ class Params(BaseModel):
         """Names that must be one of another group's: each checked where it is read."""
         variants, rows = list(self.variants), list(self.evaluate.checkpoints)
         for key, name, allowed in (("train.variant", self.train.variant, variants),
-                                   ("finetune.variant", self.finetune.variant, variants),
-                                   ("sweep_sigma.base_variant", self.sweep_sigma.base_variant, variants),
                                    ("sweep_tau.curve_model", self.sweep_tau.curve_model, rows)):
             if allowed and name not in allowed:
-                raise ConfigError(key, f"unknown model {name!r}: must be one of {', '.join(allowed)}")
+                raise ConfigError(key, f"must be one of {', '.join(allowed)} (got {name!r})")
         for name, overrides in self.variants.items():
             try:
                 Model.model_validate({**self.model.model_dump(), **overrides.model_dump(exclude_none=True)})
             except ValidationError as exc:
                 raise _config_error(exc, f"variants.{name}") from None
+        flexible = ("flexible", "flexible_sact")  # the variants with a penalty strength g_t
+        checks = [("finetune.variant", self.finetune.variant), ("sweep_sigma.base_variant", self.sweep_sigma.base_variant),
+                  *((f"finetune.variants[{i}]", v) for i, v in enumerate(self.finetune.variants))]
+        for key, name in checks:
+            if variants and name not in variants:
+                raise ConfigError(key, f"must be one of {', '.join(variants)} (got {name!r})")
+            if variants and self.model_of(name, key).attention not in flexible:
+                raise ConfigError(key, f"must name a flexible model ({', '.join(flexible)}), not {name!r}: "
+                                  "the objective needs g_t")
         for i, name in enumerate(self.sweep_tau.models):
             if rows and name not in rows:
-                raise ConfigError(f"sweep_tau.models[{i}]", f"unknown model {name!r}: must be one of {', '.join(rows)}")
+                raise ConfigError(f"sweep_tau.models[{i}]", f"must be one of {', '.join(rows)} (got {name!r})")
         return self
 
-    def model_of(self, variant: str) -> Model:
-        """``model`` with the overrides of ``variants[variant]``, validated as a whole."""
+    def model_of(self, variant: str, key: str = "train.variant") -> Model:
+        """``model`` with the overrides of ``variants[variant]``, validated as a whole; ``key``
+        names the setting that chose ``variant`` in the error about an unknown one."""
+        if variant not in self.variants:
+            raise ConfigError(key, f"must be one of {', '.join(self.variants)} (got {variant!r})")
         overrides = self.variants[variant].model_dump(exclude_none=True)
         try:
             return Model.model_validate({**self.model.model_dump(), **overrides})
@@ -459,6 +494,35 @@ def _config_error(exc: ValidationError, prefix: str = "") -> ConfigError:
     elif error["type"] == "flexatt_item":
         key = f"{key}[{ctx['index']}]"
     return ConfigError(key or "params", _message(error))
+
+
+def validate_group(group: type[BaseModel], values: Any, prefix: str) -> BaseModel:
+    """One group's values (a mapping) checked by its schema ``group``; errors name ``prefix.<key>``."""
+    from omegaconf import OmegaConf
+
+    data = OmegaConf.to_container(values, resolve=True) if OmegaConf.is_config(values) else dict(values)
+    try:
+        return group.model_validate(data)
+    except ValidationError as exc:
+        raise _config_error(exc, prefix) from None
+
+
+def group(cfg: Any, name: str) -> BaseModel:
+    """The group ``name`` of ``cfg``, validated alone (for code that reads one group of a
+    configuration that may hold only that group; a stage validates the whole with :func:`validate`)."""
+    if isinstance(cfg, Params):
+        return getattr(cfg, name)
+    from omegaconf import OmegaConf
+
+    values = OmegaConf.select(cfg, name) if OmegaConf.is_config(cfg) else cfg.get(name)
+    if values is None:
+        raise ConfigError(name, "missing from the configuration")
+    return validate_group(Params.model_fields[name].annotation, values, name)
+
+
+def params(cfg: Any) -> Params:
+    """``cfg`` itself when it is already a validated :class:`Params`, else :func:`validate` of it."""
+    return cfg if isinstance(cfg, Params) else validate(cfg)
 
 
 def validate(cfg: Any) -> Params:

@@ -49,6 +49,7 @@ import yaml
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf, read_write
 
+from flexatt import schema
 from flexatt.errors import ConfigError, DataError
 from flexatt.io import atomic_path, write_json
 
@@ -167,22 +168,11 @@ class SweepSummary(Callback):
 
 
 def check_settings(settings: dict) -> dict:
-    """Refuse summary settings that cannot work, naming the key."""
-    if not isinstance(settings["metrics"], dict) or not settings["metrics"]:
-        raise ConfigError(f"{_KEY}.metrics", f"must map column names to dotted paths "
-                          f"(got {settings['metrics']!r})")
-    if settings["main_metric"] not in settings["metrics"]:
-        raise ConfigError(f"{_KEY}.main_metric", f"must be one of {', '.join(settings['metrics'])} "
-                          f"(got {settings['main_metric']!r})")
-    if settings["mode"] not in ("max", "min"):
-        raise ConfigError(f"{_KEY}.mode", f"must be one of max, min (got {settings['mode']!r})")
-    if not isinstance(settings.get("aggregate", False), bool):
-        raise ConfigError(f"{_KEY}.aggregate", f"must be true or false (got {settings['aggregate']!r})")
-    for column in settings.get("plot") or []:
-        if column not in settings["metrics"]:
-            raise ConfigError(f"{_KEY}.plot", f"{column!r} is not a column of metrics "
-                              f"({', '.join(settings['metrics'])})")
-    return settings
+    """The summary settings checked by :class:`flexatt.schema.SweepSummary` (errors name the key
+    under ``hydra.callbacks.sweep_summary``); other entries of a sweep's record are kept as they are."""
+    fields = schema.SweepSummary.model_fields
+    checked = schema.validate_group(schema.SweepSummary, {k: v for k, v in settings.items() if k in fields}, _KEY)
+    return {**settings, **checked.model_dump()}
 
 
 # --------------------------------------------------------------------------- collecting

@@ -26,10 +26,10 @@ from flexatt.io import save_torch
 from flexatt.metrics import corpus_bleu
 from flexatt.model import build_model, finetune_loss, sequence_nll
 from flexatt.search import greedy
+from flexatt.schema import LR_SCHEDULES
 
 
 #: ``train.lr_schedule`` values (see :class:`TranslationTask`)
-LR_SCHEDULES = ("fixed", "plateau")
 
 
 def lr_factor(epoch: int, halve_from: int) -> float:

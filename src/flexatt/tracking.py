@@ -25,11 +25,10 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from flexatt import config as C
+from flexatt import schema
 
 log = logging.getLogger("flexatt.tracking")
 
-MODES = ("auto", "online", "offline", "disabled")
 _PER_STAGE_KEYS = {"train": ("variant",), "finetune": ("variant",)}
 
 
@@ -148,20 +147,21 @@ def _is_worker_process() -> bool:
 
 def start_run(cfg: DictConfig, job_type: str, name: str, tags: Iterable[str] = ()) -> Tracker:
     """Open the W&B run of a stage (or a no-op :class:`Tracker` when disabled or failing)."""
-    if not C.check_bool(cfg, "logger.enabled") or _is_worker_process():
+    settings = schema.group(cfg, "logger")
+    if not settings.enabled or _is_worker_process():
         return Tracker()
-    mode = resolve_mode(C.check_choice(cfg, "logger.mode", MODES))
+    mode = resolve_mode(settings.mode)
     if mode == "disabled":
         return Tracker()
-    group = C.get(cfg, "logger.group") or default_group(cfg)
-    directory = Path(C.check_str(cfg, "logger.dir"))
+    group = settings.group or default_group(cfg)
+    directory = Path(settings.dir)
     try:
         import wandb
 
         directory.mkdir(parents=True, exist_ok=True)
         run = wandb.init(
-            project=C.check_str(cfg, "logger.project"),
-            entity=C.get(cfg, "logger.entity"),
+            project=settings.project,
+            entity=settings.entity,
             group=group,
             job_type=job_type,
             name=f"{job_type}-{name}",

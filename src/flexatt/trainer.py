@@ -34,16 +34,17 @@ from omegaconf import DictConfig, OmegaConf
 from pytorch_lightning.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
 from flexatt import config as C
+from flexatt import schema
 from flexatt.checkpoints import SIDES, error_summary, load_checkpoint_state, vocab_digest
 from flexatt.data.datamodule import TranslationData
 from flexatt.data.subwords import Vocab
 from flexatt.errors import ConfigError, DataError
 from flexatt.io import atomic_path, file_digest, write_json
-from flexatt.model import count_parameters
+from flexatt.model import count_parameters, validate_config
 from flexatt.provenance import code_digest
 from flexatt.runtime import AUTO_PRECISION, native_cpu_bf16, resolve_precision
 from flexatt.tracking import default_group, lightning_logger, start_run
-from flexatt.task import LR_SCHEDULES, AtomicCheckpointIO, TranslationTask
+from flexatt.task import AtomicCheckpointIO, TranslationTask
 
 log = logging.getLogger("flexatt.trainer")
 
@@ -105,14 +106,10 @@ def _code_digest() -> str:
     return code_digest(*modules)
 
 
-def model_config(cfg: DictConfig, variant: str, key: str = "train.variant") -> dict:
-    """``cfg.model`` with the overrides of ``cfg.variants[variant]``; ``key`` names the setting
-    that chose ``variant`` in the error about an unknown one."""
-    variants = C.get(cfg, "variants")
-    if variant not in variants:
-        raise ConfigError(key, f"must be one of {', '.join(variants)} (got {variant!r})")
-    merged = OmegaConf.merge(C.get(cfg, "model"), variants[variant])
-    return OmegaConf.to_container(merged, resolve=True)
+def model_config(cfg: DictConfig | schema.Params, variant: str, key: str = "train.variant") -> dict:
+    """``model`` with the overrides of ``variants[variant]`` (:meth:`flexatt.schema.Params.model_of`);
+    ``key`` names the setting that chose ``variant`` in the error about an unknown one."""
+    return schema.params(cfg).model_of(variant, key).model_dump()
 
 
 def warn_slow_bf16(trainer_cfg: dict) -> None:
@@ -131,16 +128,17 @@ def warn_slow_bf16(trainer_cfg: dict) -> None:
 
 def build_trainer(cfg: DictConfig, ckpt_dir: Path, max_epochs: int, extra_callbacks: list,
                   logger: Any = False, precision: str | int | None = None) -> pl.Trainer:
-    """A Lightning Trainer from ``cfg.trainer`` (checked by :func:`flexatt.config.check_trainer`)
-    with our checkpointing and callbacks; ``precision`` replaces ``trainer.precision`` (default:
-    :func:`flexatt.runtime.resolve_precision` of it)."""
-    trainer_cfg = C.check_trainer(cfg)
+    """A Lightning Trainer from ``cfg.trainer`` (:class:`flexatt.schema.Trainer`: the keys it
+    gives, extra ones passed on) with our checkpointing and callbacks; ``precision`` replaces
+    ``trainer.precision`` (default: :func:`flexatt.runtime.resolve_precision` of it)."""
+    p = schema.params(cfg)
+    trainer_cfg = p.trainer.model_dump(exclude_unset=True)
     if precision is None and "precision" in trainer_cfg:
         precision, _ = resolve_precision(trainer_cfg["precision"], trainer_cfg.get("accelerator", "auto"))
     if precision is not None:
         trainer_cfg["precision"] = precision
     warn_slow_bf16(trainer_cfg)
-    patience = C.check_int(cfg, "train.early_stopping_patience", minimum=1, optional=True)
+    patience = p.train.early_stopping_patience
     # last.ckpt from a callback of its own: Lightning's save_last writes only in an epoch whose
     # top-k checkpoint was written, i.e. with a better dev BLEU; every epoch's end must be saved
     # for a resume to start from it (and to find the plateau schedule's state of that epoch)
@@ -180,20 +178,15 @@ def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: 
         DDP; ``tokens_per_second`` counts every rank's tokens), and ``task``, ``trainer``,
         ``data``, ``ckpt_dir`` and ``is_global_zero``.
     """
-    tok_dir = Path(C.check_str(cfg, "train.data_dir"))
-    out_dir = Path(out_dir or C.check_str(cfg, "train.out_dir"))
-    epochs = epochs if epochs is not None else C.check_int(cfg, "train.epochs", minimum=1)
-    lr = lr if lr is not None else C.check_float(cfg, "train.lr", gt=0.0)
-    batch_size = C.check_int(cfg, "train.batch_size", minimum=1)
-    halve_from = C.check_int(cfg, "train.lr_halve_from_epoch", minimum=1)
-    lr_schedule = C.check_choice(cfg, "train.lr_schedule", LR_SCHEDULES)
-    seed = C.check_int(cfg, "train.seed", minimum=0)
-    ratio = C.check_float(cfg, "train.val_max_len_ratio", gt=0.0)
-    # read again by build_trainer once the W&B run is open: checked here, before any work
-    C.check_int(cfg, "train.early_stopping_patience", minimum=1, optional=True)
-    trainer_cfg = C.check_trainer(cfg)
-    log_checkpoint = C.check_bool(cfg, "logger.log_checkpoint")
-    model_cfg = model_config(cfg, variant)
+    p = schema.validate(cfg)
+    t = p.train
+    tok_dir, out_dir = Path(t.data_dir), Path(out_dir or t.out_dir)
+    epochs = epochs if epochs is not None else t.epochs
+    lr = lr if lr is not None else t.lr
+    batch_size, halve_from, lr_schedule, seed, ratio = t.batch_size, t.lr_halve_from_epoch, t.lr_schedule, t.seed, t.val_max_len_ratio
+    trainer_cfg = p.trainer.model_dump(exclude_unset=True)
+    log_checkpoint = p.logger.log_checkpoint
+    model_cfg = validate_config(model_config(p, variant))  # and model.attention is a registered variant
 
     src_vocab, tgt_vocab = Vocab(tok_dir / "src.model"), Vocab(tok_dir / "tgt.model")
     data = TranslationData(tok_dir, batch_size, seed)
@@ -202,12 +195,9 @@ def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: 
         raise DataError(tok_dir / "dev.ref", f"has {len(dev_refs)} lines for {len(data.dev)} dev pairs")
 
     pl.seed_everything(seed, workers=True, verbose=False)
-    try:
-        task = TranslationTask(model_cfg, len(src_vocab), len(tgt_vocab), lr=lr, halve_from=halve_from,
-                               beta=beta, seed=seed, max_len_ratio=ratio, lr_schedule=lr_schedule,
-                               vocab_digests={side: vocab_digest(tok_dir / f"{side}.model") for side in SIDES})
-    except ValueError as exc:  # the model's own checks name the key
-        raise ConfigError(str(exc).split(":")[0], str(exc).split(":", 1)[1].strip()) from exc
+    task = TranslationTask(model_cfg, len(src_vocab), len(tgt_vocab), lr=lr, halve_from=halve_from,
+                           beta=beta, seed=seed, max_len_ratio=ratio, lr_schedule=lr_schedule,
+                           vocab_digests={side: vocab_digest(tok_dir / f"{side}.model") for side in SIDES})
     if init_from is not None:
         init_from = Path(init_from)
         if not init_from.is_file():
@@ -231,7 +221,7 @@ def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: 
     run_cfg = OmegaConf.create({**OmegaConf.to_container(cfg, resolve=True),
                                 "precision": precision, "precision_reason": precision_reason})
     # the W&B group is the pipeline run's, named from the params before the precision was added
-    OmegaConf.update(run_cfg, "logger.group", C.get(cfg, "logger.group") or default_group(cfg), force_add=True)
+    OmegaConf.update(run_cfg, "logger.group", p.logger.group or default_group(cfg), force_add=True)
     tracker = start_run(run_cfg, job, run_name or variant, tags=[variant, model_cfg["attention"], cfg.get("profile")])
     trainer = build_trainer(cfg, ckpt_dir, epochs, [history], lightning_logger(tracker), precision=precision)
     if trainer.is_global_zero and resume is None:
@@ -272,7 +262,7 @@ def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: 
         "wall_minutes": round(wall / 60, 2),
     }
     if trainer.is_global_zero:
-        metrics_file = Path(metrics_file or Path(C.check_str(cfg, "train.metrics_dir")) / f"{variant}.json")
+        metrics_file = Path(metrics_file or Path(t.metrics_dir) / f"{variant}.json")
         write_json(metrics_file, metrics)
         with atomic_path(metrics_file.with_suffix(".csv")) as tmp, open(tmp, "w", newline="") as out:
             writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else ["epoch"])

@@ -29,7 +29,6 @@ from flexatt.io import UTF8_BOM, decode_line, open_bytes
 
 log = logging.getLogger(__name__)
 
-ON_INVALID = ("error", "skip")
 
 
 @dataclass

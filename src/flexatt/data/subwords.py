@@ -22,7 +22,6 @@ from flexatt.errors import DataError
 from flexatt.io import atomic_path
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
-MODEL_TYPES = ("unigram", "bpe", "char", "word")
 
 
 def train_sentencepiece(inputs: list[Path], model_path: Path, model_type: str, vocab_size: int,

@@ -36,10 +36,11 @@ import torch
 from omegaconf import DictConfig
 
 from flexatt import config as C
-from flexatt import figures
+from flexatt import figures, schema
 from flexatt.data.batching import LengthGroupedBatches, ParallelData, collate
-from flexatt.errors import ConfigError, DataError
-from flexatt.evaluation import EvalSet, Translation, load_model, read_lines, translate_split
+from flexatt.errors import DataError
+from flexatt.evaluation import (EvalSet, Translation, checkpoint_of, decode_settings, load_model, read_lines,
+                                translate_split)
 from flexatt.io import atomic_path, write_json, write_lines
 from flexatt.metrics import (
     aer,
@@ -53,7 +54,6 @@ from flexatt.metrics import (
     tokenized_bleu,
 )
 from flexatt.search import forced_decode
-from flexatt.evaluation import checkpoint_of, decode_settings
 from flexatt.tracking import start_run
 
 TABLE_ORDER = ["global", "local_m", "local_p", "flexible", "flexible_tau", "flexible_ft",
@@ -158,30 +158,16 @@ def reference_row(row: str, rows: Collection[str]) -> str | None:
 
 
 def run(cfg: DictConfig) -> dict:
-    tok_dir = Path(C.check_str(cfg, "train.data_dir"))
-    filter_dir = Path(C.check_str(cfg, "tokenize.in_dir"))
-    split = C.check_choice(cfg, "evaluate.split", ("dev", "test"))
-    names = [str(k) for k in C.get(cfg, "evaluate.checkpoints")]
-    if "global" not in names:
-        raise ConfigError("evaluate.checkpoints", "must include global (the reference of the window reduction)")
-    checkpoints = {name: checkpoint_of(cfg, name, "evaluate.checkpoints") for name in names}
-    tau_rows = [str(r) for r in C.get(cfg, "evaluate.tau_rows")]
-    for i, name in enumerate(tau_rows):
-        if name not in checkpoints:
-            raise ConfigError(f"evaluate.tau_rows[{i}]", f"must be one of {', '.join(checkpoints)} (got {name!r})")
-    buckets = C.check_ints(cfg, "evaluate.length_buckets", minimum=1, increasing=True)
-    tgt_lang = C.check_str(cfg, "data.tgt_lang")  # the Moses tokenizer's language (tok. BLEU)
-    # sacrebleu.significance treats a zero seed as "unseeded"
-    seed = C.check_int(cfg, "evaluate.bootstrap_seed", minimum=1)
-    n_samples = C.check_int(cfg, "evaluate.bootstrap_samples", minimum=1)
-    samples = C.check_ints(cfg, "evaluate.samples", minimum=0, nonempty=False)
-    settings = decode_settings(cfg)
-    out_file = C.check_str(cfg, "evaluate.out")
-    table_file = C.check_str(cfg, "evaluate.table")
-    by_length_file = C.check_str(cfg, "evaluate.by_length_file")
-    translations_dir = Path(C.check_str(cfg, "evaluate.translations_dir"))
-    C.check_str(cfg, "evaluate.figures_dir")  # read by draw_figures
-    sweep_file = Path(C.check_str(cfg, "sweep_tau.out"))
+    p = schema.validate(cfg)
+    ev = p.evaluate
+    tok_dir, filter_dir, split = Path(p.train.data_dir), Path(p.tokenize.in_dir), ev.split
+    checkpoints = {name: checkpoint_of(p, name, "evaluate.checkpoints") for name in ev.checkpoints}
+    tau_rows, buckets, samples = ev.tau_rows, ev.length_buckets, ev.samples
+    tgt_lang = p.data.tgt_lang  # the Moses tokenizer's language (tok. BLEU)
+    seed, n_samples = ev.bootstrap_seed, ev.bootstrap_samples  # seed >= 1: sacrebleu leaves 0 unseeded
+    settings = decode_settings(p)
+    out_file, table_file, by_length_file = ev.out, ev.table, ev.by_length_file
+    translations_dir, sweep_file = Path(ev.translations_dir), Path(p.sweep_tau.out)
     if not sweep_file.is_file():
         raise DataError(sweep_file, "not found (run the sweep_tau stage first)")
     selected = {name: info["selected_tau"] for name, info in json.loads(sweep_file.read_text())["models"].items()}
@@ -293,7 +279,7 @@ def render_table(results: dict[str, dict], cfg: DictConfig, split: str, beam: in
     ``significance`` describes the test (``n_samples``, ``seed``) for that footnote. Rows
     without ``bleu_ci`` show the plain score.
     """
-    model = C.get(cfg, "model")
+    model = schema.group(cfg, "model")
     has_multi = any("bleu_multi" in m for m in results.values())
     head = "| model | window | reduction | BLEU | " + ("multi-ref BLEU | " if has_multi else "") + \
         "chrF | tok. BLEU | RIBES | AER | ms/sentence |"
@@ -345,7 +331,7 @@ def render_table(results: dict[str, dict], cfg: DictConfig, split: str, beam: in
 def draw_figures(cfg: DictConfig, results: dict, outputs: dict[str, Translation], data: EvalSet,
                  samples: list[int]) -> dict[str, Path]:
     """The per-step figures of the sample sentences, and BLEU by length."""
-    fig_dir = Path(C.check_str(cfg, "evaluate.figures_dir"))
+    fig_dir = Path(schema.group(cfg, "evaluate").figures_dir)
     paths = {"bleu_by_length": figures.bleu_by_length(
         {r: m["bleu_by_length"] for r, m in results.items()}, fig_dir / "bleu_by_length.png")}
     span_row = next((r for r in ("flexible_ft_tau", "flexible_tau", "flexible_sact_ft_tau", "flexible_sact_tau")
@@ -383,7 +369,7 @@ def draw_figures(cfg: DictConfig, results: dict, outputs: dict[str, Translation]
         t_series = {r: outputs[r].traces[i].temperature.numpy() for r in outputs
                     if i in outputs[r].traces and outputs[r].traces[i].temperature is not None}
         if t_series:
-            lam = float(C.get(cfg, "model.sact_lambda"))
+            lam = schema.group(cfg, "model").sact_lambda
             paths["temperature"] = figures.step_curves(
                 t_series, fig_dir / "temperature_per_step.png", "temperature",
                 f"SACT temperature per step (test sentence {i}; bounds 1/λ, λ)", hlines=(1 / lam, 1.0, lam))

@@ -27,10 +27,11 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import IO
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from flexatt import config as C
-from flexatt.data.corpus import ON_INVALID, InvalidLines, RawPair, iter_text_files, iter_tsv
+from flexatt import schema
+from flexatt.data.corpus import InvalidLines, RawPair, iter_text_files, iter_tsv
 from flexatt.data.filtering import DROP_REASONS, SPLITS, apply_split, plan_split
 from flexatt.data.synthetic import iter_synthetic
 from flexatt.errors import ConfigError
@@ -47,42 +48,27 @@ def read_corpus(cfg: DictConfig) -> tuple[Callable[[InvalidLines], Iterator[RawP
     holds the gold alignments (for error messages). The first kind configured is used: two text
     files (``data.src`` + ``data.tgt``), else a TSV (``data.tsv``), else ``data.synthetic``.
     """
-    on_invalid = C.check_choice(cfg, "filter.on_invalid", ON_INVALID)
-    src = C.check_file(cfg, "data.src", optional=True)
-    tgt = C.check_file(cfg, "data.tgt", optional=True)
-    if (src is None) != (tgt is None):
-        missing = "data.tgt" if tgt is None else "data.src"
-        raise ConfigError(missing, "data.src and data.tgt must be given together")
-    if src is not None:
-        sides = {k: C.check_file(cfg, f"data.{k}", optional=True) for k in ("ref2", "align")}
+    p = schema.params(cfg)
+    data, on_invalid = p.data, p.filter.on_invalid
+    if data.src is not None:
+        src, tgt = C.require_file("data.src", data.src), C.require_file("data.tgt", data.tgt)
+        sides = {k: C.require_file(f"data.{k}", getattr(data, k)) for k in ("ref2", "align")}
         sides = {k: v for k, v in sides.items() if v is not None}
-        if C.get(cfg, "data.tsv"):
+        if data.tsv:
             log.info("reading the text files data.src/data.tgt; data.tsv and its side files are not used")
         def result(invalid: InvalidLines) -> Iterator[RawPair]:
             return iter_text_files(src, tgt, sides, on_invalid, invalid)
         source = {"kind": "text", "src": str(src), "tgt": str(tgt), **{k: str(v) for k, v in sides.items()}}
         return result, source, str(sides.get("align", "alignments"))
-    tsv = C.check_file(cfg, "data.tsv", optional=True)
-    if tsv is not None:
-        columns = OmegaConf.to_container(C.get(cfg, "data.columns"))
-        if not isinstance(columns, dict) or not {"src", "tgt"} <= set(columns):
-            raise ConfigError("data.columns", f"must map src and tgt (and optionally key, ref2) to "
-                              f"column names of {tsv} (got {columns!r})")
-        align = C.check_file(cfg, "data.tsv_align", optional=True)
+    if data.tsv is not None:
+        tsv, columns = C.require_file("data.tsv", data.tsv), dict(data.columns)
+        align = C.require_file("data.tsv_align", data.tsv_align)
         def result(invalid: InvalidLines) -> Iterator[RawPair]:
             return iter_tsv(tsv, columns, align, on_invalid, invalid)
         source = {"kind": "tsv", "tsv": str(tsv), "columns": columns, "align": str(align) if align else None}
         return result, source, str(align)
-    spec = C.get(cfg, "data.synthetic")
-    if spec is None:
-        raise ConfigError("data", "no input configured: set data.src and data.tgt (two text files), "
-                          "data.tsv (one TSV) or data.synthetic")
-    minimum = {"n_pairs": 1, "vocab_size": 2, "min_len": 1, "max_len": 1, "chunk": 1, "seed": 0}
-    values = {key: C.check_int(cfg, f"data.synthetic.{key}", minimum=m) for key, m in minimum.items()}
-    if values["min_len"] > values["max_len"]:
-        raise ConfigError("data.synthetic.min_len", f"must be <= data.synthetic.max_len = {values['max_len']} "
-                          f"(got {values['min_len']})")
-    return lambda invalid: iter_synthetic(spec), {"kind": "synthetic", **OmegaConf.to_container(spec)}, "synthetic"
+    spec = data.synthetic.model_dump()
+    return lambda invalid: iter_synthetic(spec), {"kind": "synthetic", **spec}, "synthetic"
 
 
 def _mean(total: int, n: int) -> float:
@@ -92,16 +78,12 @@ def _mean(total: int, n: int) -> float:
 
 def run(cfg: DictConfig) -> dict:
     """Filter and split the corpus; return the report (also written to disk)."""
-    out_dir = Path(C.check_str(cfg, "filter.out_dir"))
-    dev_size = C.check_int(cfg, "filter.dev_size", minimum=1)
-    test_size = C.check_int(cfg, "filter.test_size", minimum=1)
-    max_len = C.check_int(cfg, "filter.max_len", minimum=1)
-    max_ratio = C.check_float(cfg, "filter.max_ratio", ge=1.0)
-    eval_max_len = C.check_int(cfg, "filter.eval_max_len", minimum=1, optional=True)
-    seed = C.check_int(cfg, "filter.seed", minimum=0)
-    metrics_file = C.check_str(cfg, "filter.metrics_file", optional=True)
+    p = schema.validate(cfg)
+    f = p.filter
+    out_dir, dev_size, test_size, seed, metrics_file = Path(f.out_dir), f.dev_size, f.test_size, f.seed, f.metrics_file
+    max_len, max_ratio, eval_max_len = f.max_len, f.max_ratio, f.eval_max_len
 
-    open_pairs, source, align_name = read_corpus(cfg)
+    open_pairs, source, align_name = read_corpus(p)
     invalid = InvalidLines(keep=20)
     try:
         plan = plan_split(open_pairs(invalid), dev_size, test_size, seed, align_name)

@@ -18,28 +18,18 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from flexatt import config as C
-from flexatt.errors import ConfigError
-from flexatt.trainer import model_config, train
+from flexatt import schema
+from flexatt.trainer import train
 
 
 def run(cfg: DictConfig) -> dict:
-    variant = C.check_str(cfg, "finetune.variant")
-    if model_config(cfg, variant, "finetune.variant")["attention"] not in ("flexible", "flexible_sact"):
-        raise ConfigError("finetune.variant", f"must name a flexible model (flexible, flexible_sact), "
-                          f"not {variant!r}: the objective needs g_t")
-    beta = C.check_float(cfg, "finetune.beta", ge=0.0)
-    init = Path(C.check_str(cfg, "finetune.init_dir")) / variant / "best.ckpt"
-    metrics, objects = train(
-        cfg, variant,
-        out_dir=C.check_str(cfg, "finetune.out_dir"),
-        epochs=C.check_int(cfg, "finetune.epochs", minimum=1),
-        lr=C.check_float(cfg, "finetune.lr", gt=0.0),
-        beta=beta,
-        init_from=init,
-        metrics_file=Path(C.check_str(cfg, "finetune.metrics_dir")) / f"{variant}.json",
-    )
+    ft = schema.validate(cfg).finetune
+    variant = ft.variant
+    metrics, objects = train(cfg, variant, out_dir=ft.out_dir, epochs=ft.epochs, lr=ft.lr, beta=ft.beta,
+                             init_from=Path(ft.init_dir) / variant / "best.ckpt",
+                             metrics_file=Path(ft.metrics_dir) / f"{variant}.json")
     if objects["is_global_zero"]:  # one report under DDP
-        print(f"finetune@{variant} (beta {beta}): dev BLEU {metrics['dev_bleu']}, "
+        print(f"finetune@{variant} (beta {ft.beta}): dev BLEU {metrics['dev_bleu']}, "
               f"{metrics['tokens_per_second']} target tokens/s")
     return metrics
 

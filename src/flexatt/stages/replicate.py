@@ -40,11 +40,11 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from flexatt import config as C
+from flexatt import schema
 from flexatt.errors import ConfigError
-from flexatt.evaluation import EvalSet, load_model, select_tau, translate_split
+from flexatt.evaluation import EvalSet, decode_settings, load_model, search_points, select_tau, translate_split
 from flexatt.io import write_json
 from flexatt.metrics import corpus_bleu, corpus_chrf
-from flexatt.evaluation import check_taus, decode_settings, search_points
 from flexatt.tracking import start_run
 from flexatt.trainer import train
 
@@ -63,7 +63,7 @@ def check_outputs(cfg: DictConfig) -> None:
         return
     pipeline = OmegaConf.load(params)
     for key in OUTPUT_KEYS:
-        ours, theirs = C.check_str(cfg, key), OmegaConf.select(pipeline, key)
+        ours, theirs = OmegaConf.select(cfg, key), OmegaConf.select(pipeline, key)
         if theirs is not None and Path(ours).resolve() == Path(str(theirs)).resolve():
             raise ConfigError(key, f"is the pipeline's own output dir ({ours}): a replicate would overwrite "
                               "it; run the named sweep (python -m flexatt.stages.replicate -m +sweep=seeds) "
@@ -72,16 +72,11 @@ def check_outputs(cfg: DictConfig) -> None:
 
 def run(cfg: DictConfig) -> dict:
     check_outputs(cfg)
-    seed = C.check_int(cfg, "train.seed", minimum=0)
-    models_dir = Path(C.check_str(cfg, "train.out_dir"))
-    job_dir = Path(C.check_str(cfg, "train.metrics_dir"))
-    ft_dir = Path(C.check_str(cfg, "finetune.out_dir"))
-    grid = check_taus(cfg, "sweep_tau.grid")
-    tolerance = C.check_float(cfg, "sweep_tau.tolerance", ge=0.0)
-    steps = C.check_int(cfg, "sweep_tau.search_steps", minimum=0)
-    add_log_mean_len = C.check_bool(cfg, "sweep_tau.add_log_mean_len")
-    settings = decode_settings(cfg)
-    tok_dir = C.check_str(cfg, "train.data_dir")
+    p = schema.validate(cfg)
+    seed, models_dir, job_dir, ft_dir = p.train.seed, Path(p.train.out_dir), Path(p.train.metrics_dir), Path(p.finetune.out_dir)
+    grid, tolerance, steps = p.sweep_tau.grid, p.sweep_tau.tolerance, p.sweep_tau.search_steps
+    add_log_mean_len, tok_dir = p.sweep_tau.add_log_mean_len, p.train.data_dir
+    settings = decode_settings(p)
     sets = {name: EvalSet.load(tok_dir, name) for name in ("dev", "test")}
 
     dev_bleu = {}
@@ -89,9 +84,7 @@ def run(cfg: DictConfig) -> dict:
         metrics, objects = train(cfg, variant, run_name=f"{variant}-seed{seed}")
         dev_bleu[variant] = metrics["dev_bleu"]
     metrics, objects = train(cfg, FINETUNED, out_dir=str(ft_dir),
-                             epochs=C.check_int(cfg, "finetune.epochs", minimum=1),
-                             lr=C.check_float(cfg, "finetune.lr", gt=0.0),
-                             beta=C.check_float(cfg, "finetune.beta", ge=0.0),
+                             epochs=p.finetune.epochs, lr=p.finetune.lr, beta=p.finetune.beta,
                              init_from=models_dir / FINETUNED / "best.ckpt",
                              metrics_file=job_dir / f"{FINETUNED}_ft.json",
                              run_name=f"{FINETUNED}_ft-seed{seed}")

@@ -19,14 +19,12 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from flexatt import config as C
-from flexatt import figures
-from flexatt.errors import ConfigError
-from flexatt.evaluation import EvalSet, load_model, translate_split
+from flexatt import figures, schema
+from flexatt.evaluation import EvalSet, decode_settings, load_model, translate_split
 from flexatt.io import atomic_path, write_json
 from flexatt.metrics import corpus_bleu
-from flexatt.evaluation import check_taus, decode_settings
 from flexatt.tracking import default_group, start_run
-from flexatt.trainer import model_config, train
+from flexatt.trainer import train
 
 
 def _dev_point(model, dev: EvalSet, tau: float | None, settings: dict) -> tuple[float, float]:
@@ -37,28 +35,22 @@ def _dev_point(model, dev: EvalSet, tau: float | None, settings: dict) -> tuple[
 
 
 def run(cfg: DictConfig) -> dict:
-    sigmas = C.check_floats(cfg, "sweep_sigma.grid", gt=0.0)
-    base = C.check_str(cfg, "sweep_sigma.base_variant")
-    if model_config(cfg, base, "sweep_sigma.base_variant")["attention"] not in ("flexible", "flexible_sact"):
-        raise ConfigError("sweep_sigma.base_variant", f"must name a flexible model, not {base!r}")
-    epochs = C.check_int(cfg, "sweep_sigma.warm_start_epochs", minimum=1)
-    lr = C.check_float(cfg, "sweep_sigma.lr", gt=0.0)
-    out_dir = Path(C.check_str(cfg, "sweep_sigma.out_dir"))
-    out_file = C.check_str(cfg, "sweep_sigma.out")
-    curve_file = Path(C.check_str(cfg, "sweep_sigma.curve_file"))
-    figure_file = C.check_str(cfg, "sweep_sigma.figure")
-    init = Path(C.check_str(cfg, "train.out_dir")) / base / "best.ckpt"
-    grid = check_taus(cfg, "sweep_tau.grid", nonempty=True)
+    p = schema.validate(cfg)
+    sg = p.sweep_sigma
+    sigmas, base, epochs, lr = sg.grid, sg.base_variant, sg.warm_start_epochs, sg.lr
+    out_dir, out_file, curve_file, figure_file = Path(sg.out_dir), sg.out, Path(sg.curve_file), sg.figure
+    init = Path(p.train.out_dir) / base / "best.ckpt"
+    grid = p.sweep_tau.grid
     ref_tau = sorted(grid)[len(grid) // 2]
-    settings = decode_settings(cfg)
-    dev = EvalSet.load(C.check_str(cfg, "train.data_dir"), "dev")
+    settings = decode_settings(p)
+    dev = EvalSet.load(p.train.data_dir, "dev")
 
     points = []
     for sigma in sigmas:
         run_cfg = cfg.copy()
         OmegaConf.update(run_cfg, f"variants.{base}.sigma", sigma, force_add=True)
         # the W&B runs of the sigma points stay in the group of this pipeline run
-        OmegaConf.update(run_cfg, "logger.group", C.get(cfg, "logger.group") or default_group(cfg))
+        OmegaConf.update(run_cfg, "logger.group", p.logger.group or default_group(cfg))
         name = f"sigma{sigma:g}"
         print(f"sweep_sigma: sigma = {sigma:g}: {epochs} epoch(s) from {init}", flush=True)
         metrics, _ = train(run_cfg, base, out_dir=str(out_dir / name), epochs=epochs, lr=lr,

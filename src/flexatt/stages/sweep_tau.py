@@ -28,9 +28,8 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from flexatt import config as C
-from flexatt import figures
-from flexatt.errors import ConfigError
-from flexatt.evaluation import (EvalSet, check_taus, checkpoint_of, decode_settings, load_model, search_points,
+from flexatt import figures, schema
+from flexatt.evaluation import (EvalSet, checkpoint_of, decode_settings, load_model, search_points,
                                 select_tau, translate_split)
 from flexatt.io import atomic_path, write_json
 from flexatt.metrics import corpus_bleu
@@ -63,26 +62,16 @@ class Decoder:
 
 
 def run(cfg: DictConfig) -> dict:
-    tok_dir = C.check_str(cfg, "train.data_dir")
-    models = [str(m) for m in C.get(cfg, "sweep_tau.models")]
+    p = schema.validate(cfg)
+    st = p.sweep_tau
+    tok_dir, models, grid, tolerance, search_steps = p.train.data_dir, st.models, st.grid, st.tolerance, st.search_steps
+    curve_model, curve_taus, curve_splits = st.curve_model, st.curve_taus, st.curve_splits
+    add_log_mean_len, out_file, curve_file, figure_file = st.add_log_mean_len, st.out, Path(st.curve_file), st.figure
     for name in models:
-        checkpoint_of(cfg, name, "sweep_tau.models")
-    grid = check_taus(cfg, "sweep_tau.grid")
-    tolerance = C.check_float(cfg, "sweep_tau.tolerance", ge=0.0)
-    search_steps = C.check_int(cfg, "sweep_tau.search_steps", minimum=0)
-    curve_model = C.check_str(cfg, "sweep_tau.curve_model")
-    checkpoint_of(cfg, curve_model, "sweep_tau.curve_model")
-    curve_taus = check_taus(cfg, "sweep_tau.curve_taus")
-    curve_splits = [str(s) for s in C.get(cfg, "sweep_tau.curve_splits")]
-    for i, split in enumerate(curve_splits):
-        if split not in ("dev", "test"):
-            raise ConfigError(f"sweep_tau.curve_splits[{i}]", f"must be dev or test (got {split!r})")
+        checkpoint_of(p, name, "sweep_tau.models")
+    checkpoint_of(p, curve_model, "sweep_tau.curve_model")
     if curve_splits:
-        checkpoint_of(cfg, "global", "evaluate.checkpoints")  # the curve's reference point
-    add_log_mean_len = C.check_bool(cfg, "sweep_tau.add_log_mean_len")
-    out_file = C.check_str(cfg, "sweep_tau.out")
-    curve_file = Path(C.check_str(cfg, "sweep_tau.curve_file"))
-    figure_file = C.check_str(cfg, "sweep_tau.figure")
+        checkpoint_of(p, "global", "evaluate.checkpoints")  # the curve's reference point
 
     sets = {name: EvalSet.load(tok_dir, name) for name in {"dev", *curve_splits}}
     log_mean = round(math.log(sets["dev"].mean_src_len), 3)

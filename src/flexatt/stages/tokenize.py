@@ -39,8 +39,9 @@ import numpy as np
 from omegaconf import DictConfig
 
 from flexatt import config as C
+from flexatt import schema
 from flexatt.data.filtering import SPLITS
-from flexatt.data.subwords import MODEL_TYPES, UNK_ID, Vocab, train_sentencepiece
+from flexatt.data.subwords import UNK_ID, Vocab, train_sentencepiece
 from flexatt.errors import ConfigError, DataError
 from flexatt.io import atomic_path, write_json
 
@@ -156,17 +157,9 @@ def _side_stats(offsets: np.ndarray, unk: int) -> dict:
 
 
 def run(cfg: DictConfig) -> dict:
-    in_dir = Path(C.check_str(cfg, "tokenize.in_dir"))
-    out_dir = Path(C.check_str(cfg, "tokenize.out_dir"))
-    model_type = C.check_choice(cfg, "tokenize.model_type", MODEL_TYPES)
-    joint = C.check_bool(cfg, "tokenize.joint")
-    vocab_size = C.check_int(cfg, "tokenize.vocab_size", minimum=8)
-    coverage = C.check_float(cfg, "tokenize.character_coverage", gt=0.0)
-    if coverage > 1.0:
-        raise ConfigError("tokenize.character_coverage", f"must be in (0, 1] (got {coverage})")
-    threads = C.check_int(cfg, "tokenize.threads", minimum=1)
-    seed = C.check_int(cfg, "tokenize.seed", minimum=0)
-    metrics_file = C.check_str(cfg, "tokenize.metrics_file", optional=True)
+    t = schema.validate(cfg).tokenize
+    in_dir, out_dir, model_type, joint = Path(t.in_dir), Path(t.out_dir), t.model_type, t.joint
+    vocab_size, coverage, threads, seed, metrics_file = t.vocab_size, t.character_coverage, t.threads, t.seed, t.metrics_file
 
     inputs = {(split, side): _check_input(in_dir / f"{split}.{side}") for split in SPLITS for side in ("src", "tgt")}
     with atomic_path(out_dir) as tmp:

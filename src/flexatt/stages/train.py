@@ -17,11 +17,12 @@ from __future__ import annotations
 from omegaconf import DictConfig
 
 from flexatt import config as C
+from flexatt import schema
 from flexatt.trainer import train
 
 
 def run(cfg: DictConfig) -> dict:
-    variant = C.check_str(cfg, "train.variant")
+    variant = schema.validate(cfg).train.variant
     metrics, objects = train(cfg, variant)
     if objects["is_global_zero"]:  # one report under DDP
         print(f"train@{variant}: dev BLEU {metrics['dev_bleu']} (epoch {metrics['best_epoch']} of "
