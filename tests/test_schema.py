@@ -93,9 +93,7 @@ RULES = [
     ("train.lr_schedule", "cosine", "train.lr_schedule: must be one of fixed, plateau (got 'cosine')"),
     ("train.early_stopping_patience", 0, "train.early_stopping_patience: must be >= 1 (got 0)"),
     ("finetune.variant", "bahdanau", "finetune.variant: must be one of global, local_m"),
-    ("finetune.variant", "global", "finetune.variant: must name a flexible model (flexible, flexible_sact), not 'global'"),
-    ("finetune.variants", ["flexible", "sact"], "finetune.variants[1]: must name a flexible model"),
-    ("sweep_sigma.base_variant", "local_p", "sweep_sigma.base_variant: must name a flexible model"),
+    ("finetune.variants", ["flexible", "bahdanau"], "finetune.variants[1]: must be one of global, local_m"),
     ("finetune.beta", -0.1, "finetune.beta: must be >= 0.0 (got -0.1)"),
     ("decode.beam_size", 0, "decode.beam_size: must be >= 1 (got 0)"),
     ("decode.alpha", -1.0, "decode.alpha: must be >= 0.0 (got -1.0)"),
@@ -103,8 +101,6 @@ RULES = [
     ("sweep_tau.grid", [0.8, -1.0], "sweep_tau.grid[1]: must be >= 0.0 (got -1.0)"),
     ("sweep_tau.grid", [math.nan], "sweep_tau.grid[0]: must be >= 0.0 (got nan)"),
     ("sweep_tau.grid", [], "sweep_tau.grid: must not be empty"),
-    ("sweep_tau.models", ["flexible", "bahdanau"], "sweep_tau.models[1]: must be one of global, local_m"),
-    ("sweep_tau.curve_model", "bahdanau", "sweep_tau.curve_model: must be one of global, local_m"),
     ("sweep_tau.curve_splits", ["train"], "sweep_tau.curve_splits[0]: must be one of dev, test (got 'train')"),
     ("sweep_tau.search_steps", -1, "sweep_tau.search_steps: must be >= 0 (got -1)"),
     ("sweep_tau.figure", "", "sweep_tau.figure: must be a non-empty string (got '')"),
@@ -154,11 +150,29 @@ def test_every_rule_names_its_key_and_what_it_allows(default_cfg, key, value, ex
 
 
 def test_a_variant_is_validated_with_the_model_it_overrides(default_cfg):
-    with pytest.raises(ConfigError, match=r"^variants.sact.temperature: must be null when model.attention is sact"):
-        schema.validate(_with(default_cfg, "variants.sact.temperature", 1.0))
+    """When it is used: a sweep may set a model key that one of the variants it does not train
+    refuses (model.temperature with the sact variants in the config)."""
+    params = schema.validate(_with(default_cfg, "variants.sact.temperature", 1.0))
+    with pytest.raises(ConfigError, match=r"^model.temperature: must be null when model.attention is sact"):
+        params.model_of("sact")
     params = schema.validate(_with(default_cfg, "model.dropout", 0.1))
     assert params.model_of("flexible").dropout == 0.1 and params.model_of("flexible").attention == "flexible"
     assert params.model_of("sact").model_dump() == {**params.model.model_dump(), "attention": "sact"}
+    swept = schema.validate(_with(_with(default_cfg, "model.temperature", 0.8), "variants.sact.temperature", None))
+    assert swept.model_of("sact").temperature is None and swept.model_of("global").temperature == 0.8
+
+
+def test_fine_tuning_and_the_sigma_sweep_need_a_flexible_variant(default_cfg):
+    for key, name in (("finetune.variant", "global"), ("sweep_sigma.base_variant", "local_p")):
+        params = schema.validate(_with(default_cfg, key, name))
+        with pytest.raises(ConfigError, match=rf"^{key}: must name a flexible model \(flexible, flexible_sact\), "
+                                              rf"not '{name}': the objective needs g_t$"):
+            params.flexible_variant(key)
+    # the whole configuration stays valid for the stages that do not fine-tune
+    params = schema.validate(_with(default_cfg, "variants.flexible.attention", "sparse"))
+    with pytest.raises(ConfigError, match=r"^sweep_sigma.base_variant: must name a flexible model"):
+        params.flexible_variant("sweep_sigma.base_variant")
+    assert schema.validate(default_cfg).flexible_variant("finetune.variant") == "flexible"
 
 
 def test_the_attention_is_one_of_the_registered_variants():

@@ -176,7 +176,7 @@ def checkpoint_of(cfg: DictConfig | schema.Params, name: str, key: str) -> Path:
     the list it came from."""
     checkpoints = schema.group(cfg, "evaluate").checkpoints
     if name not in checkpoints:
-        raise ConfigError(key, f"unknown model {name!r}: must be one of {', '.join(checkpoints)}")
+        raise ConfigError(key, f"must be one of {', '.join(checkpoints)} (got {name!r})")
     return C.require_file(f"evaluate.checkpoints.{name}", checkpoints[name], hint="train that model first")
 
 

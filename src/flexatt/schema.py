@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
 from flexatt.errors import ConfigError
@@ -33,6 +33,7 @@ SCORE_TYPES = ("concat", "general", "dot", "scaled_dot", "location")  # model.sc
 LR_SCHEDULES = ("fixed", "plateau")  # train.lr_schedule
 LOGGER_MODES = ("auto", "online", "offline", "disabled")  # logger.mode
 SPLITS = ("dev", "test")  # what sweep_tau and evaluate decode
+FLEXIBLE = ("flexible", "flexible_sact")  # the attention variants with a penalty strength g_t
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps", "tpu")
 PRECISIONS = ("32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", "64-true",
               "transformer-engine", "transformer-engine-float16", "auto")
@@ -154,24 +155,17 @@ class Model(Group):
         return self
 
 
-class ModelOverrides(Group):
-    """A ``variants.<name>`` entry: any ``model`` key, overriding ``conf/model``."""
+def _overrides_of(group: type[Group], name: str) -> type[Group]:
+    """A group whose every key is ``group``'s, optional (``None``: not overridden), with the same
+    type and range."""
+    fields = {key: (Optional[Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation], None)
+              for key, info in group.model_fields.items()}
+    return create_model(name, __base__=Group, __doc__=f"Overrides of the keys of {group.__name__}.", **fields)
 
-    model_config = ConfigDict(strict=True, extra="forbid")
-    attention: Optional[Text] = None
-    score: Optional[str] = None
-    emb_size: Optional[int] = None
-    hidden_size: Optional[int] = None
-    att_size: Optional[int] = None
-    readout_size: Optional[int] = None
-    dropout: Optional[float] = None
-    local_D: Optional[int] = None
-    sigma: Optional[float] = None
-    g_feedback: Optional[bool] = None
-    sact_lambda: Optional[float] = None
-    sact_feedback: Optional[bool] = None
-    temperature: Optional[float] = None
-    max_src_len: Optional[int] = None
+
+#: a ``variants.<name>`` entry: any ``model`` key, overriding ``conf/model``; the variant's whole
+#: model (with the rules between keys) is checked where it is used (:meth:`Params.model_of`)
+ModelOverrides = _overrides_of(Model, "ModelOverrides")
 
 
 class Trainer(Group):
@@ -386,37 +380,31 @@ class Params(BaseModel):
 
     @model_validator(mode="after")
     def _names(self) -> Params:
-        """Names that must be one of another group's: each checked where it is read."""
-        variants, rows = list(self.variants), list(self.evaluate.checkpoints)
-        for key, name, allowed in (("train.variant", self.train.variant, variants),
-                                   ("sweep_tau.curve_model", self.sweep_tau.curve_model, rows)):
-            if allowed and name not in allowed:
-                raise ConfigError(key, f"must be one of {', '.join(allowed)} (got {name!r})")
-        for name, overrides in self.variants.items():
-            try:
-                Model.model_validate({**self.model.model_dump(), **overrides.model_dump(exclude_none=True)})
-            except ValidationError as exc:
-                raise _config_error(exc, f"variants.{name}") from None
-        flexible = ("flexible", "flexible_sact")  # the variants with a penalty strength g_t
-        checks = [("finetune.variant", self.finetune.variant), ("sweep_sigma.base_variant", self.sweep_sigma.base_variant),
-                  *((f"finetune.variants[{i}]", v) for i, v in enumerate(self.finetune.variants))]
-        for key, name in checks:
+        """The variants that other groups name exist. (Rows of ``evaluate.checkpoints`` are
+        checked where they are read: a stage may run with some rows removed.)"""
+        variants = list(self.variants)
+        for key, name in [("train.variant", self.train.variant), ("finetune.variant", self.finetune.variant),
+                          ("sweep_sigma.base_variant", self.sweep_sigma.base_variant),
+                          *((f"finetune.variants[{i}]", v) for i, v in enumerate(self.finetune.variants))]:
             if variants and name not in variants:
                 raise ConfigError(key, f"must be one of {', '.join(variants)} (got {name!r})")
-            if variants and self.model_of(name, key).attention not in flexible:
-                raise ConfigError(key, f"must name a flexible model ({', '.join(flexible)}), not {name!r}: "
-                                  "the objective needs g_t")
-        for i, name in enumerate(self.sweep_tau.models):
-            if rows and name not in rows:
-                raise ConfigError(f"sweep_tau.models[{i}]", f"must be one of {', '.join(rows)} (got {name!r})")
         return self
+
+    def flexible_variant(self, key: str) -> str:
+        """The variant that the setting ``key`` (``finetune.variant``, ``sweep_sigma.base_variant``)
+        names, which must have a penalty strength g_t (flexible or flexible_sact attention)."""
+        name = {"finetune.variant": self.finetune.variant, "sweep_sigma.base_variant": self.sweep_sigma.base_variant}[key]
+        if self.model_of(name, key).attention not in FLEXIBLE:
+            raise ConfigError(key, f"must name a flexible model ({', '.join(FLEXIBLE)}), not {name!r}: "
+                              "the objective needs g_t")
+        return name
 
     def model_of(self, variant: str, key: str = "train.variant") -> Model:
         """``model`` with the overrides of ``variants[variant]``, validated as a whole; ``key``
         names the setting that chose ``variant`` in the error about an unknown one."""
         if variant not in self.variants:
             raise ConfigError(key, f"must be one of {', '.join(self.variants)} (got {variant!r})")
-        overrides = self.variants[variant].model_dump(exclude_none=True)
+        overrides = self.variants[variant].model_dump(exclude_unset=True)  # an explicit null overrides too
         try:
             return Model.model_validate({**self.model.model_dump(), **overrides})
         except ValidationError as exc:

@@ -131,14 +131,13 @@ def build_trainer(cfg: DictConfig, ckpt_dir: Path, max_epochs: int, extra_callba
     """A Lightning Trainer from ``cfg.trainer`` (:class:`flexatt.schema.Trainer`: the keys it
     gives, extra ones passed on) with our checkpointing and callbacks; ``precision`` replaces
     ``trainer.precision`` (default: :func:`flexatt.runtime.resolve_precision` of it)."""
-    p = schema.params(cfg)
-    trainer_cfg = p.trainer.model_dump(exclude_unset=True)
+    trainer_cfg = schema.group(cfg, "trainer").model_dump(exclude_unset=True)
     if precision is None and "precision" in trainer_cfg:
         precision, _ = resolve_precision(trainer_cfg["precision"], trainer_cfg.get("accelerator", "auto"))
     if precision is not None:
         trainer_cfg["precision"] = precision
     warn_slow_bf16(trainer_cfg)
-    patience = p.train.early_stopping_patience
+    patience = schema.group(cfg, "train").early_stopping_patience
     # last.ckpt from a callback of its own: Lightning's save_last writes only in an epoch whose
     # top-k checkpoint was written, i.e. with a better dev BLEU; every epoch's end must be saved
     # for a resume to start from it (and to find the plateau schedule's state of that epoch)

@@ -23,8 +23,8 @@ from flexatt.trainer import train
 
 
 def run(cfg: DictConfig) -> dict:
-    ft = schema.validate(cfg).finetune
-    variant = ft.variant
+    p = schema.validate(cfg)
+    ft, variant = p.finetune, p.flexible_variant("finetune.variant")
     metrics, objects = train(cfg, variant, out_dir=ft.out_dir, epochs=ft.epochs, lr=ft.lr, beta=ft.beta,
                              init_from=Path(ft.init_dir) / variant / "best.ckpt",
                              metrics_file=Path(ft.metrics_dir) / f"{variant}.json")

@@ -37,7 +37,7 @@ def _dev_point(model, dev: EvalSet, tau: float | None, settings: dict) -> tuple[
 def run(cfg: DictConfig) -> dict:
     p = schema.validate(cfg)
     sg = p.sweep_sigma
-    sigmas, base, epochs, lr = sg.grid, sg.base_variant, sg.warm_start_epochs, sg.lr
+    sigmas, base, epochs, lr = sg.grid, p.flexible_variant("sweep_sigma.base_variant"), sg.warm_start_epochs, sg.lr
     out_dir, out_file, curve_file, figure_file = Path(sg.out_dir), sg.out, Path(sg.curve_file), sg.figure
     init = Path(p.train.out_dir) / base / "best.ckpt"
     grid = p.sweep_tau.grid

@@ -67,8 +67,8 @@ def run(cfg: DictConfig) -> dict:
     tok_dir, models, grid, tolerance, search_steps = p.train.data_dir, st.models, st.grid, st.tolerance, st.search_steps
     curve_model, curve_taus, curve_splits = st.curve_model, st.curve_taus, st.curve_splits
     add_log_mean_len, out_file, curve_file, figure_file = st.add_log_mean_len, st.out, Path(st.curve_file), st.figure
-    for name in models:
-        checkpoint_of(p, name, "sweep_tau.models")
+    for i, name in enumerate(models):
+        checkpoint_of(p, name, f"sweep_tau.models[{i}]")
     checkpoint_of(p, curve_model, "sweep_tau.curve_model")
     if curve_splits:
         checkpoint_of(p, "global", "evaluate.checkpoints")  # the curve's reference point
