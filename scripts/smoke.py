@@ -65,8 +65,11 @@ def main(argv: list[str] | None = None) -> int:
         result = run_dvc(dest, "repro")
         print(result.stdout, end="")
         print(result.stderr, end="", file=sys.stderr)
-        if result.returncode == 0:
-            print(run_dvc(dest, "metrics", "show").stdout, end="")
+        if result.returncode == 0:  # what make repro shows: Table 1 and where the rest is
+            print((dest / "results/table1.md").read_text(encoding="utf-8"), end="")
+            where = dest if args.keep else "the copy (removed; --keep DIR keeps it)"
+            print(f"Figures: {where}/results/figures/; metrics: results/*.json (dvc metrics show); "
+                  f"W&B runs: {where}/wandb/")
         return result.returncode
     finally:
         if args.keep is None:
