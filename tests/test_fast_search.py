@@ -1,5 +1,5 @@
-"""The fast search step (flexatt.fast_search) against the eager reference (flexatt.search with the
-model's own decode_step): the same arithmetic on the same rows, so everything is compared bit for
+"""The grouped search step (flexatt.fast_search.FastDecoder, ``compiled=False``) against the eager
+reference (flexatt.search with the model's own decode_step): the same arithmetic on the same rows, so everything is compared bit for
 bit (hypotheses, n-best lists, scores, windows, steps, attention, p_t, g_t, spans) for every
 variant the fast step covers; the variants it does not cover fall back to the eager step with
 one warning.
@@ -73,7 +73,8 @@ def test_beam_search_equals_the_eager_search(attention, tau, batch, k):
     limit = src_len * 2 + 1
     n_best = min(k, 3)
     eager = beam_search(model, src, src_len, limit, k, tau=tau, n_best=n_best, return_traces=True)
-    fast = fast_search.beam_search(model, src, src_len, limit, k, tau=tau, n_best=n_best, return_traces=True)
+    fast = fast_search.beam_search(model, src, src_len, limit, k, tau=tau, n_best=n_best, return_traces=True,
+                                   compiled=False)
     assert_same_search(eager, fast, nbest=True)
     assert_same_traces(eager, fast)
 
@@ -84,7 +85,7 @@ def test_greedy_equals_the_eager_search(attention, tau, batch):
     model = tiny_model(attention, seed=2)
     src, src_len = sources(BATCHES[batch], seed=6)
     eager = greedy(model, src, src_len, 12, tau, return_traces=True)
-    fast = fast_search.greedy(model, src, src_len, 12, tau, return_traces=True)
+    fast = fast_search.greedy(model, src, src_len, 12, tau, return_traces=True, compiled=False)
     assert_same_search(eager, fast)
     assert_same_traces(eager, fast)
     assert fast.tokens.shape == eager.tokens.shape
@@ -105,7 +106,7 @@ def test_a_larger_model_with_padding(attention, tau, threads):
     src, src_len = sources([14, 3, 9, 20, 11, 6, 17, 8, 2, 13, 5, 19], seed=7, vocab=300)
     limit = src_len * 2 + 3
     eager = beam_search(model, src, src_len, limit, 5, tau=tau)
-    fast = fast_search.beam_search(model, src, src_len, limit, 5, tau=tau)
+    fast = fast_search.beam_search(model, src, src_len, limit, 5, tau=tau, compiled=False)
     assert_same_search(eager, fast)
 
 
@@ -117,10 +118,10 @@ def test_the_score_function_sees_exactly_the_reported_window(attention, tau):
     model = tiny_model(attention, seed=2)
     src, src_len = sources()
     counter = ScoreCounter(model.decoder.attention.scorer)
-    result = fast_search.beam_search(model, src, src_len, 10, 5, tau=tau)
+    result = fast_search.beam_search(model, src, src_len, 10, 5, tau=tau, compiled=False)
     assert counter.rows == int(result.window_sum.sum()) > 0
     counter.rows = 0
-    g = fast_search.greedy(model, src, src_len, 10, tau)
+    g = fast_search.greedy(model, src, src_len, 10, tau, compiled=False)
     assert counter.rows == int(g.window_sum.sum())
 
 
@@ -197,17 +198,23 @@ def test_other_variants_fall_back_to_the_eager_step_with_one_warning(attention, 
 
 def test_training_mode_and_the_environment_switch_turn_it_off(monkeypatch):
     model = tiny_model("flexible", seed=1)
-    assert isinstance(fast_search.decoder_for(model), fast_search.FastDecoder)
+    assert isinstance(fast_search.decoder_for(model, compiled=False), fast_search.FastDecoder)
     monkeypatch.setenv("FLEXATT_FUSED", "0")
     assert fast_search.decoder_for(model) is model
     calls = []
     monkeypatch.setattr(fast_search.FastDecoder, "decode_step", lambda *a: calls.append(a))
+    monkeypatch.setattr(fast_search.KernelDecoder, "decode_step", lambda *a: calls.append(a))
     src, src_len = sources()
-    fast_search.beam_search(model, src, src_len, 5, 3)  # the eager step: never the fast one
+    fast_search.beam_search(model, src, src_len, 5, 3)  # the eager step: never a fast one
     assert calls == []
+    with pytest.raises(ValueError, match="FLEXATT_FUSED=0"):
+        fast_search.beam_search(model, src, src_len, 5, 3, compiled=True)
     monkeypatch.delenv("FLEXATT_FUSED")
     model.train()
     assert fast_search.unsupported(model) == "the model is in training mode"
+    monkeypatch.setattr(fast_search, "_warned", set())
+    with pytest.warns(RuntimeWarning, match="training mode: greedy and beam search run the eager step"):
+        assert fast_search.decoder_for(model) is model
     model.eval()
 
 
@@ -215,13 +222,13 @@ def test_negative_tau_is_refused():
     model = tiny_model("flexible", seed=1)
     src, src_len = sources()
     with pytest.raises(ValueError, match="tau must be >= 0"):
-        fast_search.beam_search(model, src, src_len, 5, 3, tau=-1.0)
+        fast_search.beam_search(model, src, src_len, 5, 3, tau=-1.0, compiled=False)
 
 
 @pytest.mark.parametrize("attention,tau,beam", [("flexible", 0.8, 5), ("global", None, 5), ("flexible", 1.2, 1)])
 def test_translate_split_gives_the_eager_translation(attention, tau, beam, monkeypatch):
     """The stages' entry point (translate_split: length-grouped batches, the stages' traces) with
-    the fast step, against the same call with FLEXATT_FUSED=0 (the eager step)."""
+    the grouped step (the compiled one is tested in tests/test_compiled_search.py), against the same call with FLEXATT_FUSED=0 (the eager step)."""
     import numpy as np
 
     from flexatt.data.subwords import EncodedSplit
@@ -231,6 +238,7 @@ def test_translate_split_gives_the_eager_translation(attention, tau, beam, monke
         def decode(self, rows):
             return [" ".join(str(i) for i in row if i != PAD_ID) for row in rows]
 
+    monkeypatch.setattr(fast_search.fused, "unsupported", lambda *a: "the grouped step is tested here")
     model = tiny_model(attention, seed=3)
     rng = np.random.default_rng(2)
     split = EncodedSplit.from_lists([rng.integers(4, 12, rng.integers(2, 10)).tolist() for _ in range(11)],

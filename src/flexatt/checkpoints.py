@@ -23,11 +23,6 @@ from flexatt.io import file_digest
 SIDES = ("src", "tgt")
 
 
-def vocab_digest(path: str | Path) -> str:
-    """SHA-256 (first 16 hex digits) of a SentencePiece model file."""
-    return file_digest(path)
-
-
 def check_vocabulary(checkpoint: str | Path, hparams: dict[str, Any], side: str, model_path: str | Path,
                      n_pieces: int) -> None:
     """Refuse the ``side`` vocabulary at ``model_path`` (``n_pieces`` pieces) unless it is the one
@@ -41,7 +36,7 @@ def check_vocabulary(checkpoint: str | Path, hparams: dict[str, Any], side: str,
         raise DataError(model_path, f"has {n_pieces} pieces but {checkpoint} was trained with "
                         f"{hparams[f'{side}_vocab']}: not this model's vocabulary")
     recorded = (hparams.get("vocab_digests") or {}).get(side)
-    if recorded is not None and recorded != vocab_digest(model_path):
+    if recorded is not None and recorded != file_digest(model_path):
         raise DataError(model_path, f"is not the {side} SentencePiece model {checkpoint} was trained with "
                         f"(its SHA-256 differs): not this model's vocabulary")
 

@@ -1,5 +1,7 @@
 """Fused forced decoding: the recurrence of :func:`flexatt.search.forced_decode` in one
-compiled call per batch (``csrc/fused_decode.cpp``), for inference on a CPU.
+compiled call per batch (``csrc/fused_decode.cpp``), for inference on a CPU. The same kernel
+holds the compiled step of greedy and beam search (``decode_step``, ``beam_candidates``:
+:class:`flexatt.fast_search.KernelDecoder`); both run one row's attention with ``attend_row``.
 
 Forced decoding feeds the reference back, so nothing of step t+1 waits for the readout of step
 t: the recurrence (attention + LSTM) runs in C++ without a Python round trip per step, and the

@@ -97,11 +97,20 @@ def validate_config(cfg: Mapping) -> dict[str, Any]:
     Raises:
         ConfigError: naming the ``model.<key>`` that fails and what it allows.
     """
-    out = schema.validate_group(schema.Model, cfg, "model").model_dump()
-    if out["attention"] not in attention_types():  # built in, or registered by flexatt.variants
+    return require_registered(schema.validate_group(schema.Model, cfg, "model").model_dump())
+
+
+def require_registered(cfg: dict[str, Any]) -> dict[str, Any]:
+    """``cfg`` (a validated model config) if its ``attention`` is a variant built in or registered
+    by :mod:`flexatt.variants` (the schema cannot know the registry).
+
+    Raises:
+        ConfigError: naming ``model.attention`` and the variants there are.
+    """
+    if cfg["attention"] not in attention_types():
         raise ConfigError("model.attention", f"must be one of {', '.join(attention_types())} "
-                          f"(got {out['attention']!r})")
-    return out
+                          f"(got {cfg['attention']!r})")
+    return cfg
 
 
 def build_model(cfg: Mapping, src_vocab: int, tgt_vocab: int, pad_id: int = 0) -> Seq2Seq:

@@ -132,7 +132,7 @@ class Tokenize(Group):
 class Model(Group):
     """``conf/model``: the network (:func:`flexatt.model.build_model`)."""
 
-    attention: Text = "global"  # a registered variant: flexatt.model.validate_config checks the registry
+    attention: Text = "global"  # a registered variant: flexatt.model.require_registered checks the registry
     score: Literal[SCORE_TYPES] = "concat"
     emb_size: PositiveInt = 128
     hidden_size: PositiveInt = 128

@@ -265,7 +265,10 @@ def beam_search(
        the window statistics of those rows are added to their sentences.
     2. Candidate score = hypothesis log p + log_softmax(logits): N x V, scattered into a
        ``n_active x k x V`` grid (-inf where a sentence has fewer than k live rows); the top
-       2k candidates per sentence over (k x V) are taken, best first.
+       2k candidates per sentence over (k x V) are taken, best first. A decoder with a method
+       ``beam_candidates(logits, row_score, starts, counts, n)`` returning the same two
+       ``n_active x n`` tensors (scores, grid indices) makes that selection itself
+       (:class:`flexatt.fast_search.KernelDecoder`: in one pass over the logits).
     3. Candidates ranked < k that end in EOS — or, at the sentence's last step t = max_len, all
        candidates ranked < k — are *finished*, scored with log p / t**alpha, and merged into the
        sentence's table of its n_best best finished hypotheses. The first k candidates not
@@ -332,21 +335,24 @@ def beam_search(
             hist_trace.append((weights, stats))
 
         # -- candidates: top 2k over (k x V) per sentence ---------------------------------
-        logp = torch.log_softmax(logits.float(), dim=-1)  # N x V
-        n_rows, vocab = logp.shape
+        n_rows, vocab = logits.shape
         sent_ids, counts = torch.unique_consecutive(row_sent, return_counts=True)  # n_act
         n_act = sent_ids.numel()
         starts = counts.cumsum(0) - counts  # n_act: first row of each sentence
-        cand = logp.add_(row_score.unsqueeze(1))  # N x V (in place)
-        if n_rows == n_act * k:  # every sentence has k live rows: no scatter needed
-            grid = cand
-        else:  # scatter into n_act x k x V, -inf at the missing rows
-            act_of_row = torch.repeat_interleave(torch.arange(n_act, device=device), counts)  # N
-            slot_of_row = torch.arange(n_rows, device=device) - starts[act_of_row]  # N (< k)
-            grid = logp.new_full((n_act, k, vocab), NEG_INF)
-            grid[act_of_row, slot_of_row] = cand
         n_cand = min(2 * k, k * vocab)
-        top_score, top_idx = grid.view(n_act, k * vocab).topk(n_cand, dim=1)  # best first
+        select = getattr(model, "beam_candidates", None)  # a decoder's own (compiled) selection
+        if select is not None:
+            top_score, top_idx = select(logits, row_score, starts, counts, n_cand)
+        else:
+            cand = torch.log_softmax(logits.float(), dim=-1).add_(row_score.unsqueeze(1))  # N x V
+            if n_rows == n_act * k:  # every sentence has k live rows: no scatter needed
+                grid = cand
+            else:  # scatter into n_act x k x V, -inf at the missing rows
+                act_of_row = torch.repeat_interleave(torch.arange(n_act, device=device), counts)  # N
+                slot_of_row = torch.arange(n_rows, device=device) - starts[act_of_row]  # N (< k)
+                grid = cand.new_full((n_act, k, vocab), NEG_INF)
+                grid[act_of_row, slot_of_row] = cand
+            top_score, top_idx = grid.view(n_act, k * vocab).topk(n_cand, dim=1)  # best first
         tok = top_idx % vocab  # n_act x n_cand
         par_row = starts.unsqueeze(1) + torch.div(top_idx, vocab, rounding_mode="floor")
         finite = top_score > NEG_INF

@@ -35,12 +35,12 @@ from pytorch_lightning.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
 from flexatt import config as C
 from flexatt import schema
-from flexatt.checkpoints import SIDES, error_summary, load_checkpoint_state, vocab_digest
+from flexatt.checkpoints import SIDES, load_checkpoint_state, read_checkpoint
 from flexatt.data.datamodule import TranslationData
 from flexatt.data.subwords import Vocab
 from flexatt.errors import ConfigError, DataError
 from flexatt.io import atomic_path, file_digest, write_json
-from flexatt.model import count_parameters, validate_config
+from flexatt.model import count_parameters, require_registered
 from flexatt.provenance import code_digest
 from flexatt.runtime import AUTO_PRECISION, native_cpu_bf16, resolve_precision
 from flexatt.tracking import default_group, lightning_logger, start_run
@@ -185,7 +185,7 @@ def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: 
     batch_size, halve_from, lr_schedule, seed, ratio = t.batch_size, t.lr_halve_from_epoch, t.lr_schedule, t.seed, t.val_max_len_ratio
     trainer_cfg = p.trainer.model_dump(exclude_unset=True)
     log_checkpoint = p.logger.log_checkpoint
-    model_cfg = validate_config(model_config(p, variant))  # and model.attention is a registered variant
+    model_cfg = require_registered(model_config(p, variant))
 
     src_vocab, tgt_vocab = Vocab(tok_dir / "src.model"), Vocab(tok_dir / "tgt.model")
     data = TranslationData(tok_dir, batch_size, seed)
@@ -196,7 +196,7 @@ def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: 
     pl.seed_everything(seed, workers=True, verbose=False)
     task = TranslationTask(model_cfg, len(src_vocab), len(tgt_vocab), lr=lr, halve_from=halve_from,
                            beta=beta, seed=seed, max_len_ratio=ratio, lr_schedule=lr_schedule,
-                           vocab_digests={side: vocab_digest(tok_dir / f"{side}.model") for side in SIDES})
+                           vocab_digests={side: file_digest(tok_dir / f"{side}.model") for side in SIDES})
     if init_from is not None:
         init_from = Path(init_from)
         if not init_from.is_file():
@@ -335,8 +335,11 @@ def _epoch_of(checkpoint: Path | None) -> int | None:
     if checkpoint is None:
         return None
     try:
-        return int(torch.load(checkpoint, map_location="cpu", weights_only=True)["epoch"]) + 1
-    except Exception as exc:  # truncated zip, pickle error, missing key
-        raise DataError(checkpoint, f"cannot resume: not a readable checkpoint (corrupt or truncated?): "
-                        f"{error_summary(exc)} "
-                        "(delete it to train from scratch)") from exc
+        ckpt = read_checkpoint(checkpoint)
+    except DataError as exc:
+        reason = str(exc).removeprefix(f"{checkpoint}: ")
+        raise DataError(checkpoint, f"cannot resume: {reason} (delete it to train from scratch)") from exc
+    if not isinstance(ckpt.get("epoch"), int):
+        raise DataError(checkpoint, "cannot resume: not a Lightning checkpoint (no epoch count) "
+                        "(delete it to train from scratch)")
+    return ckpt["epoch"] + 1

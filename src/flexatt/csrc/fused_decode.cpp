@@ -19,6 +19,11 @@
 // The readout, which does not feed back, is left to the caller (one product over all steps,
 // with linear()). The window count of a step is the number of positions the score loop
 // evaluated. bilstm() is the encoder's LSTM; every matrix product is product() below.
+//
+// Greedy and beam search (flexatt.fast_search.KernelDecoder) take one step at a time, since the
+// next token depends on the readout: decode_step() runs the attention of any N rows (each
+// reading its sentence's keys) and the LSTM, with the same attend_row() as forced decoding, and
+// beam_candidates() picks each sentence's best candidates from the logits.
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -35,6 +40,7 @@ namespace {
 
 using Vec = at::vec::Vectorized<float>;
 constexpr int64_t VL = Vec::size();
+constexpr int kAllLanes = (1 << VL) - 1;  // zero_mask() of a vector of zeros
 
 inline float hsum(const Vec& v) {
   float buf[VL];
@@ -205,6 +211,70 @@ inline void vision_span(float p, float g, float sigma, double tau, int64_t lengt
   *hi_out = static_cast<int64_t>(hi);
 }
 
+// The attention of one decoding row, shared by forced decoding and the search step: the
+// constants of a model (v_a and its sum, v_g, b_g, sigma) and of the threshold tau
+struct Attend {
+  const float* va;
+  const float* vg;
+  int64_t A, G, C;
+  float va_sum, gb, sigma, two_sigma2;
+  double tau;
+  bool flexible, dense;
+};
+
+Attend make_attend(const float* va, const float* vg, int64_t A, int64_t G, int64_t C, double b_g, double sigma,
+                   double tau, bool flexible) {
+  float va_sum = 0.f;
+  for (int64_t a = 0; a < A; ++a) va_sum += va[a];
+  return {va, vg, A, G, C, va_sum, static_cast<float>(b_g), static_cast<float>(sigma),
+          static_cast<float>(2.0 * sigma * sigma), tau, flexible, !flexible || std::isinf(tau)};
+}
+
+struct Span {
+  int64_t lo, hi;  // the scored positions, 1-based inclusive (the window is hi - lo + 1)
+  float p_t, g;
+};
+
+// One row's attention at one step (2017 paper): qg = [W_q h_{t-1} (A); W_gh h_{t-1} (G)], fed_g
+// = W_ge i_t (G; flexible only), p = p_{t-1}, keys S x A (U_k hbar) and values S x C (hbar) of
+// the row's sentence, length S_i. g_t = sigmoid(v_g . tanh(W_gh h + W_ge i) + b_g) (eq. 8); the
+// vision span (section 3.1; [1, S_i] when dense); for each position of the span the concat score
+// (eq. 3) minus the penalty g_t (s - p)^2 / (2 sigma^2) (eqs. 5-6), then the softmax over the span
+// (eq. 7), c_t = sum_s a_t(s) hbar_s (eq. 1) and p_t = sum_s a_t(s) s (eq. 4). Global attention
+// is the same loop with the span [1, S_i] and no penalty. Writes a_t into a_row[lo-1 .. hi-1]
+// (nothing else) and c_t into ctx (C).
+inline Span attend_row(const Attend& m, const float* qg, const float* fed_g, float p, const float* keys,
+                       const float* values, int64_t length, float* a_row, float* ctx) {
+  const int64_t A = m.A, C = m.C;
+  float g = 0.f;
+  int64_t lo = 1, hi = length;
+  if (m.flexible) {  // 2017 eq. 8
+    g = sigmoid(tanh_dot(qg + A, fed_g, m.vg, m.G) + m.gb);
+    if (!m.dense) vision_span(p, g, m.sigma, m.tau, length, &lo, &hi);
+  }
+  float top = -std::numeric_limits<float>::infinity();
+  for (int64_t s = lo - 1; s < hi; ++s) {  // eq. 3 over the span only
+    float e = 2.f * additive_half(qg, keys + s * A, m.va, A) - m.va_sum;
+    if (m.flexible) {  // eqs. 5-6
+      const float d = static_cast<float>(s + 1) - p;
+      e -= g * (d * d / m.two_sigma2);
+    }
+    a_row[s] = e;
+    top = std::max(top, e);
+  }
+  float z = 0.f;
+  for (int64_t s = lo - 1; s < hi; ++s) z += (a_row[s] = std::exp(a_row[s] - top));
+  const float inv = 1.f / z;
+  std::fill(ctx, ctx + C, 0.f);
+  float p_t = 0.f;
+  for (int64_t s = lo - 1; s < hi; ++s) {  // eqs. 7, 1 and 4
+    const float w = (a_row[s] *= inv);
+    axpy(w, values + s * C, ctx, C);
+    p_t += w * static_cast<float>(s + 1);
+  }
+  return {lo, hi, p_t, g};
+}
+
 void check(const torch::Tensor& t, const char* name, int64_t dim) {
   TORCH_CHECK(t.device().is_cpu(), name, " must be a CPU tensor");
   TORCH_CHECK(t.dim() == dim, name, " must have ", dim, " dimensions, got ", t.dim());
@@ -287,6 +357,28 @@ torch::Tensor linear(torch::Tensor x, torch::Tensor packed, int64_t n, torch::Te
   return out;
 }
 
+// log_softmax(x)[v] = (x[v] - top) - log_z for a row x of V logits: top = max(x), log_z =
+// log(sum_v exp(x[v] - top))
+inline void log_normaliser(const float* x, int64_t V, float* top_out, float* log_z_out) {
+  float top = -std::numeric_limits<float>::infinity();
+  int64_t v = 0;
+  if (V >= VL) {
+    Vec m = Vec::loadu(x);
+    for (v = VL; v + VL <= V; v += VL) m = at::vec::maximum(m, Vec::loadu(x + v));
+    float buf[VL];
+    m.store(buf);
+    for (int64_t i = 0; i < VL; ++i) top = std::max(top, buf[i]);
+  }
+  for (; v < V; ++v) top = std::max(top, x[v]);
+  const Vec tv(top);
+  Vec acc(0.f);
+  for (v = 0; v + VL <= V; v += VL) acc = acc + (Vec::loadu(x + v) - tv).exp();
+  float z = hsum(acc);
+  for (; v < V; ++v) z += std::exp(x[v] - top);
+  *top_out = top;
+  *log_z_out = std::log(z);
+}
+
 // log_softmax(logits)[r, gold[r]] = x_r[gold_r] - max(x_r) - log(sum_v exp(x_rv - max(x_r))) for
 // each row r of logits N x V: the log-softmax at the gold token only, without writing the N x V
 // log-probabilities
@@ -304,25 +396,85 @@ torch::Tensor gold_log_probs(torch::Tensor logits, torch::Tensor gold) {
   at::parallel_for(0, N, 16, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const float* x = X + r * V;
-      float top = -std::numeric_limits<float>::infinity();
-      int64_t v = 0;
-      if (V >= VL) {
-        Vec m = Vec::loadu(x);
-        for (v = VL; v + VL <= V; v += VL) m = at::vec::maximum(m, Vec::loadu(x + v));
-        float buf[VL];
-        m.store(buf);
-        for (int64_t i = 0; i < VL; ++i) top = std::max(top, buf[i]);
-      }
-      for (; v < V; ++v) top = std::max(top, x[v]);
-      const Vec tv(top);
-      Vec acc(0.f);
-      for (v = 0; v + VL <= V; v += VL) acc = acc + (Vec::loadu(x + v) - tv).exp();
-      float z = hsum(acc);
-      for (; v < V; ++v) z += std::exp(x[v] - top);
-      O[r] = (x[G[r]] - top) - std::log(z);
+      float top, log_z;
+      log_normaliser(x, V, &top, &log_z);
+      O[r] = (x[G[r]] - top) - log_z;
     }
   });
   return out;
+}
+
+// The candidates of one beam-search step. Sentence j's live hypotheses are rows starts[j] ..
+// starts[j] + counts[j] - 1 of logits N x V (at most k of them), with log-probabilities score
+// (N); a candidate is a row r and a token v, scored score[r] + log_softmax(logits[r])[v]. Returns
+// for each sentence its n best candidates, best first (ties: the lower row, then the lower
+// token): top_score n_act x n (-inf past the sentence's candidates) and top_index n_act x n,
+// (r - starts[j]) * V + v, the index of flexatt.search.beam_search's n_act x k x V grid. One pass
+// over each row after its normaliser; the N x V log-probabilities are not written.
+std::vector<torch::Tensor> beam_candidates(torch::Tensor logits, torch::Tensor score, torch::Tensor starts,
+                                           torch::Tensor counts, int64_t n) {
+  check_f32(logits, "logits", 2);
+  check_f32(score, "score", 1);
+  check(starts, "starts", 1);
+  check(counts, "counts", 1);
+  TORCH_CHECK(starts.scalar_type() == at::kLong && counts.scalar_type() == at::kLong &&
+                  starts.size(0) == counts.size(0),
+              "starts and counts must be int64 of one length");
+  TORCH_CHECK(n >= 1, "n must be >= 1");
+  const int64_t N = logits.size(0), V = logits.size(1), J = starts.size(0);
+  TORCH_CHECK(score.size(0) == N, "score must have N elements");
+  const int64_t* ST = starts.data_ptr<int64_t>();
+  const int64_t* CT = counts.data_ptr<int64_t>();
+  for (int64_t j = 0; j < J; ++j)
+    TORCH_CHECK(CT[j] >= 1 && ST[j] >= 0 && ST[j] + CT[j] <= N, "sentence ", j, ": rows [", ST[j], ", ",
+                ST[j] + CT[j], ") are outside [0, ", N, ")");
+  auto top_score = torch::full({J, n}, -std::numeric_limits<float>::infinity(), logits.options());
+  auto top_index = torch::zeros({J, n}, starts.options());
+  const float* X = logits.data_ptr<float>();
+  const float* SC = score.data_ptr<float>();
+  float* TS = top_score.data_ptr<float>();
+  int64_t* TI = top_index.data_ptr<int64_t>();
+  at::parallel_for(0, J, 1, [&](int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; ++j) {
+      float* best = TS + j * n;  // sorted, best first; the first m are set
+      int64_t* where = TI + j * n;
+      int64_t m = 0;
+      auto insert = [&](float c, int64_t index) {  // c beats best[n - 1] (or m < n)
+        int64_t pos = std::min(m, n - 1);
+        while (pos > 0 && best[pos - 1] < c) {
+          best[pos] = best[pos - 1];
+          where[pos] = where[pos - 1];
+          --pos;
+        }
+        best[pos] = c;
+        where[pos] = index;
+        m = std::min(m + 1, n);
+      };
+      for (int64_t slot = 0; slot < CT[j]; ++slot) {
+        const int64_t r = ST[j] + slot;
+        const float* x = X + r * V;
+        float top, log_z;
+        log_normaliser(x, V, &top, &log_z);
+        const float sc = SC[r];
+        const Vec tv(top), zv(log_z), sv(sc);
+        int64_t v = 0;
+        for (; v + VL <= V; v += VL) {
+          const float bar = m < n ? -std::numeric_limits<float>::infinity() : best[n - 1];
+          const Vec c = ((Vec::loadu(x + v) - tv) - zv) + sv;
+          if ((c > Vec(bar)).zero_mask() == kAllLanes) continue;  // no lane beats the bar
+          float buf[VL];
+          c.store(buf);
+          for (int64_t i = 0; i < VL; ++i)
+            if (m < n || buf[i] > best[n - 1]) insert(buf[i], slot * V + v + i);
+        }
+        for (; v < V; ++v) {
+          const float c = ((x[v] - top) - log_z) + sc;
+          if (m < n || c > best[n - 1]) insert(c, slot * V + v);
+        }
+      }
+    }
+  });
+  return {top_score, top_index};
 }
 
 // keys B x S x A (U_k hbar), values B x S x C (hbar), src_len B (long), steps B (long: forced
@@ -381,7 +533,6 @@ std::vector<torch::Tensor> forced_decode(torch::Tensor keys, torch::Tensor value
     N += n_steps[b];
   }
   check_tokens(tokens, "tokens", n_steps, table.size(0));
-  const bool dense = !flexible || std::isinf(tau);
   // given ctx_gates = hbar W_icT (B x S x 4H), the context's share of the gates is W_ic c_t =
   // sum_s a_t(s) (W_ic hbar_s) over the span only (the caller gives it for a few rows)
   const bool span_sum = ctx_gates.numel() > 0;
@@ -431,11 +582,7 @@ std::vector<torch::Tensor> forced_decode(torch::Tensor keys, torch::Tensor value
   int64_t* WIN = window.data_ptr<int64_t>();
   int64_t* LO = span_lo.data_ptr<int64_t>();
   int64_t* HI = span_hi.data_ptr<int64_t>();
-  float va_sum = 0.f;
-  for (int64_t a = 0; a < A; ++a) va_sum += va[a];
-  const float sigma_f = static_cast<float>(sigma);
-  const float two_sigma2 = static_cast<float>(2.0 * sigma * sigma);
-  const float gb = static_cast<float>(b_g);
+  const Attend att = make_attend(va, vg, A, G, C, b_g, sigma, tau, flexible);
   const float* PG = span_sum ? ctx_gates.data_ptr<float>() : nullptr;
 
   // timed: seconds spent in the attention (the query products W_q h and W_gh h, g_t, the span,
@@ -460,47 +607,18 @@ std::vector<torch::Tensor> forced_decode(torch::Tensor keys, torch::Tensor value
     at::parallel_for(0, running, 1, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t b = order[r];
-        const float* q = QG + r * (A + G);
-        const float p = P[r];
-        float g = 0.f;
-        int64_t lo = 1, hi = len[b];
-        if (flexible) {  // 2017 eq. 8
-          g = sigmoid(tanh_dot(q + A, fed(r) + 4 * H, vg, G) + gb);
-          if (!dense) vision_span(p, g, sigma_f, tau, len[b], &lo, &hi);
-        }
-        float* a_row = ATT + (b * T + t) * S;
-        const float* k_row = K + b * S * A;
-        int64_t scored = 0;
-        float top = -std::numeric_limits<float>::infinity();
-        for (int64_t s = lo - 1; s < hi; ++s, ++scored) {  // eq. 3 over the span only
-          float e = 2.f * additive_half(q, k_row + s * A, va, A) - va_sum;
-          if (flexible) {  // eqs. 5-6
-            const float d = static_cast<float>(s + 1) - p;
-            e -= g * (d * d / two_sigma2);
-          }
-          a_row[s] = e;
-          top = std::max(top, e);
-        }
-        float z = 0.f;
-        for (int64_t s = lo - 1; s < hi; ++s) z += (a_row[s] = std::exp(a_row[s] - top));
-        const float inv = 1.f / z;
         float* ctx = X + r * (C + H);
-        std::fill(ctx, ctx + C, 0.f);
-        float p_t = 0.f;
-        for (int64_t s = lo - 1; s < hi; ++s) {  // eqs. 7, 1 and 4
-          const float w = (a_row[s] *= inv);
-          axpy(w, V + (b * S + s) * C, ctx, C);
-          p_t += w * static_cast<float>(s + 1);
-        }
+        const Span sp = attend_row(att, QG + r * (A + G), fed(r) + 4 * H, P[r], K + b * S * A, V + b * S * C,
+                                   len[b], ATT + (b * T + t) * S, ctx);
         std::copy(ctx, ctx + C, HC + (done + r) * (H + C) + H);
         RB[done + r] = b;
         RT[done + r] = t;
-        P[r] = p_t;
-        POS[b * T + t] = p_t;
-        GOUT[b * T + t] = g;
-        WIN[b * T + t] = scored;
-        LO[b * T + t] = lo;
-        HI[b * T + t] = hi;
+        P[r] = sp.p_t;
+        POS[b * T + t] = sp.p_t;
+        GOUT[b * T + t] = sp.g;
+        WIN[b * T + t] = sp.hi - sp.lo + 1;
+        LO[b * T + t] = sp.lo;
+        HI[b * T + t] = sp.hi;
       }
     });
     lap(attention_s);
@@ -525,6 +643,117 @@ std::vector<torch::Tensor> forced_decode(torch::Tensor keys, torch::Tensor value
   }
   auto phases = torch::tensor({attention_s, lstm_s}, torch::kFloat64);
   return {hc, rows_b, rows_t, attention, window, span_lo, span_hi, position, g_out, phases};
+}
+
+// One decoding step of greedy and beam search, N rows at once: row r is a hypothesis of sentence
+// sent[r] of the batch (keys B x S x A, values B x S x C, src_len B: the encoder side, once per
+// sentence however many rows read it), with h_{t-1} hidden[r], the LSTM cell cell[r], p_{t-1}
+// position[r] and the fed-back token tokens[r] (long). table, w_x, w_qg, v_a, v_g, b_g, sigma,
+// tau and flexible as in forced_decode: each row takes the very attention of a forced step
+// (attend_row), then the LSTM. Returns hc N x (H + C) ([h_t; c_t]: the readout's input and the
+// next step's h), the new cell N x H, the weights N x S (a_t; zeros outside the span) and per
+// row window, span_lo, span_hi (long), p_t and g_t (zeros for global).
+std::vector<torch::Tensor> decode_step(torch::Tensor keys, torch::Tensor values, torch::Tensor src_len,
+                                       torch::Tensor sent, torch::Tensor hidden, torch::Tensor cell,
+                                       torch::Tensor position, torch::Tensor tokens, torch::Tensor table,
+                                       torch::Tensor w_x, torch::Tensor w_qg, torch::Tensor v_a, torch::Tensor v_g,
+                                       double b_g, double sigma, double tau, bool flexible) {
+  check_f32(keys, "keys", 3);
+  check_f32(values, "values", 3);
+  check(src_len, "src_len", 1);
+  check(sent, "sent", 1);
+  // hidden may be a view of the previous step's hc (rows of unit column stride)
+  TORCH_CHECK(hidden.device().is_cpu() && hidden.dim() == 2 && hidden.scalar_type() == at::kFloat &&
+                  hidden.stride(1) == 1,
+              "hidden must be a 2-dimensional float32 CPU tensor with unit column stride");
+  check_f32(cell, "cell", 2);
+  check_f32(position, "position", 1);
+  check(tokens, "tokens", 1);
+  check_f32(table, "table", 2);
+  check_f32(v_a, "v_a", 1);
+  TORCH_CHECK(src_len.scalar_type() == at::kLong && sent.scalar_type() == at::kLong &&
+                  tokens.scalar_type() == at::kLong,
+              "src_len, sent and tokens must be int64");
+  const int64_t B = keys.size(0), S = keys.size(1), A = keys.size(2), C = values.size(2);
+  const int64_t N = sent.size(0), H = hidden.size(1), G = flexible ? v_g.size(0) : 0, F = table.size(1);
+  TORCH_CHECK(values.size(0) == B && values.size(1) == S, "values must be B x S x C");
+  TORCH_CHECK(src_len.size(0) == B, "src_len must have B rows");
+  TORCH_CHECK(hidden.size(0) == N && cell.size(0) == N && cell.size(1) == H && position.size(0) == N &&
+                  tokens.size(0) == N,
+              "hidden, cell, position and tokens must have N rows");
+  TORCH_CHECK(F >= 4 * H + G, "table must be V x (4H + G + ...)");
+  const Panels WX = panels_of(w_x, 4 * H, "w_x");
+  const Panels WQG = panels_of(w_qg, A + G, "w_qg");
+  TORCH_CHECK(WX.K == C + H, "w_x must be (C + H) x 4H");
+  TORCH_CHECK(WQG.K == H, "w_qg must be H x (A + G)");
+  TORCH_CHECK(v_a.size(0) == A, "v_a must have A elements");
+  if (flexible) check_f32(v_g, "v_g", 1);
+  const int64_t* len = src_len.data_ptr<int64_t>();
+  const int64_t* SENT = sent.data_ptr<int64_t>();
+  const int64_t* TOK = tokens.data_ptr<int64_t>();
+  for (int64_t r = 0; r < N; ++r) {
+    TORCH_CHECK(SENT[r] >= 0 && SENT[r] < B, "sent[", r, "] = ", SENT[r], " is outside [0, ", B, ")");
+    TORCH_CHECK(TOK[r] >= 0 && TOK[r] < table.size(0), "tokens[", r, "] = ", TOK[r], " is outside [0, ",
+                table.size(0), ")");
+  }
+  for (int64_t b = 0; b < B; ++b)
+    TORCH_CHECK(len[b] >= 1 && len[b] <= S, "src_len[", b, "] = ", len[b], " is outside [1, ", S, "]");
+
+  auto opts = keys.options();
+  auto hc = torch::empty({N, H + C}, opts);
+  auto cell_out = cell.clone();
+  auto weights = torch::zeros({N, S}, opts);
+  auto window = torch::empty({N}, src_len.options());
+  auto span_lo = torch::empty({N}, src_len.options());
+  auto span_hi = torch::empty({N}, src_len.options());
+  auto p_out = torch::empty({N}, opts);
+  auto g_out = torch::zeros({N}, opts);
+  // x = [c_t; h_{t-1}] per row: the input of the gate product; its h half is the query
+  std::vector<float> x(N * (C + H)), qg(N * (A + G)), gates(N * 4 * H);
+  float* X = x.data();
+  float* QG = qg.data();
+  float* GATES = gates.data();
+  const float* HID = hidden.data_ptr<float>();
+  const int64_t h_stride = hidden.stride(0);
+  for (int64_t r = 0; r < N; ++r) std::copy_n(HID + r * h_stride, H, X + r * (C + H) + C);
+
+  const float* K = keys.data_ptr<float>();
+  const float* V = values.data_ptr<float>();
+  const float* TABLE = table.data_ptr<float>();
+  const float* P = position.data_ptr<float>();
+  float* HC = hc.data_ptr<float>();
+  float* W = weights.data_ptr<float>();
+  int64_t* WIN = window.data_ptr<int64_t>();
+  int64_t* LO = span_lo.data_ptr<int64_t>();
+  int64_t* HI = span_hi.data_ptr<int64_t>();
+  float* POS = p_out.data_ptr<float>();
+  float* GOUT = g_out.data_ptr<float>();
+  const Attend att = make_attend(v_a.data_ptr<float>(), flexible ? v_g.data_ptr<float>() : nullptr, A, G, C, b_g,
+                                 sigma, tau, flexible);
+  auto fed = [&](int64_t r) { return TABLE + TOK[r] * F; };
+
+  product(X + C, C + H, WQG, no_init, QG, A + G, N);  // N x (A + G)
+  at::parallel_for(0, N, 1, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t b = SENT[r];
+      const Span sp = attend_row(att, QG + r * (A + G), fed(r) + 4 * H, P[r], K + b * S * A, V + b * S * C, len[b],
+                                 W + r * S, X + r * (C + H));
+      std::copy_n(X + r * (C + H), C, HC + r * (H + C) + H);
+      POS[r] = sp.p_t;
+      GOUT[r] = sp.g;
+      WIN[r] = sp.hi - sp.lo + 1;
+      LO[r] = sp.lo;
+      HI[r] = sp.hi;
+    }
+  });
+  // N x 4H: W_ie i_t + b (looked up) + W_ic c_t + W_hh h_{t-1}, then the cell
+  product(X, C + H, WX, fed, GATES, 4 * H, N);
+  float* CELL = cell_out.data_ptr<float>();
+  at::parallel_for(0, N, 8, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      lstm_cell(GATES + r * 4 * H, CELL + r * H, HC + r * (H + C), HC + r * (H + C), H);
+  });
+  return {hc, cell_out, weights, window, span_lo, span_hi, p_out, g_out};
 }
 
 // The encoder's bidirectional LSTM (torch.nn.LSTM, one layer, batch_first) over the real
@@ -598,6 +827,8 @@ int vector_width() { return static_cast<int>(VL); }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("forced_decode", &forced_decode, "fused forced decoding of a batch (see the file's header)");
+  m.def("decode_step", &decode_step, "one step of greedy or beam search on N rows (see decode_step)");
+  m.def("beam_candidates", &beam_candidates, "the n best candidates of each sentence of a beam-search step");
   m.def("pack", &pack, "a K x N weight matrix as this file's products take it");
   m.def("linear", &linear, "init + x W with W packed by pack()");
   m.def("gold_log_probs", &gold_log_probs, "the log-softmax of each row at its gold token");
