@@ -1,4 +1,4 @@
-"""Beam-search speed of global and flexible attention, eager step against the fast step:
+"""Beam-search speed of global and flexible attention, the eager step against the two fast steps:
 sentences per second at beam 5 and 20 (and greedy with ``--beams 1``).
 
     python benchmarks/beam_speed.py                          # first 200 test pairs, beams 5 and 20
@@ -13,16 +13,18 @@ pipeline decodes; beam 1 is greedy search) by the **global** model and the **fin
 flexible** model at its **selected τ** (``results/sweep_tau.json`` →
 ``models.flexible_ft.selected_tau``, or ``--tau``), each with two implementations of the same
 search (``--paths``): **eager**, :func:`flexatt.search.beam_search` on the model's own
-``decode_step``, and **fast**, :func:`flexatt.fast_search.beam_search` (the step on a
-per-sentence attention cache, what the pipeline's stages run). Sentences are decoded in
+``decode_step``; **grouped**, :func:`flexatt.fast_search.beam_search` with ``compiled=False`` (the
+PyTorch step on a per-sentence attention cache, bit-identical to the eager one); and
+**compiled**, the same with ``compiled=True`` (the kernel's step and candidate selection: what the
+pipeline's stages and ``flexatt translate`` run for these models). Sentences are decoded in
 length-grouped batches of ``--batch-size`` (default ``decode.batch_size``, as
 ``translate_split`` does; 1 gives per-sentence latency).
 
 Side by side: each round decodes every batch with every (model, path) back to back, the order
 rotating from batch to batch and from round to round, after a warm-up pass; the figures are
 the median over ``--rounds`` rounds and the spread (min–max) of the per-round values. Ratios
-(medians of the per-round ratios): fast/eager per model, and flexible/global per path (> 1:
-flexible is faster). Also printed: the mean window (positions scored per step and live
+(medians of the per-round ratios): each path over eager per model, flexible/global per path (> 1:
+flexible is faster), and the compiled flexible over the eager global. Also printed: the mean window (positions scored per step and live
 hypothesis), the output length and the BLEU of the decoded sentences (a sanity check that both
 models translate, not a result: it is over a few hundred sentences), and the agreement of the
 two paths: the sentences whose best hypothesis differs, with the two paths' scores of both
@@ -33,6 +35,9 @@ per sentence also reflects the output lengths, which are printed too.
 ``--level char`` uses the char-level setting that ``benchmarks/decode_speed.py`` builds and
 caches in ``artifacts/bench/char/`` (small-budget models: only the speed comparison means
 anything there).
+
+Also printed per model and path: the time per decoding step and live hypothesis (µs per row), which
+takes the output lengths out of the flexible/global comparison.
 """
 
 from __future__ import annotations
@@ -55,7 +60,9 @@ from flexatt.metrics import corpus_bleu  # noqa: E402
 from flexatt import fast_search, search  # noqa: E402
 
 MODELS = ("global", "flexible_ft")
-PATHS = {"eager": (search.greedy, search.beam_search), "fast": (fast_search.greedy, fast_search.beam_search)}
+PATHS = {"eager": (search.greedy, search.beam_search, {}),
+         "grouped": (fast_search.greedy, fast_search.beam_search, {"compiled": False}),
+         "compiled": (fast_search.greedy, fast_search.beam_search, {"compiled": True})}
 
 
 def main() -> None:
@@ -105,10 +112,10 @@ def main() -> None:
 
     def decode(name: str, path: str, b, k: int):
         max_len = (b.src_len.float() * ratio).long() + 10
-        greedy_fn, beam_fn = PATHS[path]
+        greedy_fn, beam_fn, kw = PATHS[path]
         if k == 1:
-            return greedy_fn(models[name], b.src, b.src_len, max_len, taus[name])
-        return beam_fn(models[name], b.src, b.src_len, max_len, k, tau=taus[name], alpha=alpha)
+            return greedy_fn(models[name], b.src, b.src_len, max_len, taus[name], **kw)
+        return beam_fn(models[name], b.src, b.src_len, max_len, k, tau=taus[name], alpha=alpha, **kw)
 
     runs = [(name, path) for name in MODELS for path in args.paths]
     results: dict = {"level": args.level, "tau": tau, "sentences": n, "batch_size": batch_size,
@@ -130,13 +137,13 @@ def main() -> None:
                     hyps[i] = res.tokens[row, : int(res.lengths[row])].tolist()
                     per_sentence[i] = (float(res.scores[row, 0]), int(res.window_sum[row]), int(res.steps[row]), b, row)
             bleu, _ = corpus_bleu(vocab.decode([hyps[i] for i in range(n)]), [refs])
-            stats[f"{name}/{path}"] = {"window": wsum / max(steps, 1), "out_len": out_len / n, "bleu": bleu}
+            stats[f"{name}/{path}"] = {"window": wsum / max(steps, 1), "out_len": out_len / n, "bleu": bleu,
+                                       "rows": steps}
             outputs[(name, path)] = (hyps, per_sentence)
-        agreement = {}
-        if len(args.paths) == 2:
-            for name in MODELS:
-                agreement[name] = compare(models[name], taus[name], k, outputs[(name, "eager")],
-                                          outputs[(name, "fast")], ratio, alpha)
+        fast_paths = [p for p in args.paths if p != "eager"] if "eager" in args.paths else []
+        agreement = {f"{name} {path}": compare(models[name], taus[name], k, outputs[(name, "eager")],
+                                               outputs[(name, path)], ratio, alpha)
+                     for name in MODELS for path in fast_paths}
         rates: dict[str, list[float]] = {f"{name}/{path}": [] for name, path in runs}
         for r in range(args.rounds):
             secs = dict.fromkeys(rates, 0.0)
@@ -150,24 +157,27 @@ def main() -> None:
         ratios = {}
         for path in args.paths:
             ratios[f"flexible/global {path}"] = [f / g for f, g in zip(rates[f"flexible_ft/{path}"], rates[f"global/{path}"])]
-        if len(args.paths) == 2:
+        for path in fast_paths:
             for name in MODELS:
-                ratios[f"{name} fast/eager"] = [f / e for f, e in zip(rates[f"{name}/fast"], rates[f"{name}/eager"])]
-            ratios["flexible fast/global eager"] = [f / e for f, e in zip(rates["flexible_ft/fast"], rates["global/eager"])]
+                ratios[f"{name} {path}/eager"] = [f / e for f, e in zip(rates[f"{name}/{path}"], rates[f"{name}/eager"])]
+            ratios[f"flexible {path}/global eager"] = [f / e for f, e in zip(rates[f"flexible_ft/{path}"],
+                                                                             rates["global/eager"])]
         results["beams"][k] = {"sentences_per_second": rates, "ratios_per_round": ratios,
                                "ratio_medians": {key: B.med(v) for key, v in ratios.items()},
                                "stats": stats, "agreement": agreement}
         print(f"\n{'greedy' if k == 1 else f'beam {k}'}:")
-        print(f"  {'model':12s} {'path':5s} {'tau':>6s} {'window':>7s} {'out len':>7s} {'BLEU':>6s} "
-              f"{'sent/s':>8s} {'spread':>15s}")
+        print(f"  {'model':12s} {'path':8s} {'tau':>6s} {'window':>7s} {'out len':>7s} {'BLEU':>6s} "
+              f"{'sent/s':>8s} {'spread':>15s} {'us/row':>7s}")
         for name, path in runs:
             s = stats[f"{name}/{path}"]
-            print(f"  {name:12s} {path:5s} {B.fmt_tau(taus[name]):>6s} {s['window']:7.2f} {s['out_len']:7.1f} "
-                  f"{s['bleu']:6.2f} {B.med(rates[f'{name}/{path}']):8.2f} {B.spread(rates[f'{name}/{path}']):>15s}")
+            s["us_per_row"] = 1e6 * n / B.med(rates[f"{name}/{path}"]) / max(s["rows"], 1)
+            print(f"  {name:12s} {path:8s} {B.fmt_tau(taus[name]):>6s} {s['window']:7.2f} {s['out_len']:7.1f} "
+                  f"{s['bleu']:6.2f} {B.med(rates[f'{name}/{path}']):8.2f} {B.spread(rates[f'{name}/{path}']):>15s} "
+                  f"{s['us_per_row']:7.2f}")
         for key, values in ratios.items():
             print(f"  {key}: {B.med(values):.2f}x (rounds {B.spread(values)})")
-        for name, a in agreement.items():
-            print(f"  {name}: fast == eager hypotheses {a['same']}/{n}, windows equal {a['same_windows']}/{n}"
+        for key, a in agreement.items():
+            print(f"  {key}: hypotheses equal to eager {a['same']}/{n}, windows equal {a['same_windows']}/{n}"
                   + "".join(f"\n    sentence {d['sentence']}: search scores eager {d['eager_score']:.7f}, fast "
                             f"{d['fast_score']:.7f}; eager reference of the two hypotheses "
                             f"{d['reference_eager_hyp']:.7f} vs {d['reference_fast_hyp']:.7f} (gap {d['gap']:.1e})"
