@@ -58,6 +58,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/beam_speed.py
 	bash benchmarks/setup_joeynmt.sh
 	$(BIN)/python benchmarks/joeynmt_throughput.py
+	$(BIN)/python benchmarks/joeynmt_decode.py
 	$(BIN)/python benchmarks/pipeline.py --noop-only
 
 bench-scale: $(STAMP)  # filter + tokenize on generated corpora of 1M and 4.5M pairs: time and memory (hours; run alone)

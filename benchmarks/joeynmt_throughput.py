@@ -81,15 +81,22 @@ TARGET_RATIO = 1.5
 # ======================================================================================
 # The Joey NMT side: runs in .venv-joeynmt (imports nothing from flexatt)
 # ======================================================================================
-def worker(args: argparse.Namespace) -> None:
-    """Build Joey's model, trainer and batches, then answer commands, one JSON line each."""
-    proto = os.fdopen(os.dup(1), "w", buffering=1)  # the pipe to the parent
-    os.dup2(2, 1)  # anything Joey prints goes to stderr (the worker log)
+def worker_pipe(threads: int):
+    """In a worker: the pipe to the parent (stdout as it was); from here on anything printed goes
+    to stderr (the worker log). Sets the intra-op threads."""
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
     sys.stdout = sys.stderr
-
     import torch
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(threads)
+    return proto
+
+
+def worker(args: argparse.Namespace) -> None:
+    """Build Joey's model, trainer and batches, then answer commands, one JSON line each."""
+    proto = worker_pipe(args.threads)
+    import torch
     import joeynmt
     from joeynmt.config import load_config, parse_global_args
     from joeynmt.prediction import prepare
@@ -193,12 +200,13 @@ def worker(args: argparse.Namespace) -> None:
 class JoeyWorker:
     """The worker process in .venv-joeynmt, driven over stdin/stdout."""
 
-    def __init__(self, python: Path, config: Path, threads: int, log: Path, extra_env: dict | None = None):
+    def __init__(self, python: Path, config: Path, threads: int, log: Path, extra_env: dict | None = None,
+                 script: Path = Path(__file__)):
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), **(extra_env or {}))
         self.log_path = log
         self.log = log.open("w")
-        self.proc = subprocess.Popen(
-            [str(python), str(Path(__file__).resolve()), "--worker", "--config", str(config),
+        self.proc = subprocess.Popen(  # ``script --worker``, run by Joey's Python
+            [str(python), str(script.resolve()), "--worker", "--config", str(config),
              "--threads", str(threads)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env,
             cwd=ROOT,
