@@ -41,7 +41,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from joeynmt_throughput import JoeyWorker, joey_config, worker_pipe, write_yaml  # noqa: E402
+from joeynmt_throughput import JoeyWorker, joey_config, worker_pipe, write_joey_vocab, write_yaml  # noqa: E402
 
 TARGET_RATIO = 2.0
 
@@ -145,11 +145,10 @@ def main() -> None:
     work = (ROOT / args.work_dir).resolve()
     work.mkdir(parents=True, exist_ok=True)
 
-    # ---- Joey's vocabulary: the SentencePiece model's pieces in id order -------------------
+    # ---- Joey's vocabulary and config --------------------------------------------------------
     tgt_vocab = Vocab(tok_dir / "tgt.model")
     vocab_file = work / "vocab.txt"
-    vocab_file.write_text("".join(tgt_vocab.sp.id_to_piece(i) + "\n" for i in range(len(tgt_vocab))),
-                          encoding="utf-8")
+    write_joey_vocab(Vocab(tok_dir / "src.model"), tgt_vocab, vocab_file)
     batches_per_epoch = -(-len(read_lines(filter_dir / "train.src")) // int(cfg.train.batch_size))
     config = joey_config(cfg, work, work / "model", vocab_file, updates=10**9, logging_freq=batches_per_epoch)
     config["data"]["test"] = str(filter_dir / "test")

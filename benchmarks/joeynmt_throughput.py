@@ -345,6 +345,17 @@ def joey_config(cfg, work_dir: Path, model_dir: Path, vocab_file: Path, *, updat
     }
 
 
+def write_joey_vocab(src_vocab, tgt_vocab, path: Path) -> None:
+    """Joey's vocabulary file: the SentencePiece model's pieces in id order, one per line; both
+    sides share it (flexatt's ``tokenize.joint``, the default), which is checked."""
+    pieces = [tgt_vocab.sp.id_to_piece(i) for i in range(len(tgt_vocab))]
+    if [src_vocab.sp.id_to_piece(i) for i in range(len(src_vocab))] != pieces:
+        sys.exit(f"{Path(sys.argv[0]).stem}: src.model and tgt.model differ; one vocabulary file per "
+                 "side is not implemented (tokenize.joint is true by default)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(pieces) + "\n", encoding="utf-8")
+
+
 def write_yaml(path: Path, data: dict) -> None:
     import yaml
 
@@ -438,16 +449,11 @@ def main() -> None:
     batch_tokens = [b.n_tgt_tokens for b in batches]
     tokens = sum(batch_tokens)
 
-    # ---- the Joey side: vocabulary (the SentencePiece model's pieces in id order), config ---
+    # ---- the Joey side: vocabulary, config --------------------------------------------------
     vocab_file = work / "vocab.txt"
-    pieces = [tgt_vocab.sp.id_to_piece(i) for i in range(len(tgt_vocab))]
-    if [src_vocab.sp.id_to_piece(i) for i in range(len(src_vocab))] != pieces:
-        sys.exit("joeynmt_throughput: src.model and tgt.model differ; one vocabulary file per side "
-                 "is not implemented (tokenize.joint is true by default)")
 
     def write_vocab() -> None:  # (again before the CLI run: the work dir may have been cleaned)
-        vocab_file.parent.mkdir(parents=True, exist_ok=True)
-        vocab_file.write_text("\n".join(pieces) + "\n", encoding="utf-8")
+        write_joey_vocab(src_vocab, tgt_vocab, vocab_file)
 
     write_vocab()
     bench_cfg = joey_config(cfg, work, work / "model", vocab_file, updates=10**9, logging_freq=100)
