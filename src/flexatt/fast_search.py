@@ -328,7 +328,7 @@ class KernelDecoder:
 
     The kernel rounds differently from PyTorch's operators (its own products and exponentials),
     so scores agree with the eager step's within float32 rounding rather than bit for bit; spans
-    and windows are computed by the same float32 operations (tests: ``tests/test_fast_search.py``)."""
+    and windows are computed by the same float32 operations (tests: ``tests/test_compiled_search.py``)."""
 
     def __init__(self, model):
         self.model = model
