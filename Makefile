@@ -15,13 +15,14 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # W&B stays offline unless you have configured an API key.
 export WANDB_MODE ?= $(if $(WANDB_API_KEY),online,offline)
 
-.PHONY: help venv test test-slow repro smoke params bench bench-scale bench-pipeline clean
+.PHONY: help venv test test-slow repro smoke char params bench bench-scale bench-pipeline clean
 
 help:
 	@echo "make repro      create .venv and run the pipeline (dvc repro) on the default corpus"
 	@echo "make test       create .venv and run the test suite (fast tests)"
 	@echo "make test-slow  run the slow tests too"
 	@echo "make smoke      run the pipeline on the tiny synthetic 'smoke' profile in a scratch copy"
+	@echo "make char       the character-level 'char' profile up to Table 1, kept in artifacts/char (hours)"
 	@echo "make params     recompose params.yaml from conf/ (PROFILE=smoke|default|paper)"
 	@echo "make bench      run the benchmarks (after make repro: they use its data and models)"
 	@echo "make bench-scale  filter + tokenize at 1M and 4.5M generated pairs: wall time and peak memory (run alone)"
@@ -69,6 +70,10 @@ bench-pipeline: $(STAMP)  # deletes the stage outputs and times dvc repro from s
 
 smoke: $(STAMP)
 	$(BIN)/python scripts/smoke.py
+
+# the char profile's models are what the benchmarks' character level measures; a second run resumes
+char: $(STAMP)
+	$(BIN)/python scripts/profile_run.py char --keep artifacts/char --targets evaluate --results results/char
 
 clean:
 	rm -rf artifacts multirun outputs .pytest_cache

@@ -1,8 +1,8 @@
 """Shared helpers of the decoding benchmarks (``decode_speed.py``, ``beam_speed.py``).
 
 * the models to compare: global attention and the fine-tuned flexible model at its selected τ,
-  at subword level (the pipeline's checkpoints) or at character level (:func:`prepare_char`,
-  a small-budget setting this module builds and caches under ``artifacts/bench/char/``);
+  at subword level (the pipeline's checkpoints) or at character level (:func:`char_setting`:
+  the char profile's run, ``make char``);
 * side-by-side timing statistics (median and min–max spread over rounds);
 * :class:`AttentionTimer`, which times the attention module's own calls inside a decode.
 """
@@ -13,17 +13,12 @@ import contextlib
 import json
 import math
 import os
-import shutil
 import statistics
-import subprocess
-import sys
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig, OmegaConf
 
 from flexatt.data.batching import Batch, LengthGroupedBatches, ParallelData, collate
 from flexatt.data.subwords import EncodedSplit
@@ -36,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: (``flexatt.runtime``; ``FLEXATT_ALLOCATOR=default`` turns it off)
 ALLOCATOR_TUNED = tune_allocator()
 
-CHAR_ROOT = Path("artifacts/bench/char")
+CHAR_RUN = Path("artifacts/char")  # the char profile's run (make char)
 SUBWORD_CKPTS = {"global": Path("artifacts/models/global/best.ckpt"),
                  "flexible_ft": Path("artifacts/models_ft/flexible/best.ckpt")}
 
@@ -241,181 +236,37 @@ def check_files(*paths: Path) -> None:
 # --------------------------------------------------------------------------------------
 @dataclass
 class CharSetting:
+    """The char profile's run (``conf/profile/char.yaml``): its data, models, selected τ and
+    the dev/test BLEU it reached."""
     tok_dir: Path
     checkpoints: dict[str, Path]  # global, flexible_ft
     tau: float | None
-    info: dict
+    sweep_file: Path
+    dev_bleu: dict[str, float]    # the best dev BLEU of training / fine-tuning, per model
+    test_bleu: dict[str, float]   # Table 1 of the char run (results/metrics.json), per row
 
 
-def _bench_cfg(cfg: DictConfig, root: Path, fraction: float) -> DictConfig:
-    """The params for the char setting: the pipeline's model, train and finetune settings, on
-    ``root/tok``, with W&B off, no progress bar and ``fraction`` of the training batches."""
-    cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))  # a plain copy, not in struct mode
-    cfg.train.data_dir = str(root / "tok")
-    cfg.logger.enabled = False
-    cfg.logger.log_checkpoint = False
-    cfg.trainer.enable_progress_bar = False
-    cfg.trainer.enable_model_summary = False
-    cfg.trainer.limit_train_batches = float(fraction) if fraction < 1 else 1.0
-    return cfg
+def char_setting(run: Path = CHAR_RUN) -> CharSetting:
+    """The character-level models: the char profile's pipeline run kept in ``run`` by
+    ``python scripts/profile_run.py char --keep artifacts/char --targets evaluate --results
+    results/char`` (``make char``). Exits with that command when the run is not there."""
+    tok_dir = run / "artifacts/tok"
+    ckpts = {"global": run / "artifacts/models/global/best.ckpt",
+             "flexible_ft": run / "artifacts/models_ft/flexible/best.ckpt"}
+    sweep = run / "results/sweep_tau.json"
+    metrics = run / "results/metrics.json"
+    missing = [str(p) for p in (*ckpts.values(), tok_dir / "test.npz", sweep, metrics) if not p.is_file()]
+    if missing:
+        raise SystemExit(f"error: the char profile's run is not in {run} (missing {', '.join(missing)}): "
+                         f"run `make char` first (about 3 hours on 2 cores)")
+    dev = {}
+    for name, path in (("global", run / "results/train/global.json"),
+                       ("flexible", run / "results/train/flexible.json"),
+                       ("flexible_ft", run / "results/finetune/flexible.json")):
+        if path.is_file():
+            dev[name] = json.loads(path.read_text()).get("dev_bleu")
+    rows = json.loads(metrics.read_text())["models"]
+    return CharSetting(tok_dir, ckpts, read_selected_tau(sweep), sweep, dev,
+                       {row: m["bleu"] for row, m in rows.items()})
 
 
-def _subset(src: Path, dest: Path, n: int | None) -> None:
-    lines = src.read_text(encoding="utf-8").split("\n")[:-1]
-    dest.write_text("".join(line + "\n" for line in (lines if n is None else lines[:n])), encoding="utf-8")
-
-
-def _digest(path: Path) -> str:
-    import hashlib
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-
-
-def prepare_char(cfg: DictConfig, *, root: Path = CHAR_ROOT, filter_dir: Path = Path("artifacts/filter"),
-                 retrain: bool = False, dev_size: int = 300, train_fraction: float = 0.5,
-                 ft_fraction: float = 0.25, log=print) -> CharSetting:
-    """Build (or reuse) the character-level setting of the 2017 paper's Table 2, small budget.
-
-    1. ``root/filter``: the pipeline's filtered train and test pairs, the first ``dev_size`` dev pairs;
-    2. ``root/tok``: the tokenize stage with ``tokenize.model_type=char`` (joint SentencePiece
-       char model, the pipeline's settings otherwise);
-    3. ``root/models/{global,flexible}``: ``flexatt.trainer.train`` for one epoch limited to
-       ``train_fraction`` of the batches (Lightning ``limit_train_batches``), the model sizes of
-       ``params.yaml``;
-    4. ``root/models_ft/flexible``: fine-tuning with J = CE − β·mean g_t (``finetune.beta``,
-       ``finetune.lr``) on ``ft_fraction`` of an epoch;
-    5. ``root/sweep_tau.json``: τ selected on the dev subset as the sweep_tau stage does
-       (beam search with ``decode.*``, ``sweep_tau.grid`` + log S̄, ``select_tau`` with
-       ``sweep_tau.tolerance``).
-
-    Each step is skipped when its output exists (``retrain``: everything is rebuilt).
-    ``root/prep.json`` records the settings and the minutes each step took.
-    """
-    from flexatt.evaluation import EvalSet, select_tau, translate_split
-    from flexatt.metrics import corpus_bleu
-    from flexatt.evaluation import decode_settings
-    from flexatt.trainer import train
-
-    settings = {"dev_size": dev_size, "train_fraction": train_fraction, "ft_fraction": ft_fraction,
-                "model": OmegaConf.to_container(cfg.model, resolve=True),
-                "filter_train": _digest(filter_dir / "train.src")[:8] + _digest(filter_dir / "train.tgt")[:8]}
-    prep_file = root / "prep.json"
-    info = json.loads(prep_file.read_text()) if prep_file.is_file() and not retrain else {}
-    if info and info.get("settings") != settings:
-        if info.get("settings", {}).get("filter_train") != settings["filter_train"]:
-            log("char setting: the filtered training data changed since the cache was built: rebuilding")
-            retrain = True
-        else:
-            log(f"char setting: reusing the cache built with {info.get('settings')} "
-                f"(pass --retrain to rebuild with the settings asked for now)")
-    if retrain:
-        shutil.rmtree(root, ignore_errors=True)
-        info = {}
-    root.mkdir(parents=True, exist_ok=True)
-    info.setdefault("settings", settings)
-    minutes = info.setdefault("minutes", {})
-
-    def save() -> None:
-        prep_file.write_text(json.dumps(info, indent=2) + "\n")
-
-    def step(name: str, done: bool, fn) -> None:
-        if done:
-            return
-        log(f"char setting: {name} ...")
-        t0 = time.perf_counter()
-        fn()
-        minutes[name] = round((time.perf_counter() - t0) / 60, 2)
-        log(f"char setting: {name} done in {minutes[name]:.1f} min")
-        save()
-
-    tok_dir = root / "tok"
-    fdir = root / "filter"
-
-    def make_filter() -> None:
-        tmp = root / "filter.tmp"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        for split, n in (("train", None), ("dev", dev_size), ("test", None)):
-            for side in ("src", "tgt", "ref2"):
-                if (filter_dir / f"{split}.{side}").is_file():
-                    _subset(filter_dir / f"{split}.{side}", tmp / f"{split}.{side}", n)
-        shutil.rmtree(fdir, ignore_errors=True)
-        tmp.rename(fdir)
-
-    step("filter", (fdir / "test.tgt").is_file(), make_filter)
-
-    def make_tok() -> None:  # the stage itself, as DVC runs it, with the pipeline's other tokenize params
-        subprocess.run([sys.executable, "-m", "flexatt.stages.tokenize", f"tokenize.in_dir={fdir.resolve()}",
-                        f"tokenize.out_dir={tok_dir.resolve()}", "tokenize.model_type=char", "tokenize.metrics_file=null"],
-                       cwd=ROOT, check=True)
-
-    step("tokenize", (tok_dir / "stats.json").is_file(), make_tok)
-
-    ckpt = {"global": root / "models/global/best.ckpt", "flexible": root / "models/flexible/best.ckpt",
-            "flexible_ft": root / "models_ft/flexible/best.ckpt"}
-    for variant in ("global", "flexible"):
-        def fit(variant=variant) -> None:
-            metrics, _ = train(_bench_cfg(cfg, root, train_fraction), variant, out_dir=str(root / "models"),
-                               epochs=1, metrics_file=root / "metrics" / f"{variant}.json")
-            info[f"train_{variant}"] = metrics
-        step(f"train {variant}", ckpt[variant].is_file(), fit)
-
-    def finetune() -> None:
-        metrics, _ = train(_bench_cfg(cfg, root, ft_fraction), "flexible", out_dir=str(root / "models_ft"),
-                           epochs=1, lr=float(cfg.finetune.lr), beta=float(cfg.finetune.beta),
-                           init_from=ckpt["flexible"], metrics_file=root / "metrics" / "flexible_ft.json",
-                           job_type="finetune")
-        info["finetune_flexible"] = metrics
-
-    step("finetune flexible", ckpt["flexible_ft"].is_file(), finetune)
-
-    sweep_file = root / "sweep_tau.json"
-
-    def sweep() -> None:
-        from flexatt.evaluation import load_model
-
-        dcfg = _bench_cfg(cfg, root, 1.0)
-        dev = EvalSet.load(tok_dir, "dev")
-        decode = decode_settings(dcfg)
-        grid = sorted({float(t) for t in dcfg.sweep_tau.grid})
-        log_mean = round(math.log(dev.mean_src_len), 3)
-        if dcfg.sweep_tau.add_log_mean_len and log_mean not in grid:
-            grid = sorted([*grid, log_mean])
-        model = load_model(ckpt["flexible_ft"])
-
-        def point(tau: float | None) -> dict:
-            out = translate_split(model, dev.split, dev.tgt_vocab, tau=tau, **decode)
-            bleu, _ = corpus_bleu(out.hypotheses, [dev.references])
-            p = {"tau": tau, "window": round(out.mean_window, 3), "bleu": round(bleu, 2)}
-            log(f"  flexible_ft (char) dev tau={fmt_tau(tau):8s} window {p['window']:7.2f} BLEU {p['bleu']:6.2f}")
-            return p
-
-        reference = point(None)
-        points = [point(t) for t in grid]
-        chosen = select_tau(points, reference["bleu"], float(dcfg.sweep_tau.tolerance))
-        sweep_file.write_text(json.dumps({
-            "log_mean_src_len": log_mean, "grid": grid, "tolerance": float(dcfg.sweep_tau.tolerance),
-            "dev_size": len(dev.split), "beam_size": decode["beam_size"],
-            "models": {"flexible_ft": {"inf": reference, "points": points, "selected": chosen,
-                                       "selected_tau": chosen["tau"] if chosen else None}}}, indent=2) + "\n")
-
-    step("select tau", sweep_file.is_file(), sweep)
-    save()
-    return CharSetting(tok_dir, {"global": ckpt["global"], "flexible_ft": ckpt["flexible_ft"]},
-                       read_selected_tau(sweep_file), info)
-
-
-@contextmanager
-def quiet_lightning():
-    """Lightning's INFO lines (GPU available, ...) off while the char setting trains."""
-    import logging
-
-    loggers = [logging.getLogger(n) for n in ("pytorch_lightning", "lightning", "lightning.pytorch",
-                                              "lightning_fabric")]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.WARNING)
-    try:
-        yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)

@@ -5,7 +5,7 @@ sentences per second at beam 5 and 20 (and greedy with ``--beams 1``).
     python benchmarks/beam_speed.py --sentences 2000 --beams 5 --batch-size 150   # the evaluate stage
     python benchmarks/beam_speed.py --sentences 300 --beams 1 5 20 --rounds 5 --batch-size 1
     python benchmarks/beam_speed.py --paths eager             # the eager step only
-    python benchmarks/beam_speed.py --level char             # the cached char setting of decode_speed.py
+    python benchmarks/beam_speed.py --level char             # the char profile's models (make char)
 
 Translates the first ``--sentences`` source sentences of the test split with beam search
 (length normalisation ``decode.alpha``, at most ``decode.max_len_ratio``·S + 10 tokens, as the
@@ -32,9 +32,8 @@ hypotheses (a float32 tie shows as scores equal to ~1e-6) and whether the window
 Beam search steps are not the same for the two models (they translate differently), so the time
 per sentence also reflects the output lengths, which are printed too.
 
-``--level char`` uses the char-level setting that ``benchmarks/decode_speed.py`` builds and
-caches in ``artifacts/bench/char/`` (small-budget models: only the speed comparison means
-anything there).
+``--level char`` uses the char profile's models (``conf/profile/char.yaml``), from its run that
+``make char`` keeps in ``artifacts/char/``.
 
 Also printed per model and path: the time per decoding step and live hypothesis (µs per row), which
 takes the output lengths out of the flexible/global comparison.
@@ -87,13 +86,9 @@ def main() -> None:
         tok_dir, ckpts = Path(cfg.train.data_dir), B.SUBWORD_CKPTS
         sweep = Path(args.sweep or "results/sweep_tau.json")
     else:
-        tok_dir = B.CHAR_ROOT / "tok"
-        ckpts = {"global": B.CHAR_ROOT / "models/global/best.ckpt",
-                 "flexible_ft": B.CHAR_ROOT / "models_ft/flexible/best.ckpt"}
-        sweep = Path(args.sweep or B.CHAR_ROOT / "sweep_tau.json")
-        if not all(p.is_file() for p in ckpts.values()) or not sweep.is_file():
-            raise SystemExit(f"error: the char setting is not in {B.CHAR_ROOT}: run "
-                             f"python benchmarks/decode_speed.py --levels char first")
+        setting = B.char_setting()
+        tok_dir, ckpts = setting.tok_dir, setting.checkpoints
+        sweep = Path(args.sweep or setting.sweep_file)
     B.check_files(*ckpts.values(), tok_dir / "test.npz")
     tau = args.tau if args.tau is not None else B.read_selected_tau(sweep)
     taus = {"global": None, "flexible_ft": tau}

@@ -2,7 +2,7 @@
 
     python benchmarks/decode_speed.py                       # subword and char level, 2 threads
     python benchmarks/decode_speed.py --levels subword --sentences 300 --rounds 7
-    python benchmarks/decode_speed.py --levels char --retrain   # rebuild the char setting
+    python benchmarks/decode_speed.py --levels char         # after make char
 
 The reference translations of the first ``--sentences`` test pairs are fed back through the
 decoder (``flexatt.search.forced_decode``, as the pipeline's evaluate stage calls it: the fused
@@ -40,20 +40,11 @@ Subword level: the default pipeline's checkpoints (``artifacts/models/global/bes
 ``artifacts/models_ft/flexible/best.ckpt``) and ``results/sweep_tau.json`` →
 ``models.flexible_ft.selected_tau``, on ``artifacts/tok/test.npz``.
 
-Character level: the pipeline has no char run, so this script builds a small one
-(``_common.prepare_char``) and caches it under ``artifacts/bench/char/`` (a second run reuses
-it; ``--retrain`` rebuilds it): a SentencePiece ``char`` model on the pipeline's filtered data
-(``artifacts/filter``), a global and a flexible model of ``params.yaml``'s sizes trained for
-``--char-train-fraction`` of an epoch, the flexible one fine-tuned with β = ``finetune.beta``
-for ``--char-ft-fraction`` of an epoch, and τ selected on the first ``--char-dev`` dev pairs
-with the pipeline's rule (``select_tau`` over ``sweep_tau.grid`` + log S̄, beam search with
-``decode.*``). These models are far from converged: **only the speed comparison is
-meaningful**, not their BLEU. The timed sentences are the same test pairs as at subword level.
-
-Time (2-core CPU, 2 threads, defaults): preparing the char setting takes about 11 minutes once
-(tokenize < 1 min; training global and flexible ~ 4–5 min each for half an epoch; fine-tuning
-~ 2 min; τ selection < 1 min); the timing itself about 3 minutes. ``artifacts/bench/char/prep.json``
-records the minutes of each preparation step.
+Character level: the char profile's models (``conf/profile/char.yaml``: the same corpus, filter
+and sizes with a SentencePiece ``char`` vocabulary, trained and fine-tuned as the default
+pipeline does), from its run kept in ``artifacts/char/`` by ``make char``
+(``scripts/profile_run.py``); τ is the one its sweep_tau stage selected on dev. The timed
+sentences are the same test pairs as at subword level.
 
 Targets (the issue): at char level the flexible model at its selected τ is at least 1.3x as
 fast as global; at subword level it is never slower. The verdict is printed at the end.
@@ -64,7 +55,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -182,17 +172,13 @@ def run_level(level: str, args, cfg) -> dict:
         tau_source = "--tau" if args.tau is not None else f"{args.sweep} (models.flexible_ft.selected_tau)"
         note = None
     else:
-        with B.quiet_lightning():
-            setting = B.prepare_char(cfg, retrain=args.retrain, dev_size=args.char_dev,
-                                     train_fraction=args.char_train_fraction, ft_fraction=args.char_ft_fraction)
+        setting = B.char_setting()
         tok_dir, ckpts = setting.tok_dir, setting.checkpoints
         tau = args.char_tau if args.char_tau is not None else setting.tau
-        tau_source = "--char-tau" if args.char_tau is not None else f"{B.CHAR_ROOT}/sweep_tau.json (selected on dev)"
-        sel = json.loads((B.CHAR_ROOT / "sweep_tau.json").read_text())["models"]["flexible_ft"]
-        note = (f"char models: small budget ({setting.info['settings']['train_fraction']:g} epoch, fine-tuned "
-                f"{setting.info['settings']['ft_fraction']:g} epoch); dev BLEU at tau=inf {sel['inf']['bleu']}, "
-                f"at the selected tau {sel['selected']['bleu'] if sel['selected'] else '-'}: ONLY THE SPEED "
-                f"COMPARISON IS MEANINGFUL")
+        tau_source = "--char-tau" if args.char_tau is not None else f"{setting.sweep_file} (selected on dev)"
+        note = (f"char profile's models ({B.CHAR_RUN}): best dev BLEU global {setting.dev_bleu.get('global')}, "
+                f"flexible fine-tuned {setting.dev_bleu.get('flexible_ft')}; test BLEU "
+                f"{setting.test_bleu.get('global')} and {setting.test_bleu.get('flexible_ft_tau')} (at tau)")
     split = EncodedSplit.load(tok_dir / "test.npz")
     models = {name: load_model(ckpts[name]) for name in MODELS}
     taus = {"global": None, "flexible_ft": tau}
@@ -283,10 +269,6 @@ def main() -> None:
     parser.add_argument("--sweep", default="results/sweep_tau.json", help="where the subword tau is read")
     parser.add_argument("--tau", type=float, help="subword tau instead of the selected one")
     parser.add_argument("--char-tau", type=float, help="char tau instead of the selected one")
-    parser.add_argument("--retrain", action="store_true", help="rebuild the cached char setting")
-    parser.add_argument("--char-train-fraction", type=float, default=0.5, help="of an epoch, per model")
-    parser.add_argument("--char-ft-fraction", type=float, default=0.25, help="of an epoch, fine-tuning")
-    parser.add_argument("--char-dev", type=int, default=300, help="dev pairs for validation and tau selection")
     parser.add_argument("--no-eager", dest="eager", action="store_false",
                         help="time the fused path only (default: the eager path too, side by side)")
     parser.add_argument("--profile", type=int, default=0, metavar="N",

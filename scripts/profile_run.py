@@ -5,11 +5,14 @@
     python scripts/profile_run.py char --keep artifacts/char --targets evaluate --results results/char
 
 The copy holds the files git tracks (plus uncommitted edits to them), gets a fresh git
-repository (DVC needs one), and its ``params.yaml`` is recomposed with ``profile=PROFILE`` exactly
-as ``dvc exp run -S profile=PROFILE`` would; then ``dvc repro [TARGETS]`` runs there, its output
-streamed. Your working tree, its params.yaml and its DVC cache are never touched; ``--results DIR``
-copies the run's ``results/`` and its ``dvc.lock`` (which code and data made them) into ``DIR``
-of this working tree afterwards.
+repository (DVC needs one; a kept copy of the same profile is refreshed with this tree's files
+and committed again, so a second run resumes: DVC skips the stages that are up to date and
+training resumes from its last checkpoint), and its ``params.yaml`` is recomposed with
+``profile=PROFILE`` exactly as ``dvc exp run -S profile=PROFILE`` would; then ``dvc repro
+[TARGETS]`` runs there, its output streamed. Your working tree, its params.yaml and its DVC
+cache are never touched; ``--results DIR`` copies the run's results (the outputs under
+``results/`` of the stages it ran) and its ``dvc.lock`` (which code, data and params made them)
+into ``DIR`` of this working tree.
 """
 
 from __future__ import annotations
@@ -32,9 +35,13 @@ def tracked_files(root: Path) -> list[str]:
     return [p for p in out.decode().split("\0") if p and (root / p).is_file()]
 
 
-def make_copy(dest: Path, overrides: list[str]) -> None:
-    """Copy the repository's files to ``dest``, init git there, compose ``params.yaml``."""
+def make_copy(dest: Path, overrides: list[str], results: bool = True) -> None:
+    """Copy the repository's files to ``dest``, init git there, compose ``params.yaml``.
+    ``results=False`` leaves out ``dvc.lock`` and ``results/``: the products of this working
+    tree's run, which another profile's run does not share."""
     for rel in tracked_files(ROOT):
+        if not results and (rel == "dvc.lock" or rel.startswith("results/")):
+            continue
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / rel, target)
@@ -42,8 +49,18 @@ def make_copy(dest: Path, overrides: list[str]) -> None:
            "GIT_COMMITTER_NAME": "flexatt", "GIT_COMMITTER_EMAIL": "flexatt@example.invalid"}
     subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
     subprocess.run(["git", "add", "-A"], cwd=dest, check=True)
-    subprocess.run(["git", "commit", "-qm", "scratch copy"], cwd=dest, check=True, env=env)
+    subprocess.run(["git", "commit", "-qm", "scratch copy", "--allow-empty"], cwd=dest, check=True, env=env)
     subprocess.run([sys.executable, "-m", "flexatt.cli", "params", *overrides], cwd=dest, check=True)
+
+
+def profile_of(copy: Path) -> str | None:
+    """The profile a kept copy was composed with (``None``: not a copy)."""
+    import yaml
+
+    params = copy / "params.yaml"
+    if not (copy / ".git").is_dir() or not params.is_file():
+        return None
+    return (yaml.safe_load(params.read_text(encoding="utf-8")) or {}).get("profile")
 
 
 def dvc_env() -> tuple[str, dict[str, str]]:
@@ -60,12 +77,26 @@ def run_dvc(dest: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([dvc, *args], cwd=dest, env=env, text=True, capture_output=True)
 
 
-def copy_results(copy: Path, dest: Path) -> None:
-    """Replace ``dest`` with the copy's ``results/`` plus its ``dvc.lock``."""
+def copy_results(copy: Path, dest: Path) -> list[str]:
+    """Replace ``dest`` with the copy's ``dvc.lock`` and the outputs under ``results/`` of the
+    stages it lists (what this run made; files of stages it did not run are left out).
+    Returns the copied paths, relative to ``results/``."""
+    import yaml
+
+    lock = yaml.safe_load((copy / "dvc.lock").read_text(encoding="utf-8"))
+    outs = [Path(o["path"]) for stage in lock["stages"].values() for o in stage.get("outs", [])]
+    files = sorted({f for out in outs if out.parts[0] == "results"
+                    for f in ([copy / out] if (copy / out).is_file() else (copy / out).rglob("*")) if f.is_file()})
     if dest.exists():
         shutil.rmtree(dest)
-    shutil.copytree(copy / "results", dest)
+    copied = []
+    for f in files:
+        rel = f.relative_to(copy / "results")
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(f, dest / rel)
+        copied.append(str(rel))
     shutil.copy2(copy / "dvc.lock", dest / "dvc.lock")
+    return copied
 
 
 def main(argv: list[str] | None = None, profile: str | None = None) -> int:
@@ -82,10 +113,10 @@ def main(argv: list[str] | None = None, profile: str | None = None) -> int:
     if not (ROOT / "conf/profile" / f"{profile}.yaml").is_file():
         sys.exit(f"error: no profile {profile!r} in conf/profile/")
     dest = args.keep or Path(tempfile.mkdtemp(prefix=f"flexatt-{profile}-"))
-    if dest.exists() and any(dest.iterdir()):
-        sys.exit(f"error: {dest} is not empty")
+    if dest.exists() and any(dest.iterdir()) and profile_of(dest) != profile:
+        sys.exit(f"error: {dest} is not empty (and not a kept copy of the {profile} profile)")
     try:
-        make_copy(dest, [f"profile={profile}", *args.overrides])
+        make_copy(dest, [f"profile={profile}", *args.overrides], results=False)
         dvc, env = dvc_env()
         sys.stdout.flush()
         returncode = subprocess.run([dvc, "repro", *args.targets], cwd=dest, env=env).returncode
@@ -95,8 +126,8 @@ def main(argv: list[str] | None = None, profile: str | None = None) -> int:
             print(f"Figures: {where}/results/figures/; metrics: results/*.json (dvc metrics show); "
                   f"W&B runs: {where}/wandb/")
             if args.results:
-                copy_results(dest, args.results)
-                print(f"results and dvc.lock copied to {args.results}")
+                copied = copy_results(dest, args.results)
+                print(f"{len(copied)} result files and dvc.lock copied to {args.results}")
         return returncode
     finally:
         if args.keep is None:

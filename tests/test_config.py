@@ -18,7 +18,7 @@ def test_params_yaml_is_in_sync_with_conf(root):
     assert committed == composed, "params.yaml differs from conf/: run `make params` and commit it"
 
 
-@pytest.mark.parametrize("profile", ["smoke", "default", "paper"])
+@pytest.mark.parametrize("profile", ["smoke", "default", "paper", "char"])
 def test_every_profile_composes(root, profile):
     cfg = C.compose([f"profile={profile}"], root / "conf")
     assert cfg.profile == profile
@@ -29,6 +29,26 @@ def test_paper_profile_decodes_with_the_papers_beam(root):
     """The papers decode with a beam of 20 (2017 paper, §5); the default profile's CPU budget uses 5."""
     assert C.compose(["profile=paper"], root / "conf").decode.beam_size == 20
     assert C.compose([], root / "conf").decode.beam_size == 5
+
+
+def test_char_profile_trains_global_and_flexible_on_characters(root):
+    """The char profile: a character vocabulary, only the global and flexible models (and the
+    fine-tuned flexible one) through every stage that names models; the rest is the default's."""
+    from flexatt.schema import validate
+
+    char, default = C.compose(["profile=char"], root / "conf"), C.compose([], root / "conf")
+    params = validate(char)
+    assert char.tokenize.model_type == "char" and default.tokenize.model_type == "unigram"
+    assert list(char.variants) == ["global", "flexible"]
+    assert list(char.finetune.variants) == ["flexible"]
+    assert dict(char.evaluate.checkpoints) == {
+        "global": "artifacts/models/global/best.ckpt", "flexible": "artifacts/models/flexible/best.ckpt",
+        "flexible_ft": "artifacts/models_ft/flexible/best.ckpt"}
+    assert list(char.sweep_tau.models) == list(char.evaluate.tau_rows) == ["flexible", "flexible_ft"]
+    assert params.model == validate(default).model and char.train == default.train
+    assert char.filter == default.filter and char.decode == default.decode
+    # the default's rows come from conf/evaluate/checkpoints/all.yaml, every trained variant
+    assert set(default.variants) | {f"{v}_ft" for v in default.finetune.variants} == set(default.evaluate.checkpoints)
 
 
 def test_smoke_profile_uses_synthetic_data(root):

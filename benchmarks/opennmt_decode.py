@@ -1,0 +1,288 @@
+"""Beam-search decoding speed of flexatt against OpenNMT-py 3.5, side by side, on models of the
+same sizes trained on the same data.
+
+    bash benchmarks/setup_opennmt.sh                 # once: .venv-opennmt/ with OpenNMT-py 3.5
+    python benchmarks/opennmt_decode.py              # trains OpenNMT-py's model once (cached), then 3 rounds
+
+OpenNMT-py's model is its RNN one at flexatt's sizes: a bidirectional LSTM encoder
+(``encoder_type: brnn``), a one-layer LSTM decoder of ``model.hidden_size`` units with MLP
+(Bahdanau, concat) attention and input feeding, embeddings of ``model.emb_size``, dropout
+``model.dropout``, a generator of the vocabulary's size. OpenNMT-py hands the encoder's final
+state to the decoder as it is, so its encoder has ``hidden_size`` units in all (half per
+direction, where flexatt's has ``hidden_size`` per direction): a cheaper encoder and attention
+than flexatt's, which can only favour OpenNMT-py in the timing. Its data: the filtered training
+pairs (``artifacts/filter/train.{src,tgt}``) through its own ``sentencepiece`` transform on
+flexatt's SentencePiece model, a vocabulary file listing that model's pieces (so the output
+layer has flexatt's size), Adam at ``train.lr``, gradient-norm clipping at
+``trainer.gradient_clip_val``, batches of ``train.batch_size`` sentences, for ``train.epochs``
+epochs of updates (validation on dev each epoch; the last checkpoint is used), trained once by
+``onmt_train``: the model folder under ``--work-dir`` is reused while its config is unchanged.
+flexatt's is the pipeline's ``global`` model (``artifacts/models/global``).
+
+What is timed, per round: the translation of the test set (2,000 sentences) with beam
+``decode.beam_size`` in batches of ``decode.batch_size`` sentences, as each toolkit's users get
+it — flexatt's ``translate_split`` (length-grouped batches, the compiled step, ``decode.alpha``,
+at most ``decode.max_len_ratio``·S + 10 tokens, then the SentencePiece decoding) and
+OpenNMT-py's ``InferenceEnginePY.infer_list`` (what ``onmt_translate`` runs on a file: its
+SentencePiece transform, its beam search with ``length_penalty: avg`` — the score divided by the
+length, flexatt's ``decode.alpha`` = 1 — and ``max_length`` 250, then the detokenisation). Model
+loading is not timed. OpenNMT-py runs in its own virtualenv, in a worker process driven over a
+pipe that waits idle while flexatt decodes; after a warm-up pass each, every round times each
+once in alternating order; figures: the median over rounds, the spread (min–max) and the ratio
+of the medians, with each toolkit's test BLEU (sacrebleu, same references), output length and
+words per second beside.
+
+OpenNMT-py 3.5 pickles its options into its checkpoints, which torch >= 2.6 does not load by
+default (``weights_only``): its processes run with ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from joeynmt_throughput import JoeyWorker, worker_pipe, write_yaml  # noqa: E402
+
+TARGET_RATIO = 2.0
+ONMT_ENV = {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
+
+
+# ======================================================================================
+# The OpenNMT-py side: runs in .venv-opennmt (imports nothing from flexatt)
+# ======================================================================================
+def worker(args: argparse.Namespace) -> None:
+    """Load OpenNMT-py's trained model and the test sources, then translate on command."""
+    proto = worker_pipe(args.threads)
+    from onmt.bin.translate import _get_parser
+    from onmt.inference_engine import InferenceEnginePY
+    from onmt.utils.parse import ArgumentParser
+
+    opt = _get_parser().parse_args(["-config", args.config])
+    ArgumentParser.validate_translate_opts(opt)
+    ArgumentParser._get_all_transform_translate(opt)
+    ArgumentParser._validate_transforms_opts(opt)
+    ArgumentParser.validate_translate_opts_dynamic(opt)
+    engine = InferenceEnginePY(opt)
+    with open(opt.src, encoding="utf-8") as f:
+        sources = [line.rstrip("\n") for line in f]
+
+    def reply(**msg) -> None:
+        proto.write(json.dumps(msg) + "\n")
+
+    reply(ok=True, ready=True, sentences=len(sources))
+    for line in sys.stdin:
+        msg = json.loads(line)
+        if msg["cmd"] == "quit":
+            reply(ok=True)
+            return
+        started = time.perf_counter()
+        _, preds = engine.infer_list(sources)
+        seconds = time.perf_counter() - started
+        reply(ok=True, seconds=seconds, hypotheses=[p[0] for p in preds] if msg.get("outputs") else None)
+
+
+# ======================================================================================
+# The flexatt side
+# ======================================================================================
+def onmt_configs(cfg, work: Path, vocab_file: Path, batches_per_epoch: int,
+                 updates: int | None = None) -> tuple[dict, dict]:
+    """OpenNMT-py 3.5's training and translation configs (see the module doc); ``updates``
+    replaces ``train.epochs`` epochs of updates."""
+    tok_dir = ROOT / str(cfg.train.data_dir)
+    filter_dir = ROOT / str(cfg.tokenize.in_dir)
+    m = cfg.model
+    subwords = {"src_subword_model": str(tok_dir / "src.model"), "tgt_subword_model": str(tok_dir / "tgt.model"),
+                "src_subword_nbest": 1, "tgt_subword_nbest": 1, "src_subword_alpha": 0.0,
+                "tgt_subword_alpha": 0.0}
+    steps = updates or int(cfg.train.epochs) * batches_per_epoch
+    train = {
+        "save_data": str(work / "onmt"),
+        "overwrite": True,
+        "src_vocab": str(vocab_file), "tgt_vocab": str(vocab_file), "share_vocab": True,
+        "src_vocab_size": 100000, "tgt_vocab_size": 100000, "vocab_size_multiple": 1,
+        "data": {
+            "corpus_1": {"path_src": str(filter_dir / "train.src"), "path_tgt": str(filter_dir / "train.tgt"),
+                         "transforms": ["sentencepiece"]},
+            "valid": {"path_src": str(filter_dir / "dev.src"), "path_tgt": str(filter_dir / "dev.tgt"),
+                      "transforms": ["sentencepiece"]},
+        },
+        **subwords,
+        "save_model": str(work / "model" / "model"),
+        "save_checkpoint_steps": steps, "keep_checkpoint": 1,
+        "train_steps": steps, "valid_steps": batches_per_epoch, "report_every": 100,
+        "seed": int(cfg.seed), "world_size": 1, "gpu_ranks": [], "num_workers": 0,
+        "model_dtype": "fp32",
+        "batch_type": "sents", "batch_size": int(cfg.train.batch_size), "valid_batch_size": int(cfg.train.batch_size),
+        "optim": "adam", "learning_rate": float(cfg.train.lr), "adam_beta1": 0.9, "adam_beta2": 0.999,
+        "decay_method": "none", "start_decay_steps": 10 * steps, "max_grad_norm": float(cfg.trainer.gradient_clip_val),
+        "normalization": "sents", "label_smoothing": 0.0,
+        "encoder_type": "brnn", "decoder_type": "rnn", "rnn_type": "LSTM", "enc_layers": 1, "dec_layers": 1,
+        "enc_hid_size": int(m.hidden_size), "dec_hid_size": int(m.hidden_size), "word_vec_size": int(m.emb_size),
+        "global_attention": "mlp", "input_feed": 1, "bridge": False, "dropout": [float(m.dropout)],
+        "param_init": 0.0, "param_init_glorot": True,
+    }
+    translate = {
+        "model": str(work / "model" / f"model_step_{steps}.pt"),
+        "src": str(filter_dir / "test.src"), "output": str(work / "test.hyp"),
+        "transforms": ["sentencepiece"], **subwords,
+        "beam_size": int(cfg.decode.beam_size), "length_penalty": "avg", "max_length": 250, "n_best": 1,
+        "batch_size": int(cfg.decode.batch_size), "batch_type": "sents", "gpu": -1, "seed": int(cfg.seed),
+    }
+    return train, translate
+
+
+def write_onmt_vocab(vocab, path: Path) -> None:
+    """OpenNMT-py's vocabulary file: the SentencePiece model's pieces in id order, one per line,
+    without its control symbols (OpenNMT-py adds its own <unk>, <blank>, <s>, </s>)."""
+    sp = vocab.sp
+    pieces = [sp.id_to_piece(i) for i in range(len(vocab)) if not (sp.is_control(i) or sp.is_unknown(i))]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(pieces) + "\n", encoding="utf-8")
+
+
+def train_onmt(python: Path, config: dict, translate: dict, work: Path, threads: int) -> None:
+    """``onmt_train`` once per config (a stamp next to the model)."""
+    path = work / "train.yaml"
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
+    stamp = work / "model" / "flexatt-bench.stamp"
+    write_yaml(path, config)
+    if stamp.is_file() and stamp.read_text().strip() == digest and Path(translate["model"]).exists():
+        print(f"opennmt_decode: OpenNMT-py's model is trained ({translate['model']})", flush=True)
+        return
+    print(f"opennmt_decode: training OpenNMT-py's model ({config['train_steps']} updates; log "
+          f"{work / 'train.log'})", flush=True)
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), **ONMT_ENV)
+    started = time.perf_counter()
+    (work / "model").mkdir(parents=True, exist_ok=True)
+    with (work / "train.log").open("w") as out:
+        proc = subprocess.run([str(python), "-m", "onmt.bin.train", "-config", str(path)],
+                              stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    if proc.returncode != 0 or not Path(translate["model"]).exists():
+        tail = "".join((work / "train.log").read_text(errors="replace").splitlines(True)[-30:])
+        sys.exit(f"opennmt_decode: `onmt_train` failed (exit {proc.returncode}):\n{tail}")
+    stamp.write_text(digest + "\n")
+    print(f"opennmt_decode: trained in {(time.perf_counter() - started) / 60:.1f} min", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--params", default="params.yaml")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--onmt-python", default=str(ROOT / ".venv-opennmt" / "bin" / "python"))
+    parser.add_argument("--work-dir", default="artifacts/bench/opennmt_decode",
+                        help="OpenNMT-py's configs, vocabulary, model folder and logs")
+    parser.add_argument("--out", default="benchmarks/results/opennmt_decode.json")
+    parser.add_argument("--updates", type=int, help="train for this many updates instead of train.epochs epochs")
+    parser.add_argument("--train-only", action="store_true", help="train (or find) the model, time nothing")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--config", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from flexatt.config import load_params
+    from flexatt.data.subwords import EncodedSplit, Vocab
+    from flexatt.evaluation import load_model, read_lines, translate_split
+    from flexatt.metrics import corpus_bleu
+
+    onmt_python = Path(args.onmt_python)
+    if not onmt_python.exists():
+        sys.exit(f"opennmt_decode: {onmt_python} not found: run `bash benchmarks/setup_opennmt.sh` first")
+    cfg = load_params(args.params)
+    if not cfg.tokenize.joint:
+        sys.exit("opennmt_decode: one vocabulary file per side is not implemented (tokenize.joint is true by default)")
+    tok_dir = ROOT / str(cfg.train.data_dir)
+    filter_dir = ROOT / str(cfg.tokenize.in_dir)
+    checkpoint = ROOT / str(cfg.evaluate.checkpoints["global"])
+    for path in (checkpoint, tok_dir / "test.npz", filter_dir / "test.src", filter_dir / "train.src"):
+        if not path.is_file():
+            sys.exit(f"opennmt_decode: {path} not found: run `dvc repro` first")
+    work = (ROOT / args.work_dir).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+
+    tgt_vocab = Vocab(tok_dir / "tgt.model")
+    vocab_file = work / "vocab.txt"
+    write_onmt_vocab(tgt_vocab, vocab_file)
+    batches_per_epoch = -(-len(read_lines(filter_dir / "train.src")) // int(cfg.train.batch_size))
+    train_cfg, translate_cfg = onmt_configs(cfg, work, vocab_file, batches_per_epoch, args.updates)
+    train_onmt(onmt_python, train_cfg, translate_cfg, work, args.threads)
+    if args.train_only:
+        return
+    translate_path = work / "translate.yaml"
+    write_yaml(translate_path, translate_cfg)
+
+    model = load_model(checkpoint)
+    split = EncodedSplit.load(tok_dir / "test.npz")
+    refs = read_lines(tok_dir / "test.ref")
+    settings = dict(beam_size=int(cfg.decode.beam_size), alpha=float(cfg.decode.alpha),
+                    max_len_ratio=float(cfg.decode.max_len_ratio), batch_size=int(cfg.decode.batch_size))
+
+    def flexatt_round() -> tuple[float, list[str]]:
+        started = time.perf_counter()
+        out = translate_split(model, split, tgt_vocab, **settings)
+        return time.perf_counter() - started, out.hypotheses
+
+    onmt = JoeyWorker(onmt_python, translate_path, args.threads, work / "worker.log", extra_env=ONMT_ENV,
+                      script=Path(__file__))
+    ready = json.loads(onmt.proc.stdout.readline() or "{}")  # the worker's first line, once loaded
+    if ready.get("sentences") != len(split):
+        onmt.proc.wait()
+        tail = "".join((work / "worker.log").read_text(errors="replace").splitlines(True)[-30:])
+        sys.exit(f"opennmt_decode: OpenNMT-py loaded {ready.get('sentences')} test sentences, flexatt "
+                 f"{len(split)}; worker log:\n{tail}")
+    print(f"opennmt_decode: {len(split)} test sentences, beam {settings['beam_size']}, batches of "
+          f"{settings['batch_size']}, {args.rounds} rounds, {args.threads} threads", flush=True)
+    _, flex_hyps = flexatt_round()  # warm-up (and the kernel's build, if not cached)
+    onmt_hyps = onmt.ask("decode", outputs=True)["hypotheses"]
+    times = {"flexatt": [], "opennmt": []}
+    for r in range(args.rounds):
+        for side in (("flexatt", "opennmt") if r % 2 == 0 else ("opennmt", "flexatt")):
+            if side == "flexatt":
+                times["flexatt"].append(flexatt_round()[0])
+            else:
+                times["opennmt"].append(onmt.ask("decode")["seconds"])
+    onmt.close()
+
+    rate = {k: [len(split) / s for s in v] for k, v in times.items()}
+    ratios = [f / o for f, o in zip(rate["flexatt"], rate["opennmt"])]
+    bleu = {"flexatt": corpus_bleu(flex_hyps, [refs])[0], "opennmt": corpus_bleu(onmt_hyps, [refs])[0]}
+    words = {"flexatt": sum(len(h.split()) for h in flex_hyps) / len(split),
+             "opennmt": sum(len(h.split()) for h in onmt_hyps) / len(split)}
+    med = {k: statistics.median(v) for k, v in rate.items()}
+    print(f"{'toolkit':38s} {'sent/s':>8s} {'spread':>17s} {'BLEU':>6s} {'words/sentence':>15s} {'words/s':>8s}")
+    for key, label in (("flexatt", "flexatt (global, compiled step)"),
+                       ("opennmt", "OpenNMT-py 3.5 (rnn, infer_list)")):
+        print(f"{label:38s} {med[key]:8.1f} {min(rate[key]):8.1f}–{max(rate[key]):<8.1f} "
+              f"{bleu[key]:6.2f} {words[key]:15.1f} {med[key] * words[key]:8.0f}")
+    ratio = med["flexatt"] / med["opennmt"]
+    verdict = "meets" if ratio >= TARGET_RATIO else "misses"
+    print(f"ratio flexatt / OpenNMT-py: {ratio:.2f}x (per round {min(ratios):.2f}–{max(ratios):.2f}); "
+          f"{verdict} the {TARGET_RATIO:g}x target", flush=True)
+    print(f"words per second (output length taken out): "
+          f"{med['flexatt'] * words['flexatt'] / (med['opennmt'] * words['opennmt']):.2f}x")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"sentences": len(split), "settings": settings, "rounds": args.rounds,
+                               "threads": args.threads, "sentences_per_second": rate, "ratio": ratio,
+                               "ratios_per_round": ratios, "bleu": bleu, "words_per_sentence": words,
+                               "train_steps": train_cfg["train_steps"]}, indent=2) + "\n")
+    print(f"written {out}")
+
+
+if __name__ == "__main__":
+    main()

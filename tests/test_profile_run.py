@@ -1,0 +1,77 @@
+"""scripts/profile_run.py: which files a scratch copy gets, which results it hands back.
+(The whole pipeline in a copy runs in tests/test_pipeline.py.)"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+from conftest import ROOT
+
+sys.path.insert(0, str(ROOT / "scripts"))
+import profile_run  # noqa: E402
+
+
+def test_unknown_profile_is_refused_by_name(tmp_path):
+    result = subprocess.run([sys.executable, str(ROOT / "scripts/profile_run.py"), "nope", "--keep", str(tmp_path / "c")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "no profile 'nope' in conf/profile/" in result.stderr
+    assert not (tmp_path / "c").exists()
+
+
+def test_a_non_empty_folder_that_is_not_a_copy_is_refused(tmp_path):
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "mine.txt").write_text("x")
+    result = subprocess.run([sys.executable, str(ROOT / "scripts/profile_run.py"), "smoke", "--keep", str(tmp_path / "c")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode != 0 and "is not empty (and not a kept copy of the smoke profile)" in result.stderr
+    assert (tmp_path / "c" / "mine.txt").read_text() == "x"
+
+
+def test_copy_without_results_then_refresh(tmp_path):
+    """Another profile's copy leaves out this tree's dvc.lock and results/, composes its params;
+    a second make_copy over it (a resumed run) keeps what the copy made."""
+    copy = tmp_path / "c"
+    profile_run.make_copy(copy, ["profile=char"], results=False)
+    assert not (copy / "dvc.lock").exists() and not (copy / "results").exists()
+    assert (copy / "dvc.yaml").is_file() and (copy / "src/flexatt/model.py").is_file()
+    assert profile_run.profile_of(copy) == "char"
+    assert yaml.safe_load((copy / "params.yaml").read_text())["tokenize"]["model_type"] == "char"
+    (copy / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    profile_run.make_copy(copy, ["profile=char"], results=False)
+    assert (copy / "dvc.lock").read_text() == "schema: '2.0'\nstages: {}\n"
+    log = subprocess.run(["git", "log", "--oneline"], cwd=copy, capture_output=True, text=True, check=True).stdout
+    assert len(log.splitlines()) == 2
+    assert profile_run.profile_of(tmp_path) is None
+
+
+def test_copy_results_takes_only_the_outputs_the_lock_lists(tmp_path):
+    copy, dest = tmp_path / "copy", tmp_path / "results_char"
+    lock = {"schema": "2.0", "stages": {
+        "tokenize": {"cmd": "x", "outs": [{"path": "artifacts/tok"}, {"path": "results/tokenize.json"}]},
+        "train@global": {"cmd": "x", "outs": [{"path": "results/train/global.json"},
+                                              {"path": "results/train/global.csv"}]},
+        "evaluate": {"cmd": "x", "outs": [{"path": "results/figures/evaluate"}]}}}
+    (copy / "results/train").mkdir(parents=True)
+    (copy / "results/figures/evaluate").mkdir(parents=True)
+    (copy / "artifacts/tok").mkdir(parents=True)
+    (copy / "dvc.lock").write_text(yaml.safe_dump(lock))
+    for rel in ("results/tokenize.json", "results/train/global.json", "results/train/global.csv",
+                "results/train/local_m.json", "results/figures/evaluate/a.png", "artifacts/tok/x.npz"):
+        (copy / rel).write_text(rel)
+    dest.mkdir()
+    (dest / "stale.json").write_text("old")
+    copied = profile_run.copy_results(copy, dest)
+    assert copied == ["figures/evaluate/a.png", "tokenize.json", "train/global.csv", "train/global.json"]
+    assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()) == sorted([*copied, "dvc.lock"])
+    assert (dest / "train/global.json").read_text() == "results/train/global.json"
+
+
+@pytest.mark.parametrize("script", ["profile_run.py", "smoke.py"])
+def test_help(script):
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / script), "--help"], capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 0 and "--keep" in result.stdout and "--targets" in result.stdout
