@@ -12,6 +12,8 @@ so the prose never quotes a figure of an earlier run:
 * ``results`` (README): Table 1 (``results/table1.md``) under a caption with the corpus sizes
   (``results/filter.json``);
 * ``seeds`` (README): mean ± sd of the seed sweep (``results/seeds/summary.csv``), if committed;
+* ``char`` (README): the char profile's run (``results/char/``: dev BLEU of training, Table 1's
+  window and BLEU), if committed;
 * ``pipeline`` (README and ``benchmarks/README.md``): minutes per stage of the last timed
   ``dvc repro`` and the machine it ran on (``benchmarks/results/pipeline.json``).
 
@@ -113,6 +115,25 @@ def seeds_block(summary_csv: Path) -> str:
     return "\n".join(lines)
 
 
+def char_block(run: Path) -> str:
+    """The character-level models (``make char``): how far they trained and what τ gives."""
+    if not (run / "metrics.json").is_file():
+        return ""
+    rows = _json(run / "metrics.json")["models"]
+    dev = {name: _json(path)["dev_bleu"] for name, path in (
+        ("global", run / "train" / "global.json"), ("flexible", run / "train" / "flexible.json"),
+        ("flexible_ft", run / "finetune" / "flexible.json")) if path.is_file()}
+    glob, ft, ft_tau = rows["global"], rows["flexible_ft"], rows["flexible_ft_tau"]
+    tau = "τ = ∞ (none kept dev BLEU)" if ft_tau["tau"] is None else f"τ = {ft_tau['tau']:g}"
+    text = (f"Character level (the `char` profile, `make char`, `{run.relative_to(ROOT)}/`): best dev BLEU "
+            f"{dev.get('global', float('nan')):.2f} (Global), {dev.get('flexible', float('nan')):.2f} (Flexible), "
+            f"{dev.get('flexible_ft', float('nan')):.2f} (fine-tuned). On the test set the fine-tuned model at "
+            f"{tau} scores {ft_tau['window']:.1f} positions per step instead of {glob['window']:.1f} "
+            f"(−{100 * ft_tau['reduction']:.0f}%) at {ft_tau['bleu']:.2f} BLEU, against {ft['bleu']:.2f} at "
+            f"τ = ∞ and Global's {glob['bleu']:.2f}.")
+    return textwrap.fill(text, width=100, break_on_hyphens=False)
+
+
 def _machine(pipe: dict) -> str:
     m = pipe.get("machine")
     if not m:
@@ -156,6 +177,7 @@ def blocks_of(path: Path) -> dict[str, str]:
         "headline": headline(metrics, _params(), filt),
         "results": results_block((ROOT / "results" / "table1.md").read_text(encoding="utf-8"), filt, metrics),
         "seeds": seeds_block(ROOT / "results" / "seeds" / "summary.csv"),
+        "char": char_block(ROOT / "results" / "char"),
         "pipeline": pipeline_table(pipe),
     }
 
