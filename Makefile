@@ -24,7 +24,7 @@ help:
 	@echo "make smoke      run the pipeline on the tiny synthetic 'smoke' profile in a scratch copy"
 	@echo "make char       the character-level 'char' profile up to Table 1, kept in artifacts/char (hours)"
 	@echo "make params     recompose params.yaml from conf/ (PROFILE=smoke|default|paper)"
-	@echo "make bench      run the benchmarks (after make repro: they use its data and models)"
+	@echo "make bench      run the benchmarks (after make repro and make char: they use their models)"
 	@echo "make bench-scale  filter + tokenize at 1M and 4.5M generated pairs: wall time and peak memory (run alone)"
 	@echo "make bench-pipeline  time dvc repro from scratch, per stage"
 
@@ -57,9 +57,12 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/product_speed.py
 	$(BIN)/python benchmarks/decode_speed.py
 	$(BIN)/python benchmarks/beam_speed.py
+	$(BIN)/python benchmarks/beam_speed.py --level char --out benchmarks/results/beam_speed_char.json
 	bash benchmarks/setup_joeynmt.sh
 	$(BIN)/python benchmarks/joeynmt_throughput.py
 	$(BIN)/python benchmarks/joeynmt_decode.py
+	bash benchmarks/setup_opennmt.sh
+	$(BIN)/python benchmarks/opennmt_decode.py
 	$(BIN)/python benchmarks/pipeline.py --noop-only
 
 bench-scale: $(STAMP)  # filter + tokenize on generated corpora of 1M and 4.5M pairs: time and memory (hours; run alone)
