@@ -41,7 +41,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from joeynmt_throughput import JoeyWorker, joey_config, worker_pipe, write_joey_vocab, write_yaml  # noqa: E402
+from joeynmt_throughput import ToolkitWorker, joey_config, worker_pipe, write_joey_vocab, write_yaml  # noqa: E402
 
 TARGET_RATIO = 2.0
 
@@ -173,7 +173,7 @@ def main() -> None:
         seconds = time.perf_counter() - started
         return seconds, out.hypotheses, float(sum(len(h.split()) for h in out.hypotheses)) / len(split)
 
-    joey = JoeyWorker(joey_python, config_path, args.threads, work / "worker.log", script=Path(__file__))
+    joey = ToolkitWorker(joey_python, config_path, args.threads, work / "worker.log", script=Path(__file__))
     ready = json.loads(joey.proc.stdout.readline() or "{}")  # the worker's first line, once loaded
     if ready.get("sentences") != len(split):
         sys.exit(f"joeynmt_decode: Joey loaded {ready.get('sentences')} test sentences, flexatt {len(split)}")

@@ -197,15 +197,17 @@ def worker(args: argparse.Namespace) -> None:
 # ======================================================================================
 # The driver: runs in flexatt's .venv
 # ======================================================================================
-class JoeyWorker:
-    """The worker process in .venv-joeynmt, driven over stdin/stdout."""
+class ToolkitWorker:
+    """A peer toolkit's worker process (``script --worker``, run by the toolkit's own Python in its
+    virtualenv), driven over stdin/stdout, one JSON line per command and reply."""
 
     def __init__(self, python: Path, config: Path, threads: int, log: Path, extra_env: dict | None = None,
                  script: Path = Path(__file__)):
         env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), **(extra_env or {}))
         self.log_path = log
+        self.name = script.stem
         self.log = log.open("w")
-        self.proc = subprocess.Popen(  # ``script --worker``, run by Joey's Python
+        self.proc = subprocess.Popen(  # ``script --worker``, run by the toolkit's Python
             [str(python), str(script.resolve()), "--worker", "--config", str(config),
              "--threads", str(threads)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env,
@@ -220,11 +222,11 @@ class JoeyWorker:
             self.proc.wait()
             self.log.flush()
             tail = "".join(self.log_path.read_text(errors="replace").splitlines(True)[-30:])
-            sys.exit(f"joeynmt_throughput: the Joey NMT worker died (exit {self.proc.returncode}); "
+            sys.exit(f"{self.name}: the worker died (exit {self.proc.returncode}); "
                      f"last lines of {self.log_path}:\n{tail}")
         reply = json.loads(line)
         if not reply.get("ok"):
-            sys.exit(f"joeynmt_throughput: worker error: {reply.get('error')}")
+            sys.exit(f"{self.name}: worker error: {reply.get('error')}")
         return reply
 
     def close(self) -> None:
@@ -461,8 +463,8 @@ def main() -> None:
 
     from flexatt.runtime import GLIBC_ENV, resolve_precision
 
-    workers = {"joeynmt": JoeyWorker(joey_python, work / "bench.yaml", args.threads, work / "worker.log"),
-               "joeynmt_tuned": JoeyWorker(joey_python, work / "bench.yaml", args.threads,
+    workers = {"joeynmt": ToolkitWorker(joey_python, work / "bench.yaml", args.threads, work / "worker.log"),
+               "joeynmt_tuned": ToolkitWorker(joey_python, work / "bench.yaml", args.threads,
                                            work / "worker_tuned.log", GLIBC_ENV)}
     worker_proc = workers["joeynmt"]
     try:

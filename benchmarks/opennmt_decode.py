@@ -50,7 +50,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from joeynmt_throughput import JoeyWorker, worker_pipe, write_yaml  # noqa: E402
+from joeynmt_throughput import ToolkitWorker, worker_pipe, write_yaml  # noqa: E402
 
 TARGET_RATIO = 2.0
 ONMT_ENV = {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
@@ -237,7 +237,7 @@ def main() -> None:
         out = translate_split(model, split, tgt_vocab, **settings)
         return time.perf_counter() - started, out.hypotheses
 
-    onmt = JoeyWorker(onmt_python, translate_path, args.threads, work / "worker.log", extra_env=ONMT_ENV,
+    onmt = ToolkitWorker(onmt_python, translate_path, args.threads, work / "worker.log", extra_env=ONMT_ENV,
                       script=Path(__file__))
     ready = json.loads(onmt.proc.stdout.readline() or "{}")  # the worker's first line, once loaded
     if ready.get("sentences") != len(split):
