@@ -104,8 +104,8 @@ def seeds_block(summary_csv: Path) -> str:
         return f"{fmt.format(statistics.mean(values))} ± {fmt.format(statistics.stdev(values))}"
 
     seeds = ", ".join(job["train.seed"] for job in jobs)
-    caption = (f"Training noise: {len(jobs)} training seeds ({seeds}) of the sweep `+sweep=seeds`, test set, "
-               f"mean ± sd (`{summary_csv.parent.relative_to(ROOT)}/summary.{{md,csv,png}}`):")
+    caption = (f"Training noise: seeds {seeds} (`+sweep=seeds`, "
+               f"`{summary_csv.parent.relative_to(ROOT)}/summary.csv`), test set, mean ± sd:")
     lines = [textwrap.fill(caption, width=100, break_on_hyphens=False), "",
              "| model | BLEU | chrF | window |", "|---|---|---|---|"]
     for name, key, windowed in SEED_ROWS:
@@ -125,12 +125,12 @@ def char_block(run: Path) -> str:
         ("flexible_ft", run / "finetune" / "flexible.json")) if path.is_file()}
     glob, ft, ft_tau = rows["global"], rows["flexible_ft"], rows["flexible_ft_tau"]
     tau = "τ = ∞ (none kept dev BLEU)" if ft_tau["tau"] is None else f"τ = {ft_tau['tau']:g}"
-    text = (f"Character level (the `char` profile, `make char`, `{run.relative_to(ROOT)}/`): best dev BLEU "
-            f"{dev.get('global', float('nan')):.2f} (Global), {dev.get('flexible', float('nan')):.2f} (Flexible), "
-            f"{dev.get('flexible_ft', float('nan')):.2f} (fine-tuned). On the test set the fine-tuned model at "
-            f"{tau} scores {ft_tau['window']:.1f} positions per step instead of {glob['window']:.1f} "
-            f"(−{100 * ft_tau['reduction']:.0f}%) at {ft_tau['bleu']:.2f} BLEU, against {ft['bleu']:.2f} at "
-            f"τ = ∞ and Global's {glob['bleu']:.2f}.")
+    text = (f"Character level (`make char`, `{run.relative_to(ROOT)}/`): best dev BLEU "
+            f"{dev.get('global', float('nan')):.2f} Global, {dev.get('flexible', float('nan')):.2f} Flexible, "
+            f"{dev.get('flexible_ft', float('nan')):.2f} fine-tuned; on test the fine-tuned model at {tau} scores "
+            f"{ft_tau['window']:.1f} positions per step instead of {glob['window']:.1f} "
+            f"(−{100 * ft_tau['reduction']:.0f}%) at {ft_tau['bleu']:.2f} BLEU (τ = ∞: {ft['bleu']:.2f}; "
+            f"Global: {glob['bleu']:.2f}).")
     return textwrap.fill(text, width=100, break_on_hyphens=False)
 
 
