@@ -33,7 +33,6 @@ import argparse
 import hashlib
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -41,7 +40,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from joeynmt_throughput import ToolkitWorker, joey_config, worker_pipe, write_joey_vocab, write_yaml  # noqa: E402
+from joeynmt_throughput import ToolkitWorker, compare_decoding, joey_config, worker_pipe, write_joey_vocab, write_yaml  # noqa: E402
 
 TARGET_RATIO = 2.0
 
@@ -130,7 +129,6 @@ def main() -> None:
     from flexatt.config import load_params
     from flexatt.data.subwords import EncodedSplit, Vocab
     from flexatt.evaluation import load_model, read_lines, translate_split
-    from flexatt.metrics import corpus_bleu
 
     joey_python = Path(args.joey_python)
     if not joey_python.exists():
@@ -167,11 +165,10 @@ def main() -> None:
     settings = dict(beam_size=int(cfg.decode.beam_size), alpha=float(cfg.decode.alpha),
                     max_len_ratio=float(cfg.decode.max_len_ratio), batch_size=int(cfg.decode.batch_size))
 
-    def flexatt_round() -> tuple[float, list[str], float]:
+    def flexatt_round() -> tuple[float, list[str]]:
         started = time.perf_counter()
         out = translate_split(model, split, tgt_vocab, **settings)
-        seconds = time.perf_counter() - started
-        return seconds, out.hypotheses, float(sum(len(h.split()) for h in out.hypotheses)) / len(split)
+        return time.perf_counter() - started, out.hypotheses
 
     joey = ToolkitWorker(joey_python, config_path, args.threads, work / "worker.log", script=Path(__file__))
     ready = json.loads(joey.proc.stdout.readline() or "{}")  # the worker's first line, once loaded
@@ -179,40 +176,13 @@ def main() -> None:
         sys.exit(f"joeynmt_decode: Joey loaded {ready.get('sentences')} test sentences, flexatt {len(split)}")
     print(f"joeynmt_decode: {len(split)} test sentences, beam {settings['beam_size']}, batches of "
           f"{settings['batch_size']}, {args.rounds} rounds, {args.threads} threads", flush=True)
-    _, flex_hyps, _ = flexatt_round()  # warm-up (and the kernel's build, if not cached)
-    warm = joey.ask("decode", outputs=True)
-    joey_hyps = warm["hypotheses"]
-    times = {"flexatt": [], "joey": []}
-    for r in range(args.rounds):
-        for side in (("flexatt", "joey") if r % 2 == 0 else ("joey", "flexatt")):
-            if side == "flexatt":
-                times["flexatt"].append(flexatt_round()[0])
-            else:
-                times["joey"].append(joey.ask("decode")["seconds"])
-    joey.close()
-
-    rate = {k: [len(split) / s for s in v] for k, v in times.items()}
-    ratios = [f / j for f, j in zip(rate["flexatt"], rate["joey"])]
-    bleu_f, _ = corpus_bleu(flex_hyps, [refs])
-    bleu_j, _ = corpus_bleu(joey_hyps, [refs])
-    words = {"flexatt": sum(len(h.split()) for h in flex_hyps) / len(split),
-             "joey": sum(len(h.split()) for h in joey_hyps) / len(split)}
-    med = {k: statistics.median(v) for k, v in rate.items()}
-    print(f"{'toolkit':34s} {'sent/s':>8s} {'spread':>17s} {'BLEU':>6s} {'words/sentence':>15s} {'words/s':>8s}")
-    for key, label in (("flexatt", "flexatt (global, compiled step)"), ("joey", "Joey NMT 2.3 (rnn, predict)")):
-        print(f"{label:34s} {med[key]:8.1f} {min(rate[key]):8.1f}–{max(rate[key]):<8.1f} "
-              f"{bleu_f if key == 'flexatt' else bleu_j:6.2f} {words[key]:15.1f} {med[key] * words[key]:8.0f}")
-    ratio = med["flexatt"] / med["joey"]
-    verdict = "meets" if ratio >= TARGET_RATIO else "misses"
-    print(f"ratio flexatt / Joey NMT: {ratio:.2f}x (per round {min(ratios):.2f}–{max(ratios):.2f}); "
-          f"{verdict} the {TARGET_RATIO:g}x target", flush=True)
-    print(f"words per second (output length taken out): {med['flexatt'] * words['flexatt'] / (med['joey'] * words['joey']):.2f}x")
+    figures = compare_decoding(joey, flexatt_round, peer="joey", label="Joey NMT 2.3 (rnn, predict)",
+                               peer_label="Joey NMT", sentences=len(split), references=refs,
+                               rounds=args.rounds, target=TARGET_RATIO)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"sentences": len(split), "settings": settings, "rounds": args.rounds,
-                               "threads": args.threads, "sentences_per_second": rate, "ratio": ratio,
-                               "ratios_per_round": ratios, "bleu": {"flexatt": bleu_f, "joey": bleu_j},
-                               "words_per_sentence": words}, indent=2) + "\n")
+                               "threads": args.threads, **figures}, indent=2) + "\n")
     print(f"written {out}")
 
 

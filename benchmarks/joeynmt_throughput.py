@@ -236,6 +236,41 @@ class ToolkitWorker:
         self.log.close()
 
 
+def compare_decoding(worker: "ToolkitWorker", flexatt_round, *, peer: str, label: str, peer_label: str,
+                     sentences: int, references: list[str], rounds: int, target: float) -> dict:
+    """Translate the test set side by side: flexatt (``flexatt_round() -> (seconds, hypotheses)``)
+    and a peer's ``worker`` (command ``decode``), a warm-up each, then ``rounds`` rounds in
+    alternating order; prints the table (sentences/s, spread, BLEU, words) and the ratio of the
+    medians against ``target``. Returns the figures for the JSON record. Closes the worker."""
+    from flexatt.metrics import corpus_bleu
+
+    _, flex_hyps = flexatt_round()  # warm-up (and the kernel's build, if not cached)
+    hyps = {"flexatt": flex_hyps, peer: worker.ask("decode", outputs=True)["hypotheses"]}
+    times = {"flexatt": [], peer: []}
+    for r in range(rounds):
+        for side in (("flexatt", peer) if r % 2 == 0 else (peer, "flexatt")):
+            times[side].append(flexatt_round()[0] if side == "flexatt" else worker.ask("decode")["seconds"])
+    worker.close()
+
+    rate = {k: [sentences / s for s in v] for k, v in times.items()}
+    ratios = [f / o for f, o in zip(rate["flexatt"], rate[peer])]
+    bleu = {k: corpus_bleu(h, [references])[0] for k, h in hyps.items()}
+    words = {k: sum(len(x.split()) for x in h) / sentences for k, h in hyps.items()}
+    med = {k: statistics.median(v) for k, v in rate.items()}
+    print(f"{'toolkit':38s} {'sent/s':>8s} {'spread':>17s} {'BLEU':>6s} {'words/sentence':>15s} {'words/s':>8s}")
+    for key, name in (("flexatt", "flexatt (global, compiled step)"), (peer, label)):
+        print(f"{name:38s} {med[key]:8.1f} {min(rate[key]):8.1f}–{max(rate[key]):<8.1f} "
+              f"{bleu[key]:6.2f} {words[key]:15.1f} {med[key] * words[key]:8.0f}")
+    ratio = med["flexatt"] / med[peer]
+    verdict = "meets" if ratio >= target else "misses"
+    print(f"ratio flexatt / {peer_label}: {ratio:.2f}x (per round {min(ratios):.2f}–{max(ratios):.2f}); "
+          f"{verdict} the {target:g}x target", flush=True)
+    print(f"words per second (output length taken out): "
+          f"{med['flexatt'] * words['flexatt'] / (med[peer] * words[peer]):.2f}x")
+    return {"sentences_per_second": rate, "ratio": ratio, "ratios_per_round": ratios, "bleu": bleu,
+            "words_per_sentence": words}
+
+
 def joey_config(cfg, work_dir: Path, model_dir: Path, vocab_file: Path, *, updates: int,
                 logging_freq: int) -> dict:
     """Joey NMT 2.3 config for its recurrent model with flexatt's sizes (see the module doc)."""

@@ -42,7 +42,6 @@ import argparse
 import hashlib
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -50,7 +49,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from joeynmt_throughput import ToolkitWorker, worker_pipe, write_yaml  # noqa: E402
+from joeynmt_throughput import ToolkitWorker, compare_decoding, worker_pipe, write_yaml  # noqa: E402
 
 TARGET_RATIO = 2.0
 ONMT_ENV = {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
@@ -198,7 +197,6 @@ def main() -> None:
     from flexatt.config import load_params
     from flexatt.data.subwords import EncodedSplit, Vocab
     from flexatt.evaluation import load_model, read_lines, translate_split
-    from flexatt.metrics import corpus_bleu
 
     onmt_python = Path(args.onmt_python)
     if not onmt_python.exists():
@@ -247,40 +245,14 @@ def main() -> None:
                  f"{len(split)}; worker log:\n{tail}")
     print(f"opennmt_decode: {len(split)} test sentences, beam {settings['beam_size']}, batches of "
           f"{settings['batch_size']}, {args.rounds} rounds, {args.threads} threads", flush=True)
-    _, flex_hyps = flexatt_round()  # warm-up (and the kernel's build, if not cached)
-    onmt_hyps = onmt.ask("decode", outputs=True)["hypotheses"]
-    times = {"flexatt": [], "opennmt": []}
-    for r in range(args.rounds):
-        for side in (("flexatt", "opennmt") if r % 2 == 0 else ("opennmt", "flexatt")):
-            if side == "flexatt":
-                times["flexatt"].append(flexatt_round()[0])
-            else:
-                times["opennmt"].append(onmt.ask("decode")["seconds"])
-    onmt.close()
-
-    rate = {k: [len(split) / s for s in v] for k, v in times.items()}
-    ratios = [f / o for f, o in zip(rate["flexatt"], rate["opennmt"])]
-    bleu = {"flexatt": corpus_bleu(flex_hyps, [refs])[0], "opennmt": corpus_bleu(onmt_hyps, [refs])[0]}
-    words = {"flexatt": sum(len(h.split()) for h in flex_hyps) / len(split),
-             "opennmt": sum(len(h.split()) for h in onmt_hyps) / len(split)}
-    med = {k: statistics.median(v) for k, v in rate.items()}
-    print(f"{'toolkit':38s} {'sent/s':>8s} {'spread':>17s} {'BLEU':>6s} {'words/sentence':>15s} {'words/s':>8s}")
-    for key, label in (("flexatt", "flexatt (global, compiled step)"),
-                       ("opennmt", "OpenNMT-py 3.5 (rnn, infer_list)")):
-        print(f"{label:38s} {med[key]:8.1f} {min(rate[key]):8.1f}–{max(rate[key]):<8.1f} "
-              f"{bleu[key]:6.2f} {words[key]:15.1f} {med[key] * words[key]:8.0f}")
-    ratio = med["flexatt"] / med["opennmt"]
-    verdict = "meets" if ratio >= TARGET_RATIO else "misses"
-    print(f"ratio flexatt / OpenNMT-py: {ratio:.2f}x (per round {min(ratios):.2f}–{max(ratios):.2f}); "
-          f"{verdict} the {TARGET_RATIO:g}x target", flush=True)
-    print(f"words per second (output length taken out): "
-          f"{med['flexatt'] * words['flexatt'] / (med['opennmt'] * words['opennmt']):.2f}x")
+    figures = compare_decoding(onmt, flexatt_round, peer="opennmt", label="OpenNMT-py 3.5 (rnn, infer_list)",
+                               peer_label="OpenNMT-py", sentences=len(split), references=refs,
+                               rounds=args.rounds, target=TARGET_RATIO)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"sentences": len(split), "settings": settings, "rounds": args.rounds,
-                               "threads": args.threads, "sentences_per_second": rate, "ratio": ratio,
-                               "ratios_per_round": ratios, "bleu": bleu, "words_per_sentence": words,
-                               "train_steps": train_cfg["train_steps"]}, indent=2) + "\n")
+                               "threads": args.threads, **figures, "train_steps": train_cfg["train_steps"]},
+                              indent=2) + "\n")
     print(f"written {out}")
 
 
