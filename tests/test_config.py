@@ -33,7 +33,8 @@ def test_paper_profile_decodes_with_the_papers_beam(root):
 
 def test_char_profile_trains_global_and_flexible_on_characters(root):
     """The char profile: a character vocabulary, only the global and flexible models (and the
-    fine-tuned flexible one) through every stage that names models; the rest is the default's."""
+    fine-tuned flexible one) through every stage that names models, trained twice the default's
+    epochs; the rest is the default's."""
     from flexatt.schema import validate
 
     char, default = C.compose(["profile=char"], root / "conf"), C.compose([], root / "conf")
@@ -45,7 +46,9 @@ def test_char_profile_trains_global_and_flexible_on_characters(root):
         "global": "artifacts/models/global/best.ckpt", "flexible": "artifacts/models/flexible/best.ckpt",
         "flexible_ft": "artifacts/models_ft/flexible/best.ckpt"}
     assert list(char.sweep_tau.models) == list(char.evaluate.tau_rows) == ["flexible", "flexible_ft"]
-    assert params.model == validate(default).model and char.train == default.train
+    assert params.model == validate(default).model
+    assert char.train.epochs == 2 * default.train.epochs
+    assert {**char.train, "epochs": None} == {**default.train, "epochs": None}
     assert char.filter == default.filter and char.decode == default.decode
     # the default's rows come from conf/evaluate/checkpoints/all.yaml, every trained variant
     assert set(default.variants) | {f"{v}_ft" for v in default.finetune.variants} == set(default.evaluate.checkpoints)
