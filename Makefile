@@ -10,6 +10,8 @@ TORCH ?= torch==2.13.0
 TORCH_PIP_ARGS ?=
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.flexatt-installed
+RESULTS := benchmarks/results
+SHELL := /bin/bash
 # Stages run `python` and `dvc` from the virtualenv.
 export PATH := $(abspath $(BIN)):$(PATH)
 # W&B stays offline unless you have configured an API key.
@@ -52,17 +54,21 @@ repro: $(STAMP)
 params: $(STAMP)
 	$(BIN)/flexatt params $(if $(PROFILE),profile=$(PROFILE),)
 
-bench: $(STAMP)
-	$(BIN)/python benchmarks/train_throughput.py
-	$(BIN)/python benchmarks/product_speed.py
-	$(BIN)/python benchmarks/decode_speed.py
-	$(BIN)/python benchmarks/beam_speed.py
-	$(BIN)/python benchmarks/beam_speed.py --level char --out benchmarks/results/beam_speed_char.json
+bench: $(STAMP)  # the figures of benchmarks/results/ (*.json; the printed tables in *.txt), as benchmarks/README.md quotes them
+	set -o pipefail; $(BIN)/python benchmarks/train_throughput.py | tee $(RESULTS)/train_throughput.txt
+	set -o pipefail; $(BIN)/python benchmarks/product_speed.py | tee $(RESULTS)/product_speed.txt
+	set -o pipefail; $(BIN)/python benchmarks/decode_speed.py | tee $(RESULTS)/decode_speed.txt
+	set -o pipefail; $(BIN)/python benchmarks/beam_speed.py --sentences 2000 --batch-size 150 --beams 1 5 \
+		| tee $(RESULTS)/beam_speed.txt
+	set -o pipefail; $(BIN)/python benchmarks/beam_speed.py --sentences 500 --beams 20 \
+		--out $(RESULTS)/beam_speed_20.json | tee $(RESULTS)/beam_speed_20.txt
+	set -o pipefail; $(BIN)/python benchmarks/beam_speed.py --level char --sentences 500 --beams 1 5 20 \
+		--paths compiled --out $(RESULTS)/beam_speed_char.json | tee $(RESULTS)/beam_speed_char.txt
 	bash benchmarks/setup_joeynmt.sh
-	$(BIN)/python benchmarks/joeynmt_throughput.py
-	$(BIN)/python benchmarks/joeynmt_decode.py
+	set -o pipefail; $(BIN)/python benchmarks/joeynmt_throughput.py | tee $(RESULTS)/joeynmt_throughput.txt
+	set -o pipefail; $(BIN)/python benchmarks/joeynmt_decode.py | tee $(RESULTS)/joeynmt_decode.txt
 	bash benchmarks/setup_opennmt.sh
-	$(BIN)/python benchmarks/opennmt_decode.py
+	set -o pipefail; $(BIN)/python benchmarks/opennmt_decode.py | tee $(RESULTS)/opennmt_decode.txt
 	$(BIN)/python benchmarks/pipeline.py --noop-only
 
 bench-scale: $(STAMP)  # filter + tokenize on generated corpora of 1M and 4.5M pairs: time and memory (hours; run alone)
