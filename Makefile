@@ -58,11 +58,11 @@ bench: $(STAMP)  # the figures of benchmarks/results/ (*.json; the printed table
 	set -o pipefail; $(BIN)/python benchmarks/train_throughput.py | tee $(RESULTS)/train_throughput.txt
 	set -o pipefail; $(BIN)/python benchmarks/product_speed.py | tee $(RESULTS)/product_speed.txt
 	set -o pipefail; $(BIN)/python benchmarks/decode_speed.py | tee $(RESULTS)/decode_speed.txt
-	set -o pipefail; $(BIN)/python benchmarks/beam_speed.py --sentences 2000 --batch-size 150 --beams 1 5 \
+	set -o pipefail; $(BIN)/python benchmarks/beam_speed.py --sentences 2000 --batch-size 150 --beams 1 5 --split \
 		| tee $(RESULTS)/beam_speed.txt
 	set -o pipefail; $(BIN)/python benchmarks/beam_speed.py --sentences 500 --beams 20 \
 		--out $(RESULTS)/beam_speed_20.json | tee $(RESULTS)/beam_speed_20.txt
-	set -o pipefail; $(BIN)/python benchmarks/beam_speed.py --level char --sentences 500 --beams 1 5 20 \
+	set -o pipefail; $(BIN)/python benchmarks/beam_speed.py --level char --sentences 500 --beams 1 5 20 --split \
 		--paths compiled --out $(RESULTS)/beam_speed_char.json | tee $(RESULTS)/beam_speed_char.txt
 	bash benchmarks/setup_joeynmt.sh
 	set -o pipefail; $(BIN)/python benchmarks/joeynmt_throughput.py | tee $(RESULTS)/joeynmt_throughput.txt

@@ -210,6 +210,69 @@ class AttentionTimer:
         del self.att.precompute
 
 
+class KernelCallTimer:
+    """Where the compiled step's time goes in greedy and beam search. Inside ``with
+    KernelCallTimer() as timer:``, every :class:`flexatt.fast_search.KernelDecoder` times its
+    calls (``time.perf_counter`` around each; on the CPU they run synchronously) into
+    ``seconds``: ``encoder`` (``encode``: the kernel's bi-LSTM, the key projection, the cache),
+    ``attention + LSTM`` (the kernel's ``decode_step``: every row's attention and the LSTM),
+    ``readout`` (its two products, ``linear``: o_t and the output layer) and ``candidates``
+    (``beam_candidates``: the log-softmax and each sentence's top 2k; beam search only).
+    ``rows`` counts the decoding rows (N summed over the steps). What the search's total time
+    leaves over is its own bookkeeping (Python and PyTorch operators: the tanh of o_t, the
+    reorder of rows, finished hypotheses)."""
+
+    EXT_CALLS = {"decode_step": "attention + LSTM", "linear": "readout"}
+    METHODS = {"encode": "encoder", "beam_candidates": "candidates"}
+
+    def __init__(self):
+        self.seconds = dict.fromkeys(("encoder", "attention + LSTM", "readout", "candidates"), 0.0)
+        self.rows = 0
+        self._saved: dict = {}
+
+    def _timed(self, fn, part: str, count_rows: bool = False):
+        clock = time.perf_counter
+
+        def wrapper(*args, **kwargs):
+            t0 = clock()
+            out = fn(*args, **kwargs)
+            self.seconds[part] += clock() - t0
+            if count_rows:  # decode_step(keys, values, src_len, sent, ...): one row per entry of sent
+                self.rows += args[3].numel()
+            return out
+        return wrapper
+
+    def __enter__(self) -> "KernelCallTimer":
+        from flexatt.fast_search import KernelDecoder
+
+        timer = self
+        saved = self._saved = {name: KernelDecoder.__dict__[name] for name in ("__init__", *self.METHODS)}
+
+        class TimedExtension:  # the compiled module with its step and product timed
+            def __init__(self, ext):
+                self.ext = ext
+
+            def __getattr__(self, name):
+                fn = getattr(self.ext, name)
+                part = KernelCallTimer.EXT_CALLS.get(name)
+                return fn if part is None else timer._timed(fn, part, count_rows=name == "decode_step")
+
+        def init(decoder, model):
+            saved["__init__"](decoder, model)
+            decoder.ext = TimedExtension(decoder.ext)
+
+        KernelDecoder.__init__ = init
+        for name, part in self.METHODS.items():
+            setattr(KernelDecoder, name, self._timed(saved[name], part))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        from flexatt.fast_search import KernelDecoder
+
+        for name, fn in self._saved.items():
+            setattr(KernelDecoder, name, fn)
+
+
 # --------------------------------------------------------------------------------------
 # τ
 # --------------------------------------------------------------------------------------

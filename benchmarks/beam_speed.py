@@ -36,7 +36,10 @@ per sentence also reflects the output lengths, which are printed too.
 ``make char`` keeps in ``artifacts/char/``.
 
 Also printed per model and path: the time per decoding step and live hypothesis (µs per row), which
-takes the output lengths out of the flexible/global comparison.
+takes the output lengths out of the flexible/global comparison. ``--split`` adds one pass of the
+compiled path per model that times the kernel's calls (``_common.KernelCallTimer``): µs per row
+of the encoder, the attention + LSTM step, the readout's products, the candidate selection and
+the search's own bookkeeping.
 """
 
 from __future__ import annotations
@@ -76,6 +79,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--sweep", help="sweep_tau JSON to read tau from (default: the level's)")
     parser.add_argument("--tau", type=float, help="tau instead of the selected one")
+    parser.add_argument("--split", action="store_true",
+                        help="also one pass of the compiled path timing the kernel's calls (time per row by part)")
     parser.add_argument("--out", default="benchmarks/results/beam_speed.json")
     args = parser.parse_args()
 
@@ -160,6 +165,9 @@ def main() -> None:
         results["beams"][k] = {"sentences_per_second": rates, "ratios_per_round": ratios,
                                "ratio_medians": {key: B.med(v) for key, v in ratios.items()},
                                "stats": stats, "agreement": agreement}
+        if args.split and "compiled" in args.paths:
+            results["beams"][k]["split_us_per_row"] = {name: time_parts(lambda b: decode(name, "compiled", b, k), batches)
+                                                       for name in MODELS}
         print(f"\n{'greedy' if k == 1 else f'beam {k}'}:")
         print(f"  {'model':12s} {'path':8s} {'tau':>6s} {'window':>7s} {'out len':>7s} {'BLEU':>6s} "
               f"{'sent/s':>8s} {'spread':>15s} {'us/row':>7s}")
@@ -171,6 +179,9 @@ def main() -> None:
                   f"{s['us_per_row']:7.2f}")
         for key, values in ratios.items():
             print(f"  {key}: {B.med(values):.2f}x (rounds {B.spread(values)})")
+        for name, parts in results["beams"][k].get("split_us_per_row", {}).items():
+            print(f"  {name} compiled, us per row by part (one pass, the kernel's calls timed): "
+                  + ", ".join(f"{part} {us:.2f}" for part, us in parts.items()))
         for key, a in agreement.items():
             print(f"  {key}: hypotheses equal to eager {a['same']}/{n}, windows equal {a['same_windows']}/{n}"
                   + "".join(f"\n    sentence {d['sentence']}: search scores eager {d['eager_score']:.7f}, fast "
@@ -182,6 +193,22 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nwritten {out}")
+
+
+def time_parts(decode_batch, batches) -> dict[str, float]:
+    """One pass of ``decode_batch`` over ``batches`` under :class:`_common.KernelCallTimer`: µs
+    per decoding row of each part of the compiled step, the search's ``bookkeeping`` (the rest
+    of the wall time) and the ``total``."""
+    with B.KernelCallTimer() as timer:
+        t0 = time.perf_counter()
+        for b in batches:
+            decode_batch(b)
+        total = time.perf_counter() - t0
+    rows = max(timer.rows, 1)
+    parts = {part: 1e6 * sec / rows for part, sec in timer.seconds.items()}
+    parts["bookkeeping"] = 1e6 * (total - sum(timer.seconds.values())) / rows
+    parts["total"] = 1e6 * total / rows
+    return parts
 
 
 def compare(model, tau, k: int, eager: tuple, fast: tuple, ratio: float, alpha: float) -> dict:
