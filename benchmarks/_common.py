@@ -321,7 +321,7 @@ def char_setting(run: Path = CHAR_RUN) -> CharSetting:
     missing = [str(p) for p in (*ckpts.values(), tok_dir / "test.npz", sweep, metrics) if not p.is_file()]
     if missing:
         raise SystemExit(f"error: the char profile's run is not in {run} (missing {', '.join(missing)}): "
-                         f"run `make char` first (about 2 hours on 2 cores)")
+                         f"run `make char` first (about 2.5 hours on 2 cores)")
     dev = {}
     for name, path in (("global", run / "results/train/global.json"),
                        ("flexible", run / "results/train/flexible.json"),
