@@ -111,6 +111,7 @@ def queued_experiments(smoke_repo):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # includes the queued experiments' 15 minutes
 def test_exp_show_has_bleu_ribes_and_window(smoke_repo, queued_experiments):
     table = list(csv.reader(io.StringIO(dvc(smoke_repo, "exp", "show", "--csv"))))
     header, rows = table[0], table[1:]
@@ -125,6 +126,7 @@ def test_exp_show_has_bleu_ribes_and_window(smoke_repo, queued_experiments):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)
 def test_metrics_diff_between_two_commits(smoke_repo, queued_experiments):
     exps = json.loads(dvc(smoke_repo, "exp", "show", "--json"))
     names = {}

@@ -11,6 +11,9 @@ from __future__ import annotations
 import functools
 import math
 import os
+import shutil
+import subprocess
+import sys
 import warnings
 
 import pytest
@@ -404,3 +407,20 @@ def test_an_unbuildable_extension_falls_back_with_a_warning(monkeypatch, tmp_pat
         fused._state.clear()
         fused._state.update(saved)
     assert math.isfinite(float(result.log_probs.sum()))
+
+
+def test_a_lock_left_by_a_killed_build_does_not_block_the_next_one(tmp_path):
+    """torch's ``load`` waits, with no time limit, while its ``lock`` file exists; a build killed
+    half-way leaves that file behind. The next process removes it and loads the extension."""
+    cache = tmp_path / "ext"
+    built = fused.build_directory()
+    shutil.copytree(built, cache / built.name)  # copy2 keeps the times: ninja has nothing to do
+    (cache / built.name / "lock").touch()
+    env = dict(os.environ, FLEXATT_EXT_DIR=str(cache))
+    code = "from flexatt import fused; print(fused.extension(required=True).__name__)"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          timeout=240)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().startswith("flexatt_fused_decode_")
+    assert "left by a build that was interrupted" in done.stderr
+    assert not (cache / built.name / "lock").exists()

@@ -43,6 +43,7 @@ without a compiler it is off with one warning.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import os
@@ -51,7 +52,7 @@ import sysconfig
 import warnings
 from pathlib import Path
 from types import ModuleType
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 import torch.nn.functional as F
@@ -97,6 +98,44 @@ def _find_ninja() -> None:
             os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
 
 
+def build_directory() -> Path:
+    """The folder the extension for this CPU's SIMD level is built and cached in:
+    ``$FLEXATT_EXT_DIR/fused_decode_<level>_<key>``."""
+    level = torch.backends.cpu.get_cpu_capability()
+    root = Path(os.environ.get(EXT_DIR_ENV) or Path.home() / ".cache" / "flexatt" / "ext")
+    return root / f"fused_decode_{level.lower()}_{_build_key(level)}"
+
+
+@contextlib.contextmanager
+def _exclusive_build(build_dir: Path) -> Iterator[None]:
+    """Hold the build folder for this process while ``torch.utils.cpp_extension.load`` runs.
+
+    ``load`` marks a build in progress with a ``lock`` file (its ``FileBaton``) and waits, with
+    no time limit, for that file to go. A process killed during ``load`` (Ctrl-C at the wrong
+    moment, a killed job) leaves the file behind, and every later ``load`` of that folder waits
+    forever. An ``flock`` on a file of our own is released by the operating system when its
+    holder dies, so the process holding it is the only live builder of the folder: a ``lock``
+    file it finds was left by a dead one, and is removed. Where ``fcntl`` is missing (Windows),
+    ``load``'s own baton is all there is.
+    """
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    with open(build_dir / "build.flock", "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # waits while another live process builds
+        try:
+            stale = build_dir / "lock"
+            if stale.exists():
+                warnings.warn(f"flexatt.fused: removing {stale}, left by a build that was "
+                              "interrupted", RuntimeWarning, stacklevel=3)
+                stale.unlink(missing_ok=True)
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def extension(required: bool = False) -> Optional[ModuleType]:
     """The compiled extension (built on first use, then cached), or ``None`` if it cannot be
     built; ``required=True`` raises instead of returning ``None``."""
@@ -109,19 +148,19 @@ def extension(required: bool = False) -> Optional[ModuleType]:
             level = torch.backends.cpu.get_cpu_capability()
             flags = _SIMD_FLAGS.get(level, ["-DCPU_CAPABILITY=DEFAULT", "-DCPU_CAPABILITY_DEFAULT"])
             key = _build_key(level)
-            root = Path(os.environ.get(EXT_DIR_ENV) or Path.home() / ".cache" / "flexatt" / "ext")
-            build_dir = root / f"fused_decode_{level.lower()}_{key}"
+            build_dir = build_directory()
             build_dir.mkdir(parents=True, exist_ok=True)
             # -ffp-contract=off: every product and sum rounded as written, as PyTorch's ops round
             # them (a fused p - σ·√x moved a span bound); explicit FMAs stay where written.
             # -fopenmp: at::parallel_for is inline in ATen's headers and runs its OpenMP loop
             # (over sentences, or over the tiles of a product) only when compiled with it;
             # the OpenMP runtime is the one PyTorch has already loaded (libgomp.so.1)
-            _state["ext"] = load(name=f"flexatt_fused_decode_{key}", sources=[str(SOURCE)],
-                                 build_directory=str(build_dir),
-                                 extra_cflags=["-O3", "-ffp-contract=off", "-fopenmp", *flags],
-                                 extra_ldflags=["-fopenmp"],
-                                 verbose=False)
+            with _exclusive_build(build_dir):
+                _state["ext"] = load(name=f"flexatt_fused_decode_{key}", sources=[str(SOURCE)],
+                                     build_directory=str(build_dir),
+                                     extra_cflags=["-O3", "-ffp-contract=off", "-fopenmp", *flags],
+                                     extra_ldflags=["-fopenmp"],
+                                     verbose=False)
             _state["error"] = None
         except Exception as exc:  # no compiler, no ninja, a failed build: fall back to eager
             _state["ext"], _state["error"] = None, exc
