@@ -26,12 +26,14 @@ class ConfigError(FlexattError):
 class DataError(FlexattError):
     """An input file is missing, empty, undecodable or misaligned.
 
-    The message names the file and, where it applies, the 1-based line number.
+    The message names the file and, where it applies, the 1-based line number; ``reason`` is
+    the message without them.
     """
 
     def __init__(self, path: object, message: str, line: int | None = None):
         self.path = str(path)
         self.line = line
+        self.reason = message
         where = f"{path}:{line}" if line is not None else f"{path}"
         super().__init__(f"{where}: {message}")
 

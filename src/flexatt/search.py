@@ -323,6 +323,7 @@ def beam_search(
     hist_parent: list[Optional[Tensor]] = []  # per step: N_t rows of the previous step
     hist_trace: list[tuple[Tensor, AttentionStats]] = []  # per step: weights N_t x S, stats
 
+    select = getattr(model, "beam_candidates", None)  # a decoder's own (compiled) selection
     t = 0
     while row_sent.numel() > 0:
         t += 1
@@ -340,7 +341,6 @@ def beam_search(
         n_act = sent_ids.numel()
         starts = counts.cumsum(0) - counts  # n_act: first row of each sentence
         n_cand = min(2 * k, k * vocab)
-        select = getattr(model, "beam_candidates", None)  # a decoder's own (compiled) selection
         if select is not None:
             top_score, top_idx = select(logits, row_score, starts, counts, n_cand)
         else:

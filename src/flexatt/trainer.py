@@ -337,8 +337,7 @@ def _epoch_of(checkpoint: Path | None) -> int | None:
     try:
         ckpt = read_checkpoint(checkpoint)
     except DataError as exc:
-        reason = str(exc).removeprefix(f"{checkpoint}: ")
-        raise DataError(checkpoint, f"cannot resume: {reason} (delete it to train from scratch)") from exc
+        raise DataError(checkpoint, f"cannot resume: {exc.reason} (delete it to train from scratch)") from exc
     if not isinstance(ckpt.get("epoch"), int):
         raise DataError(checkpoint, "cannot resume: not a Lightning checkpoint (no epoch count) "
                         "(delete it to train from scratch)")

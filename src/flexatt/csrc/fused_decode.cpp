@@ -298,6 +298,42 @@ Panels panels_of(const torch::Tensor& packed, int64_t n, const char* name) {
   return {packed.data_ptr<float>(), packed.size(1), n, packed.stride(0)};
 }
 
+// the shapes and weights forced_decode and decode_step share, checked against one another: the
+// encoder's keys (B x S x A) and values (B x S x C), the source lengths (B, each in [1, S]), the
+// per-token table (V x F), the gate and query products and the score vectors; H is the decoder's
+// hidden size, G the strength's size (0 for global attention)
+struct Shapes {
+  int64_t B, S, A, C, H, G, V;
+  Panels WX, WQG;
+  const int64_t* len;
+};
+
+Shapes shapes_of(const torch::Tensor& keys, const torch::Tensor& values, const torch::Tensor& src_len, int64_t H,
+                 const torch::Tensor& table, const torch::Tensor& w_x, const torch::Tensor& w_qg,
+                 const torch::Tensor& v_a, const torch::Tensor& v_g, bool flexible) {
+  check_f32(keys, "keys", 3);
+  check_f32(values, "values", 3);
+  check(src_len, "src_len", 1);
+  TORCH_CHECK(src_len.scalar_type() == at::kLong, "src_len must be int64");
+  check_f32(table, "table", 2);
+  check_f32(v_a, "v_a", 1);
+  if (flexible) check_f32(v_g, "v_g", 1);
+  const int64_t B = keys.size(0), S = keys.size(1), A = keys.size(2), C = values.size(2);
+  const int64_t G = flexible ? v_g.size(0) : 0;
+  TORCH_CHECK(values.size(0) == B && values.size(1) == S, "values must be B x S x C");
+  TORCH_CHECK(src_len.size(0) == B, "src_len must have B rows");
+  TORCH_CHECK(table.size(1) >= 4 * H + G, "table must be V x (4H + G + ...)");
+  const Panels WX = panels_of(w_x, 4 * H, "w_x");
+  const Panels WQG = panels_of(w_qg, A + G, "w_qg");
+  TORCH_CHECK(WX.K == C + H, "w_x must be (C + H) x 4H");
+  TORCH_CHECK(WQG.K == H, "w_qg must be H x (A + G)");
+  TORCH_CHECK(v_a.size(0) == A, "v_a must have A elements");
+  const int64_t* len = src_len.data_ptr<int64_t>();
+  for (int64_t b = 0; b < B; ++b)
+    TORCH_CHECK(len[b] >= 1 && len[b] <= S, "src_len[", b, "] = ", len[b], " is outside [1, ", S, "]");
+  return {B, S, A, C, H, G, table.size(0), WX, WQG, len};
+}
+
 // token ids of the rows b < B, positions t < used[b], inside [0, V); the first one outside is named
 void check_tokens(const torch::Tensor& tokens, const char* name, const int64_t* used, int64_t V) {
   const int64_t B = tokens.size(0), T = tokens.size(1);
@@ -497,36 +533,22 @@ std::vector<torch::Tensor> forced_decode(torch::Tensor keys, torch::Tensor value
                                          torch::Tensor w_qg, torch::Tensor v_a, torch::Tensor v_g, double b_g,
                                          double sigma, double tau, bool flexible, torch::Tensor ctx_gates,
                                          bool timed) {
-  check_f32(keys, "keys", 3);
-  check_f32(values, "values", 3);
-  check(src_len, "src_len", 1);
-  check(steps, "steps", 1);
   check_f32(hidden, "hidden", 2);
+  const Shapes sh = shapes_of(keys, values, src_len, hidden.size(1), table, w_x, w_qg, v_a, v_g, flexible);
+  const int64_t B = sh.B, S = sh.S, A = sh.A, C = sh.C, H = sh.H, G = sh.G, F = table.size(1);
+  const Panels &WX = sh.WX, &WQG = sh.WQG;
+  const int64_t* len = sh.len;
+  check(steps, "steps", 1);
   check_f32(cell, "cell", 2);
   check(tokens, "tokens", 2);
-  check_f32(table, "table", 2);
-  check_f32(v_a, "v_a", 1);
-  TORCH_CHECK(src_len.scalar_type() == at::kLong && steps.scalar_type() == at::kLong &&
-                  tokens.scalar_type() == at::kLong,
-              "src_len, steps and tokens must be int64");
-  const int64_t B = keys.size(0), S = keys.size(1), A = keys.size(2), C = values.size(2);
-  const int64_t H = hidden.size(1), G = flexible ? v_g.size(0) : 0, F = table.size(1);
-  TORCH_CHECK(values.size(0) == B && values.size(1) == S, "values must be B x S x C");
-  TORCH_CHECK(src_len.size(0) == B && steps.size(0) == B && hidden.size(0) == B && cell.size(0) == B &&
-                  cell.size(1) == H && tokens.size(0) == B,
-              "src_len, steps, hidden, cell and tokens must have B rows");
-  TORCH_CHECK(F >= 4 * H + G, "table must be V x (4H + G + ...)");
-  const Panels WX = panels_of(w_x, 4 * H, "w_x");
-  const Panels WQG = panels_of(w_qg, A + G, "w_qg");
-  TORCH_CHECK(WX.K == C + H, "w_x must be (C + H) x 4H");
-  TORCH_CHECK(WQG.K == H, "w_qg must be H x (A + G)");
-  TORCH_CHECK(v_a.size(0) == A, "v_a must have A elements");
-  if (flexible) check_f32(v_g, "v_g", 1);
-  const int64_t* len = src_len.data_ptr<int64_t>();
+  TORCH_CHECK(steps.scalar_type() == at::kLong && tokens.scalar_type() == at::kLong,
+              "steps and tokens must be int64");
+  TORCH_CHECK(steps.size(0) == B && hidden.size(0) == B && cell.size(0) == B && cell.size(1) == H &&
+                  tokens.size(0) == B,
+              "steps, hidden, cell and tokens must have B rows");
   const int64_t* n_steps = steps.data_ptr<int64_t>();
   int64_t T = 0, N = 0;
   for (int64_t b = 0; b < B; ++b) {
-    TORCH_CHECK(len[b] >= 1 && len[b] <= S, "src_len[", b, "] = ", len[b], " is outside [1, ", S, "]");
     TORCH_CHECK(n_steps[b] >= 0 && n_steps[b] <= tokens.size(1), "steps[", b, "] = ", n_steps[b],
                 " is outside [0, ", tokens.size(1), "]");
     T = std::max(T, n_steps[b]);
@@ -658,46 +680,29 @@ std::vector<torch::Tensor> decode_step(torch::Tensor keys, torch::Tensor values,
                                        torch::Tensor position, torch::Tensor tokens, torch::Tensor table,
                                        torch::Tensor w_x, torch::Tensor w_qg, torch::Tensor v_a, torch::Tensor v_g,
                                        double b_g, double sigma, double tau, bool flexible) {
-  check_f32(keys, "keys", 3);
-  check_f32(values, "values", 3);
-  check(src_len, "src_len", 1);
-  check(sent, "sent", 1);
   // hidden may be a view of the previous step's hc (rows of unit column stride)
   TORCH_CHECK(hidden.device().is_cpu() && hidden.dim() == 2 && hidden.scalar_type() == at::kFloat &&
                   hidden.stride(1) == 1,
               "hidden must be a 2-dimensional float32 CPU tensor with unit column stride");
+  const Shapes sh = shapes_of(keys, values, src_len, hidden.size(1), table, w_x, w_qg, v_a, v_g, flexible);
+  const int64_t B = sh.B, S = sh.S, A = sh.A, C = sh.C, H = sh.H, G = sh.G, F = table.size(1);
+  const Panels &WX = sh.WX, &WQG = sh.WQG;
+  const int64_t* len = sh.len;
+  check(sent, "sent", 1);
   check_f32(cell, "cell", 2);
   check_f32(position, "position", 1);
   check(tokens, "tokens", 1);
-  check_f32(table, "table", 2);
-  check_f32(v_a, "v_a", 1);
-  TORCH_CHECK(src_len.scalar_type() == at::kLong && sent.scalar_type() == at::kLong &&
-                  tokens.scalar_type() == at::kLong,
-              "src_len, sent and tokens must be int64");
-  const int64_t B = keys.size(0), S = keys.size(1), A = keys.size(2), C = values.size(2);
-  const int64_t N = sent.size(0), H = hidden.size(1), G = flexible ? v_g.size(0) : 0, F = table.size(1);
-  TORCH_CHECK(values.size(0) == B && values.size(1) == S, "values must be B x S x C");
-  TORCH_CHECK(src_len.size(0) == B, "src_len must have B rows");
+  TORCH_CHECK(sent.scalar_type() == at::kLong && tokens.scalar_type() == at::kLong, "sent and tokens must be int64");
+  const int64_t N = sent.size(0);
   TORCH_CHECK(hidden.size(0) == N && cell.size(0) == N && cell.size(1) == H && position.size(0) == N &&
                   tokens.size(0) == N,
               "hidden, cell, position and tokens must have N rows");
-  TORCH_CHECK(F >= 4 * H + G, "table must be V x (4H + G + ...)");
-  const Panels WX = panels_of(w_x, 4 * H, "w_x");
-  const Panels WQG = panels_of(w_qg, A + G, "w_qg");
-  TORCH_CHECK(WX.K == C + H, "w_x must be (C + H) x 4H");
-  TORCH_CHECK(WQG.K == H, "w_qg must be H x (A + G)");
-  TORCH_CHECK(v_a.size(0) == A, "v_a must have A elements");
-  if (flexible) check_f32(v_g, "v_g", 1);
-  const int64_t* len = src_len.data_ptr<int64_t>();
   const int64_t* SENT = sent.data_ptr<int64_t>();
   const int64_t* TOK = tokens.data_ptr<int64_t>();
   for (int64_t r = 0; r < N; ++r) {
     TORCH_CHECK(SENT[r] >= 0 && SENT[r] < B, "sent[", r, "] = ", SENT[r], " is outside [0, ", B, ")");
-    TORCH_CHECK(TOK[r] >= 0 && TOK[r] < table.size(0), "tokens[", r, "] = ", TOK[r], " is outside [0, ",
-                table.size(0), ")");
+    TORCH_CHECK(TOK[r] >= 0 && TOK[r] < sh.V, "tokens[", r, "] = ", TOK[r], " is outside [0, ", sh.V, ")");
   }
-  for (int64_t b = 0; b < B; ++b)
-    TORCH_CHECK(len[b] >= 1 && len[b] <= S, "src_len[", b, "] = ", len[b], " is outside [1, ", S, "]");
 
   auto opts = keys.options();
   auto hc = torch::empty({N, H + C}, opts);
