@@ -98,10 +98,10 @@ def _find_ninja() -> None:
             os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
 
 
-def build_directory() -> Path:
-    """The folder the extension for this CPU's SIMD level is built and cached in:
-    ``$FLEXATT_EXT_DIR/fused_decode_<level>_<key>``."""
-    level = torch.backends.cpu.get_cpu_capability()
+def build_directory(level: Optional[str] = None) -> Path:
+    """The folder the extension for a SIMD level (default: the one PyTorch dispatches to on this
+    CPU) is built and cached in: ``$FLEXATT_EXT_DIR/fused_decode_<level>_<key>``."""
+    level = level or torch.backends.cpu.get_cpu_capability()
     root = Path(os.environ.get(EXT_DIR_ENV) or Path.home() / ".cache" / "flexatt" / "ext")
     return root / f"fused_decode_{level.lower()}_{_build_key(level)}"
 
@@ -147,8 +147,7 @@ def extension(required: bool = False) -> Optional[ModuleType]:
 
             level = torch.backends.cpu.get_cpu_capability()
             flags = _SIMD_FLAGS.get(level, ["-DCPU_CAPABILITY=DEFAULT", "-DCPU_CAPABILITY_DEFAULT"])
-            key = _build_key(level)
-            build_dir = build_directory()
+            build_dir = build_directory(level)
             build_dir.mkdir(parents=True, exist_ok=True)
             # -ffp-contract=off: every product and sum rounded as written, as PyTorch's ops round
             # them (a fused p - σ·√x moved a span bound); explicit FMAs stay where written.
@@ -156,7 +155,7 @@ def extension(required: bool = False) -> Optional[ModuleType]:
             # (over sentences, or over the tiles of a product) only when compiled with it;
             # the OpenMP runtime is the one PyTorch has already loaded (libgomp.so.1)
             with _exclusive_build(build_dir):
-                _state["ext"] = load(name=f"flexatt_fused_decode_{key}", sources=[str(SOURCE)],
+                _state["ext"] = load(name=f"flexatt_{build_dir.name}", sources=[str(SOURCE)],
                                      build_directory=str(build_dir),
                                      extra_cflags=["-O3", "-ffp-contract=off", "-fopenmp", *flags],
                                      extra_ldflags=["-fopenmp"],

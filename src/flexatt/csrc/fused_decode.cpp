@@ -554,7 +554,7 @@ std::vector<torch::Tensor> forced_decode(torch::Tensor keys, torch::Tensor value
     T = std::max(T, n_steps[b]);
     N += n_steps[b];
   }
-  check_tokens(tokens, "tokens", n_steps, table.size(0));
+  check_tokens(tokens, "tokens", n_steps, sh.V);
   // given ctx_gates = hbar W_icT (B x S x 4H), the context's share of the gates is W_ic c_t =
   // sum_s a_t(s) (W_ic hbar_s) over the span only (the caller gives it for a few rows)
   const bool span_sum = ctx_gates.numel() > 0;
