@@ -1,5 +1,11 @@
 """Shared fixtures: the repository root, a scratch folder with a composed params.yaml, and the
-copy-task training of the tiny decoding-test models."""
+copy-task training of the tiny decoding-test models.
+
+``$FLEXATT_TEST_PRECISION`` (``bf16-mixed``, ``32-true``, …) sets ``trainer.precision`` in every
+params file the tests compose and every profile run they start, so that the training tests run
+under a precision of the caller's choice (CI runs them under both that users get); unset, the
+tests train with the profile's own value, ``auto``, as a user on this machine would.
+"""
 
 from __future__ import annotations
 
@@ -19,12 +25,23 @@ def root() -> Path:
     return ROOT
 
 
+#: the variable that sets ``trainer.precision`` for the tests' training runs
+PRECISION_ENV = "FLEXATT_TEST_PRECISION"
+
+
+def precision_overrides() -> list[str]:
+    """``["trainer.precision=<$FLEXATT_TEST_PRECISION>"]`` where the variable is set, else ``[]``."""
+    precision = os.environ.get(PRECISION_ENV, "").strip()
+    return [f"trainer.precision={precision}"] if precision else []
+
+
 def compose_params(dest: Path, *overrides: str) -> Path:
-    """Write ``dest/params.yaml`` composed from the repository's ``conf/`` with ``overrides``."""
+    """Write ``dest/params.yaml`` composed from the repository's ``conf/`` with ``overrides``
+    (after :func:`precision_overrides`, so that an explicit ``trainer.precision`` wins)."""
     from flexatt.cli import write_params
 
     dest.mkdir(parents=True, exist_ok=True)
-    write_params(list(overrides), dest / "params.yaml", ROOT / "conf")
+    write_params([*precision_overrides(), *overrides], dest / "params.yaml", ROOT / "conf")
     return dest / "params.yaml"
 
 

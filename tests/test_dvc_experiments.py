@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, precision_overrides
 
 sys.path.insert(0, str(ROOT / "scripts"))
 from smoke import run_dvc  # noqa: E402
@@ -58,7 +58,8 @@ def smoke_repo(request, tmp_path_factory) -> Path:
     except pytest.FixtureLookupError:
         pass
     repo = tmp_path_factory.mktemp("exp") / "repo"
-    result = subprocess.run([sys.executable, str(ROOT / "scripts/smoke.py"), "--keep", str(repo)],
+    result = subprocess.run([sys.executable, str(ROOT / "scripts/smoke.py"), "--keep", str(repo),
+                             *precision_overrides()],
                             capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     git(repo, "add", "-A")

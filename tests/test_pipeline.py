@@ -10,6 +10,7 @@ import sys
 import pytest
 import yaml
 
+from conftest import precision_overrides
 from wandb_records import find_runs
 
 ROWS = ["global", "local_m", "local_p", "flexible", "flexible_tau", "flexible_ft", "flexible_ft_tau",
@@ -19,7 +20,8 @@ ROWS = ["global", "local_m", "local_p", "flexible", "flexible_tau", "flexible_ft
 @pytest.fixture(scope="module")
 def smoke_copy(root, tmp_path_factory):
     copy = tmp_path_factory.mktemp("smoke") / "repo"
-    result = subprocess.run([sys.executable, str(root / "scripts/smoke.py"), "--keep", str(copy)],
+    result = subprocess.run([sys.executable, str(root / "scripts/smoke.py"), "--keep", str(copy),
+                             *precision_overrides()],
                             capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return copy, result.stdout
