@@ -18,12 +18,13 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # W&B stays offline unless you have configured an API key.
 export WANDB_MODE ?= $(if $(WANDB_API_KEY),online,offline)
 
-.PHONY: help venv test test-slow repro smoke char params bench bench-scale bench-pipeline clean
+.PHONY: help venv test test-slow test-all repro smoke char params bench bench-scale bench-pipeline clean
 
 help:
 	@echo "make repro      create .venv and run the pipeline (dvc repro) on the default corpus"
-	@echo "make test       create .venv and run the test suite (fast tests)"
-	@echo "make test-slow  run the slow tests too"
+	@echo "make test       create .venv and run the fast test suite (minutes; run it before every change)"
+	@echo "make test-slow  only the slow tests: the smoke pipeline, DVC queue, real sweeps, DDP training"
+	@echo "make test-all   every test, fast and slow (what CI runs, besides other precisions and SIMD levels)"
 	@echo "make smoke      run the pipeline on the tiny synthetic 'smoke' profile in a scratch copy"
 	@echo "make char       the character-level 'char' profile up to Table 1, kept in artifacts/char (hours)"
 	@echo "make params     recompose params.yaml from conf/ (PROFILE=smoke|default|paper)"
@@ -43,8 +44,12 @@ venv: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest
 
+# one process: the slow tests share the smoke pipeline's copy (a session fixture), and the DDP
+# test starts two processes of its own
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -m slow || [ $$? -eq 5 ]  # 5: no test is marked slow
+	$(BIN)/python -m pytest -m slow -n 0
+
+test-all: test test-slow
 
 repro: $(STAMP)
 	$(BIN)/dvc repro

@@ -10,6 +10,7 @@ tests train with the profile's own value, ``auto``, as a user on this machine wo
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,13 @@ import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# Under pytest-xdist every worker is one process of the machine's cores: one intra-op thread
+# each, in the worker and in the stages it starts (inherited through the environment). The
+# tests' models are tiny, and two workers of two threads each on two cores stall one another.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ["OMP_NUM_THREADS"] = "1"
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
@@ -35,22 +43,44 @@ def precision_overrides() -> list[str]:
     return [f"trainer.precision={precision}"] if precision else []
 
 
-def compose_params(dest: Path, *overrides: str) -> Path:
-    """Write ``dest/params.yaml`` composed from the repository's ``conf/`` with ``overrides``
-    (after :func:`precision_overrides`, so that an explicit ``trainer.precision`` wins)."""
+def compose_params(dest: Path, *overrides: str, test_precision: bool = True) -> Path:
+    """Write ``dest/params.yaml`` composed from the repository's ``conf/`` with ``overrides``,
+    after :func:`precision_overrides` unless ``test_precision`` is false (a test of what the
+    configuration itself composes to); an explicit ``trainer.precision`` in ``overrides`` wins."""
     from flexatt.cli import write_params
 
     dest.mkdir(parents=True, exist_ok=True)
-    write_params([*precision_overrides(), *overrides], dest / "params.yaml", ROOT / "conf")
+    extra = precision_overrides() if test_precision else []
+    write_params([*extra, *overrides], dest / "params.yaml", ROOT / "conf")
     return dest / "params.yaml"
 
 
-def run_module(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
-    """Run ``python -m module ARGS`` in ``cwd`` as a user would; output captured as text."""
+def run_module(module: str, *args: str, cwd: Path, threads: str | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m module ARGS`` in ``cwd`` as a user would; output captured as text.
+    ``threads`` sets ``OMP_NUM_THREADS`` (torch's intra-op threads) for it."""
     env = {**os.environ, "WANDB_MODE": "offline"}
     env.pop("FLEXATT_PARAMS", None)
+    if threads:
+        env["OMP_NUM_THREADS"] = threads
     return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, text=True,
                           capture_output=True, timeout=600)
+
+
+def run_inprocess(stage: str, overrides: list[str], capsys) -> tuple[int, str]:
+    """``python -m flexatt.stages.<stage> OVERRIDES`` in this process, through the same
+    :func:`flexatt.config.run_stage` (no interpreter start-up): ``(exit status, stderr)``."""
+    import importlib
+
+    from flexatt import config as C
+
+    task = importlib.import_module(f"flexatt.stages.{stage}").run
+    capsys.readouterr()
+    try:
+        C.run_stage(task, overrides)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    return code, capsys.readouterr().err
 
 
 def tokenized_smoke(path: Path) -> Path:
@@ -60,6 +90,42 @@ def tokenized_smoke(path: Path) -> Path:
         result = run_module(f"flexatt.stages.{stage}", cwd=path)
         assert result.returncode == 0, result.stderr
     return path
+
+
+@pytest.fixture(scope="session")
+def smoke_tokenized(tmp_path_factory) -> Path:
+    """The smoke profile filtered and tokenized by its stages, once per session: a template that
+    the tests copy (:func:`copy_of`) and never change."""
+    return tokenized_smoke(tmp_path_factory.mktemp("smoke_tokenized"))
+
+
+@pytest.fixture(scope="session")
+def smoke_trained(smoke_tokenized, tmp_path_factory) -> Path:
+    """:func:`smoke_tokenized` and one epoch of the flexible model by the train stage (its
+    checkpoints in ``m/flexible/``, its metrics in ``r/``), once per session; a template to copy."""
+    path = copy_of(smoke_tokenized, tmp_path_factory.mktemp("smoke_trained"))
+    result = run_module("flexatt.stages.train", "train.variant=flexible", "train.epochs=1", "train.out_dir=m",
+                        "train.metrics_dir=r", "logger.enabled=false", cwd=path, threads="1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return path
+
+
+def copy_of(template: Path, dest: Path) -> Path:
+    """``dest`` (empty or missing) made a copy of the folder ``template``; returns ``dest``."""
+    shutil.copytree(template, dest, symlinks=True, dirs_exist_ok=True)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def smoke_copy(tmp_path_factory) -> tuple[Path, str]:
+    """``(copy, stdout)`` of ``scripts/smoke.py --keep copy``: a scratch copy of the repository
+    after ``dvc repro`` of the smoke profile, made once for the slow tests that read it
+    (tests/test_pipeline.py, tests/test_dvc_experiments.py)."""
+    copy = tmp_path_factory.mktemp("smoke") / "repo"
+    result = subprocess.run([sys.executable, str(ROOT / "scripts/smoke.py"), "--keep", str(copy),
+                             *precision_overrides()], capture_output=True, text=True, timeout=1800)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return copy, result.stdout
 
 
 @pytest.fixture

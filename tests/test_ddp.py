@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import compose_params, tokenized_smoke
+from conftest import compose_params, copy_of
 from wandb_records import find_runs
 
 STEP_SCRIPT = Path(__file__).with_name("ddp_step.py")
@@ -38,9 +38,8 @@ GRAD_RTOL = 1e-3
 
 
 @pytest.fixture(scope="module")
-def tokenized(tmp_path_factory):
-    path = tmp_path_factory.mktemp("ddp")
-    return tokenized_smoke(path)
+def tokenized(smoke_tokenized, tmp_path_factory):
+    return copy_of(smoke_tokenized, tmp_path_factory.mktemp("ddp"))
 
 
 def _env(threads: str | None = None) -> dict[str, str]:
@@ -118,12 +117,14 @@ def test_ddp_learns_at_least_as_well_as_a_single_process(tokenized):
     assert one["world_size"] == 1 and two["world_size"] == 2
     assert one["epochs"] == two["epochs"] == 10
     assert one["precision"] == two["precision"]
-    # learnt at least as well: dev loss at most 20% above, dev BLEU at most 6 points below
-    # (both reach about 30 on the smoke task)
+    # learnt at least as well: dev token NLL at most 20% above one process's, dev BLEU at least
+    # two thirds of it. Measured (DDP against one process): NLL 0.86x on an AMX-BF16 Xeon in
+    # bf16-mixed, 0.94x with bf16 emulated, 1.05x in float32 on an AVX2 EPYC; BLEU (about 30-36
+    # on 100 dev sentences, noisy) 0.85-1.12x
     loss_one = float(_last_row(tokenized / "single/results/flexible.csv")["val_nll_token"])
     loss_two = float(_last_row(tokenized / "ddp/results/flexible.csv")["val_nll_token"])
     assert loss_two <= 1.20 * loss_one, (loss_two, loss_one)
-    assert two["dev_bleu"] >= one["dev_bleu"] - 6.0, (two["dev_bleu"], one["dev_bleu"])
+    assert two["dev_bleu"] >= 2 / 3 * one["dev_bleu"], (two["dev_bleu"], one["dev_bleu"])
     # every rank trains on its half of the batches: half the target tokens of an epoch each
     rows = list(csv.DictReader(open(tokenized / "ddp/results/flexible.csv", newline="")))
     single_rows = list(csv.DictReader(open(tokenized / "single/results/flexible.csv", newline="")))
@@ -160,7 +161,7 @@ def test_gpu_trainer_config_composes(root, tmp_path):
         "accelerator": "gpu", "devices": -1, "num_nodes": 1, "strategy": "ddp", "precision": "bf16-mixed",
         "gradient_clip_val": 3.0, "log_every_n_steps": 50, "enable_progress_bar": True, "deterministic": False}
     assert schema.validate(cfg).trainer.model_dump(exclude_unset=True) == OmegaConf.to_container(cfg.trainer)
-    paper = OmegaConf.load(compose_params(tmp_path / "paper", "profile=paper"))
+    paper = OmegaConf.load(compose_params(tmp_path / "paper", "profile=paper", test_precision=False))
     assert paper.trainer == cfg.trainer
     if not torch.cuda.is_available():  # on a CPU-only machine: one clear error naming the group
         with pytest.raises(ConfigError, match=r"^trainer: .*(GPU|gpu|CUDA|cuda)"):

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, precision_overrides
+from conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "scripts"))
 from smoke import run_dvc  # noqa: E402
@@ -47,21 +47,10 @@ def git(repo: Path, *args: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def smoke_repo(request, tmp_path_factory) -> Path:
-    """A scratch copy after ``dvc repro`` of the smoke profile, committed as the baseline.
-
-    Uses the session's shared copy where tests/conftest.py provides one (``smoke_copy``), else
-    makes its own.
-    """
-    try:
-        return request.getfixturevalue("smoke_copy")[0]
-    except pytest.FixtureLookupError:
-        pass
-    repo = tmp_path_factory.mktemp("exp") / "repo"
-    result = subprocess.run([sys.executable, str(ROOT / "scripts/smoke.py"), "--keep", str(repo),
-                             *precision_overrides()],
-                            capture_output=True, text=True, timeout=1800)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+def smoke_repo(smoke_copy) -> Path:
+    """The session's scratch copy after ``dvc repro`` of the smoke profile (``smoke_copy``),
+    committed as the experiments' baseline."""
+    repo = smoke_copy[0]
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "smoke repro")
     return repo

@@ -5,17 +5,14 @@ the whole stage on a one-epoch model (metrics.json and table1.md fields)."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import sys
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import run_module, tokenized_smoke
+from conftest import copy_of, run_module
 from flexatt.evaluation import Translation
 from flexatt.metrics import corpus_bleu, corpus_chrf, moses_tokenize, tokenized_bleu
 from flexatt.stages.evaluate import TABLE_ORDER, reference_row, render_table, score_row
@@ -103,15 +100,9 @@ def test_render_table_without_intervals_keeps_plain_scores():
 
 
 @pytest.fixture(scope="module")
-def evaluated(tmp_path_factory):
+def evaluated(smoke_trained, tmp_path_factory):
     """The evaluate stage on the smoke data with one one-epoch flexible checkpoint in every row."""
-    path = tokenized_smoke(tmp_path_factory.mktemp("evaluate"))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline"}
-    env.pop("FLEXATT_PARAMS", None)
-    result = subprocess.run([sys.executable, "-m", "flexatt.stages.train", "train.variant=flexible", "train.epochs=1",
-                             "train.out_dir=m", "train.metrics_dir=r", "logger.enabled=false"],
-                            cwd=path, env=env, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stderr[-3000:]
+    path = copy_of(smoke_trained, tmp_path_factory.mktemp("evaluate"))
     for name in NAMES:
         (path / "ck").mkdir(exist_ok=True)
         shutil.copyfile(path / "m/flexible/best.ckpt", path / f"ck/{name}.ckpt")

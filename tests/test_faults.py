@@ -26,10 +26,10 @@ from pathlib import Path
 import pytest
 
 import flexatt.io
-from conftest import run_module, tokenized_smoke
+from conftest import copy_of, run_module
 from flexatt import config as C
-from flexatt.errors import DataError, OutputError
-from flexatt.io import atomic_path, save_torch, write_json, write_lines
+from flexatt.errors import OutputError
+from flexatt.io import atomic_path, write_json, write_lines
 
 ENV = {**os.environ, "WANDB_MODE": "offline"}
 
@@ -341,9 +341,8 @@ def test_read_only_output_folder_is_one_line(filtered):
 
 
 @pytest.fixture(scope="module")
-def tokenized(tmp_path_factory):
-    path = tmp_path_factory.mktemp("faults")
-    return tokenized_smoke(path)
+def tokenized(smoke_tokenized, tmp_path_factory):
+    return copy_of(smoke_tokenized, tmp_path_factory.mktemp("faults"))
 
 
 def _train(cwd: Path, *overrides: str, preexec=None) -> subprocess.CompletedProcess:
@@ -354,11 +353,9 @@ def _train(cwd: Path, *overrides: str, preexec=None) -> subprocess.CompletedProc
 
 
 @pytest.fixture(scope="module")
-def trained(tokenized):
+def trained(smoke_trained, tmp_path_factory):
     """One epoch of the flexible model: checkpoints in m/, metrics in r/."""
-    result = _train(tokenized, "train.out_dir=m", "train.metrics_dir=r")
-    assert result.returncode == 0, result.stderr
-    return tokenized
+    return copy_of(smoke_trained, tmp_path_factory.mktemp("faults_trained"))
 
 
 def test_unwritable_metrics_folder_keeps_the_checkpoints(trained):
@@ -472,6 +469,7 @@ def _live_group_members(pgid: int, wait: float = 10.0) -> list[int]:
         time.sleep(0.2)
 
 
+@pytest.mark.slow  # a dvc repro killed and run again
 def test_dvc_repro_killed_mid_training_resumes_to_the_same_result(root, tmp_path):
     """`dvc repro train@flexible` killed with SIGKILL (the whole process group: dvc and the stage)
     after an epoch's checkpoint, then `dvc repro` again: DVC drops the dead process from its

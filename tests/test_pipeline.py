@@ -4,27 +4,18 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 import pytest
 import yaml
 
-from conftest import precision_overrides
 from wandb_records import find_runs
+
+#: the smoke profile's whole pipeline (conftest's ``smoke_copy``): minutes
+pytestmark = pytest.mark.slow
 
 ROWS = ["global", "local_m", "local_p", "flexible", "flexible_tau", "flexible_ft", "flexible_ft_tau",
         "sact", "flexible_sact"]
-
-
-@pytest.fixture(scope="module")
-def smoke_copy(root, tmp_path_factory):
-    copy = tmp_path_factory.mktemp("smoke") / "repo"
-    result = subprocess.run([sys.executable, str(root / "scripts/smoke.py"), "--keep", str(copy),
-                             *precision_overrides()],
-                            capture_output=True, text=True, timeout=1800)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return copy, result.stdout
 
 
 def test_every_stage_ran_and_repro_is_then_a_no_op(root, smoke_copy):

@@ -50,7 +50,14 @@ def _with(cfg, key, value):
     return cfg
 
 
-_DELETE = object()
+class _Delete:
+    """The value of a rule that removes its key (a stable repr: it is part of the test id)."""
+
+    def __repr__(self) -> str:
+        return "<deleted>"
+
+
+_DELETE = _Delete()
 
 RULES = [
     ("seed", -1, "seed: must be >= 0 (got -1)"),

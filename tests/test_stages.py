@@ -1,4 +1,6 @@
-"""The filter and tokenize stages run as a user runs them: `python -m flexatt.stages.<name>`."""
+"""The filter and tokenize stages run as a user runs them: `python -m flexatt.stages.<name>`;
+the refusals of bad input run in-process through the same :func:`flexatt.config.run_stage`
+(conftest's ``run_inprocess``), without the interpreter start-up."""
 
 from __future__ import annotations
 
@@ -7,7 +9,8 @@ import json
 import numpy as np
 import pytest
 
-from conftest import run_module
+from conftest import copy_of, run_inprocess, run_module
+from flexatt import config as C
 from flexatt.data.subwords import EncodedSplit, Vocab
 from flexatt.data.synthetic import main as write_synthetic
 from flexatt.errors import DataError
@@ -63,16 +66,19 @@ def test_side_files_travel_with_their_pairs(two_file_corpus):
         (b"", b"x\n", "my.src: file is empty"),
     ],
 )
-def test_filter_refuses_bad_input_by_file_and_line(smoke_dir, src_bytes, tgt_bytes, message):
+def test_filter_refuses_bad_input_by_file_and_line(smoke_dir, monkeypatch, capsys, src_bytes, tgt_bytes, message):
     (smoke_dir / "my.src").write_bytes(src_bytes)
     (smoke_dir / "my.tgt").write_bytes(tgt_bytes)
-    result = run_module("flexatt.stages.filter", "data.src=my.src", "data.tgt=my.tgt", cwd=smoke_dir)
-    assert result.returncode == 2
-    assert f"error: {message}" in result.stderr
+    monkeypatch.chdir(smoke_dir)
+    monkeypatch.delenv(C.PARAMS_ENV, raising=False)
+    code, err = run_inprocess("filter", ["data.src=my.src", "data.tgt=my.tgt"], capsys)
+    assert code == 2
+    assert f"error: {message}" in err
     assert not (smoke_dir / "artifacts").exists(), "nothing may be written for a refused corpus"
 
 
 def test_filter_missing_input_names_the_key(smoke_dir):
+    """As a user sees it: the stage's own process, exit status 2, the key in the message."""
     result = run_module("flexatt.stages.filter", "data.src=nope.src", "data.tgt=nope.tgt", cwd=smoke_dir)
     assert result.returncode == 2 and "data.src: file not found: nope.src" in result.stderr
 
@@ -94,8 +100,8 @@ def test_filter_multirun_sweeps_a_key(smoke_dir):
 
 
 @pytest.mark.parametrize("model_type, joint", [("unigram", True), ("char", False), ("bpe", False)])
-def test_tokenize_round_trip(smoke_dir, model_type, joint):
-    assert run_module("flexatt.stages.filter", cwd=smoke_dir).returncode == 0
+def test_tokenize_round_trip(smoke_tokenized, smoke_dir, model_type, joint):
+    copy_of(smoke_tokenized / "artifacts/filter", smoke_dir / "artifacts/filter")  # the filter stage's output
     result = run_module("flexatt.stages.tokenize", f"tokenize.model_type={model_type}",
                         f"tokenize.joint={str(joint).lower()}", "tokenize.vocab_size=60", cwd=smoke_dir)
     assert result.returncode == 0, result.stderr

@@ -346,6 +346,7 @@ def pipeline_files(repo: Path) -> dict[str, str]:
             for top in ("artifacts", "results") for p in (repo / top).rglob("*") if p.is_file()}
 
 
+@pytest.mark.slow  # real stages in a Hydra multirun (train, two jobs)
 def test_real_train_sweep(mini_repo):
     before = pipeline_files(mini_repo)
     _, sweep_dir = run_sweep(mini_repo, "train", "+sweep=temperature",
@@ -364,6 +365,7 @@ def test_real_train_sweep(mini_repo):
     assert temps == [0.8, 1.2]
 
 
+@pytest.mark.slow  # real stages in a Hydra multirun (sweep_sigma trains)
 def test_real_tau_sigma_sweep(mini_repo):
     before = pipeline_files(mini_repo)
     _, sweep_dir = run_sweep(mini_repo, "sweep_sigma", "+sweep=tau_sigma",
@@ -425,6 +427,7 @@ def test_replicate_refuses_the_pipeline_outputs(smoke_dir, monkeypatch):
         replicate.run(cfg)
 
 
+@pytest.mark.slow  # real stages in a Hydra multirun (three seeds)
 def test_real_seeds_sweep(mini_repo):
     """Two training seeds of the seeds sweep end to end on smoke data: each job trains Global and
     Flexible, fine-tunes Flexible, selects τ on dev and scores the four test rows; the summary

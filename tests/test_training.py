@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from conftest import run_module, tokenized_smoke
+from conftest import copy_of, run_inprocess, run_module
 from flexatt.config import load_params
 from flexatt.errors import DataError
 from flexatt.search import greedy
@@ -22,10 +22,9 @@ from flexatt.task import lr_factor
 
 
 @pytest.fixture(scope="module")
-def tokenized(tmp_path_factory):
+def tokenized(smoke_tokenized, tmp_path_factory):
     """A scratch folder with the smoke profile's params, filtered and tokenized."""
-    path = tmp_path_factory.mktemp("train")
-    return tokenized_smoke(path)
+    return copy_of(smoke_tokenized, tmp_path_factory.mktemp("train"))
 
 
 @pytest.fixture
@@ -102,19 +101,20 @@ def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
         load_checkpoint_state(tmp_path / "none.ckpt")
 
 
-def test_finetune_refuses_a_model_without_g(tokenized):
-    result = run_module("flexatt.stages.finetune", "finetune.variant=global", cwd=tokenized)
-    assert result.returncode == 2 and "finetune.variant: must name a flexible model" in result.stderr
+def test_finetune_refuses_a_model_without_g(in_dir, capsys):
+    code, err = run_inprocess("finetune", ["finetune.variant=global"], capsys)
+    assert code == 2 and "finetune.variant: must name a flexible model" in err
 
 
 def test_unknown_variant_names_the_key(tokenized):
+    """As a user sees it: the stage's own process, exit status 2, the key in the message."""
     result = run_module("flexatt.stages.train", "train.variant=bahdanau", cwd=tokenized)
     assert result.returncode == 2 and "train.variant: must be one of global, local_m" in result.stderr
 
 
-def test_bad_model_value_names_the_key(tokenized):
-    result = run_module("flexatt.stages.train", "train.variant=flexible", "model.sigma=-1", cwd=tokenized)
-    assert result.returncode == 2 and "model.sigma" in result.stderr
+def test_bad_model_value_names_the_key(in_dir, capsys):
+    code, err = run_inprocess("train", ["train.variant=flexible", "model.sigma=-1"], capsys)
+    assert code == 2 and "model.sigma" in err
 
 
 def _train_cmd(out: str, *extra: str) -> list[str]:
@@ -122,6 +122,7 @@ def _train_cmd(out: str, *extra: str) -> list[str]:
             f"train.out_dir={out}", f"train.metrics_dir={out}_metrics", "train.epochs=6", *extra]
 
 
+@pytest.mark.slow  # two 6-epoch trainings; the plateau resume test below checks the same in the fast suite
 def test_killed_run_resumes_and_ends_where_an_uninterrupted_one_ends(tokenized):
     env = {**os.environ, "WANDB_MODE": "offline"}
     whole = subprocess.run(_train_cmd("whole"), cwd=tokenized, env=env, capture_output=True, text=True)
@@ -150,14 +151,12 @@ def test_killed_run_resumes_and_ends_where_an_uninterrupted_one_ends(tokenized):
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
 
 
-def test_changed_config_does_not_resume_a_stale_checkpoint(tokenized):
-    env = {**os.environ, "WANDB_MODE": "offline"}
-    cmd = [sys.executable, "-m", "flexatt.stages.train", "train.variant=global", "train.out_dir=stale",
-           "train.metrics_dir=stale_metrics", "train.epochs=1"]
-    assert subprocess.run(cmd, cwd=tokenized, env=env, capture_output=True).returncode == 0
-    again = subprocess.run([*cmd, "train.lr=0.02"], cwd=tokenized, env=env, capture_output=True, text=True)
-    assert again.returncode == 0, again.stderr
-    assert json.loads((tokenized / "stale_metrics/global.json").read_text())["resumed_from_epoch"] is None
+def test_changed_config_does_not_resume_a_stale_checkpoint(in_dir):
+    overrides = ["train.out_dir=stale", "train.metrics_dir=stale_metrics", "logger.enabled=false"]
+    first, _ = train(load_params("params.yaml", overrides), "global", epochs=1)
+    again, _ = train(load_params("params.yaml", [*overrides, "train.lr=0.02"]), "global", epochs=1)
+    assert first["resumed_from_epoch"] is None and again["resumed_from_epoch"] is None
+    assert json.loads((in_dir / "stale_metrics/global.json").read_text())["resumed_from_epoch"] is None
 
 
 # ----------------------------------------------------------------------------- learning-rate schedules
@@ -267,7 +266,7 @@ def test_plateau_run_resumed_after_a_crash_ends_where_an_uninterrupted_one_ends(
     assert state["plateau_scheduler"]["best"] == 7.0
 
 
-def test_bad_lr_schedule_names_the_key(tokenized):
-    result = run_module("flexatt.stages.train", "train.lr_schedule=cosine", cwd=tokenized)
-    assert result.returncode == 2
-    assert "train.lr_schedule: must be one of fixed, plateau (got 'cosine')" in result.stderr
+def test_bad_lr_schedule_names_the_key(in_dir, capsys):
+    code, err = run_inprocess("train", ["train.lr_schedule=cosine"], capsys)
+    assert code == 2
+    assert "train.lr_schedule: must be one of fixed, plateau (got 'cosine')" in err

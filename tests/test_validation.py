@@ -9,26 +9,24 @@ real subprocesses too.
 
 from __future__ import annotations
 
-import importlib
 import json
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import run_module, tokenized_smoke
+from conftest import copy_of, run_inprocess, run_module
 from flexatt import config as C
 
 VARIANTS = ["global", "local_m", "local_p", "flexible", "sact", "flexible_sact"]
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory) -> Path:
+def workdir(smoke_tokenized, tmp_path_factory) -> Path:
     """Smoke params, filtered and tokenized data, placeholder checkpoints at every path the
     later stages read (a rule must fail before any of them is opened), a small user corpus."""
-    path = tokenized_smoke(tmp_path_factory.mktemp("validation"))
+    path = copy_of(smoke_tokenized, tmp_path_factory.mktemp("validation"))
     for folder in [*(f"artifacts/models/{v}" for v in VARIANTS), "artifacts/models_ft/flexible",
                    "artifacts/models_ft/flexible_sact"]:
         (path / folder).mkdir(parents=True)
@@ -54,18 +52,6 @@ def _snapshot(root: Path) -> tuple[dict, set]:
         stat = p.lstat()
         files[rel] = (stat.st_size, stat.st_mtime_ns) if p.is_file() else "dir"
     return files, runs
-
-
-def run_inprocess(stage: str, overrides: list[str], capsys) -> tuple[int, str]:
-    """``python -m flexatt.stages.<stage> OVERRIDES``, in this process: (exit status, stderr)."""
-    task = importlib.import_module(f"flexatt.stages.{stage}").run
-    capsys.readouterr()
-    try:
-        C.run_stage(task, overrides)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    return code, capsys.readouterr().err
 
 
 @pytest.fixture
