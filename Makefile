@@ -41,13 +41,13 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-test: $(STAMP)
-	$(BIN)/python -m pytest
+test: $(STAMP)  # PYTEST_ARGS: more pytest options, e.g. PYTEST_ARGS=--durations=25
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 # one process: the slow tests share the smoke pipeline's copy (a session fixture), and the DDP
 # test starts two processes of its own
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -m slow -n 0
+	$(BIN)/python -m pytest -m slow -n 0 $(PYTEST_ARGS)
 
 test-all: test test-slow
 

@@ -6,7 +6,7 @@ import pytest
 import yaml
 from omegaconf import OmegaConf
 
-from conftest import run_module
+from conftest import run_inprocess, run_module
 from flexatt import config as C
 from flexatt.errors import ConfigError
 
@@ -77,12 +77,14 @@ def test_file_and_key_lookups_name_the_key(tmp_path):
         C.get(OmegaConf.create({"a": 1}), "b.c")
 
 
-def test_stage_refuses_unknown_key_and_bad_value(smoke_dir):
+def test_stage_refuses_unknown_key_and_bad_value(smoke_dir, monkeypatch, capsys):
     bad_key = run_module("flexatt.stages.filter", "filter.dev_sise=3", cwd=smoke_dir)
     assert bad_key.returncode != 0 and "filter.dev_sise" in bad_key.stderr
-    bad_value = run_module("flexatt.stages.filter", "filter.on_invalid=ignore", cwd=smoke_dir)
-    assert bad_value.returncode == 2
-    assert "filter.on_invalid: must be one of error, skip (got 'ignore')" in bad_value.stderr
+    monkeypatch.chdir(smoke_dir)
+    monkeypatch.delenv(C.PARAMS_ENV, raising=False)
+    code, err = run_inprocess("filter", ["filter.on_invalid=ignore"], capsys)
+    assert code == 2
+    assert "filter.on_invalid: must be one of error, skip (got 'ignore')" in err
 
 
 def test_stage_without_params_file_says_so(tmp_path):

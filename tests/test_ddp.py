@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import compose_params, copy_of
+from conftest import compose_params, copy_of, precision_overrides
 from wandb_records import find_runs
 
 STEP_SCRIPT = Path(__file__).with_name("ddp_step.py")
@@ -117,6 +117,8 @@ def test_ddp_learns_at_least_as_well_as_a_single_process(tokenized):
     assert one["world_size"] == 1 and two["world_size"] == 2
     assert one["epochs"] == two["epochs"] == 10
     assert one["precision"] == two["precision"]
+    if precision_overrides():  # the precision the tests were asked to train in
+        assert precision_overrides() == [f"trainer.precision={two['precision']}"]
     # learnt at least as well: dev token NLL at most 20% above one process's, dev BLEU at least
     # two thirds of it. Measured (DDP against one process): NLL 0.86x on an AMX-BF16 Xeon in
     # bf16-mixed, 0.94x with bf16 emulated, 1.05x in float32 on an AVX2 EPYC; BLEU (about 30-36

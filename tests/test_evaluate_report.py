@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from conftest import copy_of, run_module
+from conftest import copy_of, run_inprocess, run_module
 from flexatt.evaluation import Translation
 from flexatt.metrics import corpus_bleu, corpus_chrf, moses_tokenize, tokenized_bleu
 from flexatt.stages.evaluate import TABLE_ORDER, reference_row, render_table, score_row
@@ -145,10 +145,11 @@ def test_stage_writes_significance_chrf_and_windows(evaluated):
     assert "±" in table and "seed 77" in table and "| chrF |" in table
 
 
-def test_stage_refuses_a_zero_seed_before_decoding(evaluated):
+def test_stage_refuses_a_zero_seed_before_decoding(evaluated, monkeypatch, capsys):
     path, _ = evaluated
-    result = run_module("flexatt.stages.evaluate", *_overrides("ev0"), "evaluate.bootstrap_seed=0", cwd=path)
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines()[-1] == (
-        "error: evaluate.bootstrap_seed: must be >= 1 (got 0)")
+    monkeypatch.chdir(path)
+    monkeypatch.delenv("FLEXATT_PARAMS", raising=False)
+    code, err = run_inprocess("evaluate", [*_overrides("ev0"), "evaluate.bootstrap_seed=0"], capsys)
+    assert code == 2 and "Traceback" not in err
+    assert err.strip().splitlines()[-1] == "error: evaluate.bootstrap_seed: must be >= 1 (got 0)"
     assert not (path / "ev0").exists()

@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from conftest import copy_of, run_inprocess, run_module
+from conftest import copy_of, run_inprocess
 from flexatt.config import load_params
 from flexatt.errors import DataError
 from flexatt.search import greedy
@@ -106,10 +106,9 @@ def test_finetune_refuses_a_model_without_g(in_dir, capsys):
     assert code == 2 and "finetune.variant: must name a flexible model" in err
 
 
-def test_unknown_variant_names_the_key(tokenized):
-    """As a user sees it: the stage's own process, exit status 2, the key in the message."""
-    result = run_module("flexatt.stages.train", "train.variant=bahdanau", cwd=tokenized)
-    assert result.returncode == 2 and "train.variant: must be one of global, local_m" in result.stderr
+def test_unknown_variant_names_the_key(in_dir, capsys):
+    code, err = run_inprocess("train", ["train.variant=bahdanau"], capsys)
+    assert code == 2 and "train.variant: must be one of global, local_m" in err
 
 
 def test_bad_model_value_names_the_key(in_dir, capsys):
