@@ -67,6 +67,7 @@ def _relative_errors(got: dict[str, torch.Tensor], want: dict[str, torch.Tensor]
     return {name: float((got[name] - want[name]).norm() / want[name].norm()) for name in want}
 
 
+@pytest.mark.slow  # three processes
 def test_one_ddp_step_averages_the_gradient_of_the_whole_batch(tokenized):
     """Two ranks of 16 pairs: the gradient after DDP's backward pass is, on both ranks, the
     gradient of the loss of the 32 pairs together as one process computes it (float32)."""

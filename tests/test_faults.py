@@ -358,6 +358,7 @@ def trained(smoke_trained, tmp_path_factory):
     return copy_of(smoke_trained, tmp_path_factory.mktemp("faults_trained"))
 
 
+@pytest.mark.slow  # a training stage of its own
 def test_unwritable_metrics_folder_keeps_the_checkpoints(trained):
     (trained / "blocker").write_text("")
     result = _train(trained, "train.out_dir=m2", "train.metrics_dir=blocker/metrics", "logger.enabled=false")
@@ -369,6 +370,7 @@ def test_unwritable_metrics_folder_keeps_the_checkpoints(trained):
     assert load_checkpoint_state(trained / "m2/flexible/best.ckpt")  # trained and saved before the failure
 
 
+@pytest.mark.slow  # a training stage of its own
 def test_full_disk_while_saving_a_checkpoint_is_one_line(trained):
     metrics = _tree_digest(trained / "r")
     result = _train(trained, "train.out_dir=m4", "train.metrics_dir=r", "logger.enabled=false",

@@ -99,7 +99,10 @@ def test_filter_multirun_sweeps_a_key(smoke_dir):
         assert len((smoke_dir / f"sweep/dev{n}/dev.src").read_text().splitlines()) == n
 
 
-@pytest.mark.parametrize("model_type, joint", [("unigram", True), ("char", False), ("bpe", False)])
+@pytest.mark.parametrize("model_type, joint", [
+    ("unigram", True),  # the profiles' subword model; the others are slow tests (a stage start-up each)
+    pytest.param("char", False, marks=pytest.mark.slow),
+    pytest.param("bpe", False, marks=pytest.mark.slow)])
 def test_tokenize_round_trip(smoke_tokenized, smoke_dir, model_type, joint):
     copy_of(smoke_tokenized / "artifacts/filter", smoke_dir / "artifacts/filter")  # the filter stage's output
     result = run_module("flexatt.stages.tokenize", f"tokenize.model_type={model_type}",

@@ -223,8 +223,11 @@ def test_bad_value_is_refused_before_any_work(in_workdir, capsys, stage, overrid
 
 @pytest.mark.parametrize("stage, overrides, expected", [
     ("filter", ["filter.dev_size=0"], "error: filter.dev_size: must be >= 1 (got 0)"),
-    ("train", ["train.variant=flexible", "model.sigma=0"], "error: model.sigma: must be > 0.0 (got 0.0)"),
-    ("sweep_tau", ["sweep_tau.grid=[-1]"], "error: sweep_tau.grid[0]: must be >= 0.0 (got -1.0)"),
+    # the same rules run in-process above; each process costs seconds of start-up
+    pytest.param("train", ["train.variant=flexible", "model.sigma=0"], "error: model.sigma: must be > 0.0 (got 0.0)",
+                 marks=pytest.mark.slow),
+    pytest.param("sweep_tau", ["sweep_tau.grid=[-1]"], "error: sweep_tau.grid[0]: must be >= 0.0 (got -1.0)",
+                 marks=pytest.mark.slow),
 ])
 def test_refusal_as_a_user_sees_it(workdir, stage, overrides, expected):
     """The real entry point: one line on stderr, no traceback, exit status 2."""
