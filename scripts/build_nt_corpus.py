@@ -23,8 +23,9 @@ records of Greek word ids and English word ids). This script writes into ``--out
     one line per TSV data row: the manual links as Pharaoh ``i-j`` pairs between ``grc``
     whitespace token i and ``en`` whitespace token j, sorted, without repeats.
 ``build_report.json``
-    what was read, dropped and why (with keys), the split sizes and the reordering of the
-    alignments (:func:`reordering_stats`); also printed to stderr.
+    what was read, dropped and why (with keys), the split sizes and how much the alignments
+    reorder (``src/flexatt/data/reordering.py``, which the filter stage reports too); also
+    printed to stderr.
 
 Text: the Greek words joined by spaces (the SBLGNT file has no punctuation); the English words
 and punctuation joined as the BSB prints them (no space after a token marked
@@ -36,7 +37,7 @@ file says. A verse is dropped when one side is empty or when it has no alignment
 whose words lie in two verses is dropped (each is counted in the report).
 
 Both gzip files are written with ``mtime=0``: a rebuild from the same wheel gives identical
-bytes. Standard library only.
+bytes. Standard library only (with the project's ``reordering.py``, loaded from its file).
 """
 
 from __future__ import annotations
@@ -44,12 +45,28 @@ from __future__ import annotations
 import argparse
 import csv
 import gzip
+import importlib.util
 import io
 import json
 import sys
 import zipfile
 from collections import Counter
 from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load_reordering():
+    """``flexatt/data/reordering.py`` (standard library only) loaded from its file, so that this
+    script runs without the project installed."""
+    path = ROOT / "src" / "flexatt" / "data" / "reordering.py"
+    spec = importlib.util.spec_from_file_location("flexatt_reordering", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+reordering = _load_reordering()
 
 GREEK = "data/sources/SBLGNT.tsv"
 ENGLISH = "data/eng/targets/BSB/nt_BSB.tsv"
@@ -132,34 +149,14 @@ def english_verses(rows: list[dict[str, str]]) -> tuple[dict[str, tuple[str, dic
     return verses, moved
 
 
-def reordering_stats(alignments: list[list[tuple[int, int]]], src_lengths: list[int],
-                     tgt_lengths: list[int]) -> dict[str, float]:
-    """How much the alignments of a corpus reorder (sentences of links ``(i, j)`` between 0-based
-    source token i of ``S`` and target token j of ``T``):
-
-    * ``crossing_link_pairs``: of the pairs of links of a sentence that share neither word (the
-      others can neither cross nor keep an order), the fraction that cross,
-      ``(i1 - i2) · (j1 - j2) < 0``; pooled over the corpus;
-    * ``sentences_with_crossing``: the share of sentences with at least one crossing pair;
-    * ``mean_distortion``: the mean over all links of ``|i/S - j/T|``.
-    """
-    pairs = crossing = with_crossing = 0
-    distortion, n_links = 0.0, 0
-    for links, S, T in zip(alignments, src_lengths, tgt_lengths):
-        here = 0
-        for a in range(len(links)):
-            i1, j1 = links[a]
-            distortion += abs(i1 / S - j1 / T)
-            for i2, j2 in links[a + 1:]:
-                if i1 != i2 and j1 != j2:
-                    pairs += 1
-                    here += (i1 - i2) * (j1 - j2) < 0
-        crossing += here
-        with_crossing += here > 0
-        n_links += len(links)
-    return {"crossing_link_pairs": round(crossing / pairs, 4) if pairs else 0.0,
-            "sentences_with_crossing": round(with_crossing / len(alignments), 4) if alignments else 0.0,
-            "mean_distortion": round(distortion / n_links, 4) if n_links else 0.0}
+def reordering_of(rows: list[tuple[str, str, str, str]], alignments: list[list[tuple[int, int]]]) -> dict:
+    """The reordering measures (``flexatt.data.reordering``) of the pairs ``rows`` (key, grc,
+    en, split) with their links."""
+    measures = reordering.Reordering()
+    for (_, grc, en, _), links in zip(rows, alignments):
+        measures.add(links, len(grc.split()), len(en.split()))
+    summary = measures.summary()
+    return {k: summary[k] for k in ("crossing_link_pairs", "sentences_with_crossing", "mean_distortion")}
 
 
 def build(wheel_path: Path) -> tuple[list[tuple[str, str, str, str]], list[str], dict]:
@@ -211,8 +208,7 @@ def build(wheel_path: Path) -> tuple[list[tuple[str, str, str, str]], list[str],
             "count": len(moved), "verses": sorted({verse_key(m[:8]) for m in moved})},
         "splits": dict(Counter(split for *_, split in rows)),
         "links": sum(len(a) for a in alignments),
-        "reordering": reordering_stats(alignments, [len(r[1].split(" ")) for r in rows],
-                                       [len(r[2].split(" ")) for r in rows]),
+        "reordering": reordering_of(rows, alignments),
     }
     return rows, align_lines, report
 

@@ -113,16 +113,6 @@ def test_another_release_of_the_wheel_is_refused(tmp_path, capsys):
     assert f"expected {nt.WHEEL_NAME}" in capsys.readouterr().err
 
 
-def test_reordering_stats_by_hand():
-    monotone = [(0, 0), (1, 1), (2, 2)]
-    swapped = [(0, 1), (1, 0), (1, 2)]  # (0,1)-(1,0) cross; (1,0)-(1,2) share a word: not counted
-    stats = nt.reordering_stats([monotone, swapped], [3, 2], [3, 3])
-    assert stats["crossing_link_pairs"] == round(1 / (3 + 2), 4)
-    assert stats["sentences_with_crossing"] == 0.5
-    distortion = 0 + 0 + 0 + abs(0 - 1 / 3) + abs(1 / 2 - 0) + abs(1 / 2 - 2 / 3)
-    assert stats["mean_distortion"] == round(distortion / 6, 4)
-
-
 def test_splits_every_tenth_verse_to_dev_and_test():
     assert [nt.split_of(p) for p in range(10)] == ["train"] * 3 + ["dev"] + ["train"] * 4 + ["test", "train"]
 
@@ -161,7 +151,7 @@ def test_committed_corpus_splits_cover_every_book(corpus):
 def test_committed_report_reordering_is_that_of_the_committed_alignments(corpus):
     _, rows, align, report = corpus
     alignments = [[tuple(map(int, link.split("-"))) for link in line.split(" ")] for line in align]
-    stats = nt.reordering_stats(alignments, [len(r[1].split(" ")) for r in rows], [len(r[2].split(" ")) for r in rows])
+    stats = nt.reordering_of([tuple(row) for row in rows], alignments)
     assert stats == report["reordering"]
     assert stats["crossing_link_pairs"] == pytest.approx(0.068, abs=0.001)
 

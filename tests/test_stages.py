@@ -34,7 +34,7 @@ def test_filter_on_a_users_two_file_corpus(two_file_corpus):
     assert result.returncode == 0, result.stderr
     assert "filter: read 300 pairs" in result.stdout
     report = json.loads((out / "report.json").read_text())
-    assert report["source"]["kind"] == "text"
+    assert report["source"]["kind"] == "text" and "reordering" not in report  # no gold alignments
     assert report["splits"]["dev"]["pairs"] == 20 and report["splits"]["test"]["pairs"] == 20
     assert report["kept"] + sum(report["dropped"].values()) == report["read"] == 300
     counts = [len((out / f"{s}.src").read_text().splitlines()) for s in ("train", "dev", "test")]
@@ -47,6 +47,10 @@ def test_side_files_travel_with_their_pairs(two_file_corpus):
                         "data.ref2=my.ref2", "data.align=my.align", f"filter.out_dir={out}",
                         "filter.dev_size=30", "filter.test_size=30", cwd=two_file_corpus)
     assert result.returncode == 0, result.stderr
+    # the synthetic task reverses chunks of words: its gold links cross
+    reordering = json.loads((out / "report.json").read_text())["reordering"]
+    assert reordering["sentences"] == 300 - sum(json.loads((out / "report.json").read_text())["dropped"].values())
+    assert 0 < reordering["crossing_link_pairs"] < 1 and reordering["mean_distortion"] > 0
     for split in ("train", "dev", "test"):
         src, tgt, ref2, align = ((out / f"{split}.{ext}").read_text().splitlines()
                                  for ext in ("src", "tgt", "ref2", "align"))

@@ -9,7 +9,9 @@ Usage::
 Writes to ``filter.out_dir``: ``{train,dev,test}.{src,tgt}`` (UTF-8, one sentence per line), the
 side files split with their pairs (``.key``, ``.ref2``, ``.align`` where the corpus has them) and
 ``report.json`` (counts of what was read, dropped and kept, with the first dropped lines per
-reason); the report's counts also go to ``filter.metrics_file`` (a DVC metric kept in git).
+reason; for a corpus with gold alignments, how much they reorder, :mod:`flexatt.data.reordering`,
+over the kept pairs); the report's counts also go to ``filter.metrics_file`` (a DVC metric kept
+in git).
 The output directory is replaced atomically: a failed run leaves the previous one intact.
 
 The corpus is streamed and read twice (:mod:`flexatt.data.filtering`: :func:`plan_split`, then
@@ -33,6 +35,7 @@ from flexatt import config as C
 from flexatt import schema
 from flexatt.data.corpus import InvalidLines, RawPair, iter_text_files, iter_tsv
 from flexatt.data.filtering import DROP_REASONS, SPLITS, apply_split, plan_split
+from flexatt.data.reordering import Reordering, parse_pharaoh
 from flexatt.data.synthetic import iter_synthetic
 from flexatt.errors import ConfigError
 from flexatt.io import atomic_path, write_json
@@ -92,7 +95,7 @@ def run(cfg: DictConfig) -> dict:
     with atomic_path(out_dir) as tmp:
         tmp.mkdir(parents=True)
         with ExitStack() as stack:
-            writer = _SplitWriter(tmp, stack)
+            writer = _SplitWriter(tmp, stack, Reordering())
             for split in SPLITS:  # every split has its .src and .tgt, even when it is empty
                 for name in ("src", "tgt"):
                     writer.file(f"{split}.{name}")
@@ -116,6 +119,8 @@ def run(cfg: DictConfig) -> dict:
                 for split in SPLITS
             },
         }
+        if "align" in filtered.side_names:
+            counts["reordering"] = writer.reordering.summary()
         report = {"source": source, **counts, "side_files": filtered.side_names,
                   "dropped_lines": filtered.examples, "invalid_lines": invalid.first}
         write_json(tmp / "report.json", report)
@@ -131,11 +136,12 @@ def run(cfg: DictConfig) -> dict:
 
 class _SplitWriter:
     """``writer(split, pair)`` appends the pair's fields to ``{split}.src``, ``.tgt`` and one file
-    per side field in ``folder`` (files opened on first use, closed by ``stack``). A failed write
-    (a full disk) is an ``OSError`` naming its file, which :func:`atomic_path` reports."""
+    per side field in ``folder`` (files opened on first use, closed by ``stack``), and adds the
+    pair's gold alignment (side ``align``) to ``reordering``. A failed write (a full disk) is an
+    ``OSError`` naming its file, which :func:`atomic_path` reports."""
 
-    def __init__(self, folder: Path, stack: ExitStack):
-        self.folder, self.stack, self.files = folder, stack, {}
+    def __init__(self, folder: Path, stack: ExitStack, reordering: Reordering):
+        self.folder, self.stack, self.files, self.reordering = folder, stack, {}, reordering
 
     def file(self, name: str) -> IO[str]:
         handle = self.files.get(name)
@@ -153,6 +159,8 @@ class _SplitWriter:
             raise OSError(exc.errno, exc.strerror, str(path)) from exc
 
     def __call__(self, split: str, pair: RawPair) -> None:
+        if "align" in pair.sides:
+            self.reordering.add(parse_pharaoh(pair.sides["align"]), len(pair.src.split()), len(pair.tgt.split()))
         for name, text in (("src", pair.src), ("tgt", pair.tgt), *pair.sides.items()):
             handle = self.file(f"{split}.{name}")
             try:
