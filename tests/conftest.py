@@ -55,32 +55,57 @@ def compose_params(dest: Path, *overrides: str, test_precision: bool = True) -> 
     return dest / "params.yaml"
 
 
-def run_module(module: str, *args: str, cwd: Path, threads: str | None = None) -> subprocess.CompletedProcess:
-    """Run ``python -m module ARGS`` in ``cwd`` as a user would; output captured as text.
-    ``threads`` sets ``OMP_NUM_THREADS`` (torch's intra-op threads) for it."""
+def stage_env(threads: str | None = None) -> dict[str, str]:
+    """The environment of a stage process the tests start: W&B offline, the ``params.yaml`` of
+    its folder (``$FLEXATT_PARAMS`` unset), ``OMP_NUM_THREADS=threads`` where given."""
     env = {**os.environ, "WANDB_MODE": "offline"}
     env.pop("FLEXATT_PARAMS", None)
     if threads:
         env["OMP_NUM_THREADS"] = threads
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, text=True,
+    return env
+
+
+def run_module(module: str, *args: str, cwd: Path, threads: str | None = None) -> subprocess.CompletedProcess:
+    """Run ``python -m module ARGS`` in ``cwd`` as a user would (:func:`stage_env`); output
+    captured as text."""
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=stage_env(threads), text=True,
                           capture_output=True, timeout=600)
 
 
-def run_inprocess(stage: str, overrides: list[str], capsys) -> tuple[int, str]:
+def run_inprocess(stage: str, overrides: list[str], capsys, cwd: Path | None = None) -> tuple[int, str]:
     """``python -m flexatt.stages.<stage> OVERRIDES`` in this process, through the same
-    :func:`flexatt.config.run_stage` (no interpreter start-up): ``(exit status, stderr)``."""
+    :func:`flexatt.config.run_stage` (no interpreter start-up), in ``cwd`` (default: the current
+    folder) with the ``params.yaml`` there: ``(exit status, stderr)``."""
     import importlib
 
     from flexatt import config as C
 
     task = importlib.import_module(f"flexatt.stages.{stage}").run
     capsys.readouterr()
+    previous, params = os.getcwd(), os.environ.pop(C.PARAMS_ENV, None)
+    os.chdir(cwd or previous)
     try:
         C.run_stage(task, overrides)
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        os.chdir(previous)
+        if params is not None:
+            os.environ[C.PARAMS_ENV] = params
     return code, capsys.readouterr().err
+
+
+def load_script(name: str):
+    """``scripts/<name>.py`` as a module (registered in ``sys.modules``, where dataclasses
+    resolve their annotations)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def tokenized_smoke(path: Path) -> Path:

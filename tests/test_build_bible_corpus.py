@@ -3,26 +3,14 @@
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
-import sys
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "build_bible_corpus.py"
+from conftest import load_script
 
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("build_bible_corpus", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-bb = _load_script()
+bb = load_script("build_bible_corpus")
 
 
 def w(number: str, text: str) -> str:

@@ -4,28 +4,16 @@
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "scripts" / "build_nt_corpus.py"
+from conftest import ROOT, load_script
+
 DATA = ROOT / "data" / "nt_grc_en"
-
-
-def _load_script():
-    spec = importlib.util.spec_from_file_location("build_nt_corpus", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-nt = _load_script()
+nt = load_script("build_nt_corpus")
 
 GREEK_HEADER = "id\taltId\ttext\tstrongs\tgloss\tgloss2\tlemma\tpos\tmorph\n"
 ENGLISH_HEADER = "id\tsource_verse\ttext\tskip_space_after\texclude\tid_range_end\tsource_verse_range_end\n"

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import compose_params, copy_of, precision_overrides
+from conftest import compose_params, copy_of, precision_overrides, stage_env
 from wandb_records import find_runs
 
 STEP_SCRIPT = Path(__file__).with_name("ddp_step.py")
@@ -42,18 +42,10 @@ def tokenized(smoke_tokenized, tmp_path_factory):
     return copy_of(smoke_tokenized, tmp_path_factory.mktemp("ddp"))
 
 
-def _env(threads: str | None = None) -> dict[str, str]:
-    env = {**os.environ, "WANDB_MODE": "offline"}
-    env.pop("FLEXATT_PARAMS", None)
-    if threads:
-        env["OMP_NUM_THREADS"] = threads
-    return env
-
-
 def _train(cwd, name: str, *overrides: str, threads: str | None = None) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "flexatt.stages.train", "train.variant=flexible", f"train.out_dir={name}/models",
            f"train.metrics_dir={name}/results", f"logger.dir={name}", *overrides]
-    return subprocess.run(cmd, cwd=cwd, env=_env(threads), capture_output=True, text=True, timeout=900)
+    return subprocess.run(cmd, cwd=cwd, env=stage_env(threads), capture_output=True, text=True, timeout=900)
 
 
 def _last_row(path) -> dict:
@@ -76,7 +68,7 @@ def test_one_ddp_step_averages_the_gradient_of_the_whole_batch(tokenized):
     from flexatt.task import TranslationTask
 
     result = subprocess.run([sys.executable, str(STEP_SCRIPT), "step", "trainer.strategy=ddp", "trainer.devices=2",
-                             "train.batch_size=16"], cwd=tokenized, env=_env(), capture_output=True, text=True,
+                             "train.batch_size=16"], cwd=tokenized, env=stage_env(), capture_output=True, text=True,
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     ranks = [torch.load(tokenized / f"step/rank{r}.pt", weights_only=False) for r in (0, 1)]

@@ -145,11 +145,9 @@ def test_stage_writes_significance_chrf_and_windows(evaluated):
     assert "±" in table and "seed 77" in table and "| chrF |" in table
 
 
-def test_stage_refuses_a_zero_seed_before_decoding(evaluated, monkeypatch, capsys):
+def test_stage_refuses_a_zero_seed_before_decoding(evaluated, capsys):
     path, _ = evaluated
-    monkeypatch.chdir(path)
-    monkeypatch.delenv("FLEXATT_PARAMS", raising=False)
-    code, err = run_inprocess("evaluate", [*_overrides("ev0"), "evaluate.bootstrap_seed=0"], capsys)
+    code, err = run_inprocess("evaluate", [*_overrides("ev0"), "evaluate.bootstrap_seed=0"], capsys, cwd=path)
     assert code == 2 and "Traceback" not in err
     assert err.strip().splitlines()[-1] == "error: evaluate.bootstrap_seed: must be >= 1 (got 0)"
     assert not (path / "ev0").exists()

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from conftest import copy_of, run_inprocess, run_module
-from flexatt import config as C
 from flexatt.data.subwords import EncodedSplit, Vocab
 from flexatt.data.synthetic import main as write_synthetic
 from flexatt.errors import DataError
@@ -48,8 +47,9 @@ def test_side_files_travel_with_their_pairs(two_file_corpus):
                         "filter.dev_size=30", "filter.test_size=30", cwd=two_file_corpus)
     assert result.returncode == 0, result.stderr
     # the synthetic task reverses chunks of words: its gold links cross
-    reordering = json.loads((out / "report.json").read_text())["reordering"]
-    assert reordering["sentences"] == 300 - sum(json.loads((out / "report.json").read_text())["dropped"].values())
+    report = json.loads((out / "report.json").read_text())
+    reordering = report["reordering"]
+    assert reordering["sentences"] == 300 - sum(report["dropped"].values())
     assert 0 < reordering["crossing_link_pairs"] < 1 and reordering["mean_distortion"] > 0
     for split in ("train", "dev", "test"):
         src, tgt, ref2, align = ((out / f"{split}.{ext}").read_text().splitlines()
@@ -70,12 +70,10 @@ def test_side_files_travel_with_their_pairs(two_file_corpus):
         (b"", b"x\n", "my.src: file is empty"),
     ],
 )
-def test_filter_refuses_bad_input_by_file_and_line(smoke_dir, monkeypatch, capsys, src_bytes, tgt_bytes, message):
+def test_filter_refuses_bad_input_by_file_and_line(smoke_dir, capsys, src_bytes, tgt_bytes, message):
     (smoke_dir / "my.src").write_bytes(src_bytes)
     (smoke_dir / "my.tgt").write_bytes(tgt_bytes)
-    monkeypatch.chdir(smoke_dir)
-    monkeypatch.delenv(C.PARAMS_ENV, raising=False)
-    code, err = run_inprocess("filter", ["data.src=my.src", "data.tgt=my.tgt"], capsys)
+    code, err = run_inprocess("filter", ["data.src=my.src", "data.tgt=my.tgt"], capsys, cwd=smoke_dir)
     assert code == 2
     assert f"error: {message}" in err
     assert not (smoke_dir / "artifacts").exists(), "nothing may be written for a refused corpus"
@@ -128,10 +126,8 @@ def test_tokenize_round_trip(smoke_tokenized, smoke_dir, model_type, joint):
         assert all(len(p) <= 2 for p in (src_vocab.sp.id_to_piece(i) for i in range(4, len(src_vocab))))
 
 
-def test_tokenize_without_filter_output_says_what_to_run(smoke_dir, monkeypatch, capsys):
-    monkeypatch.chdir(smoke_dir)
-    monkeypatch.delenv(C.PARAMS_ENV, raising=False)
-    code, err = run_inprocess("tokenize", [], capsys)
+def test_tokenize_without_filter_output_says_what_to_run(smoke_dir, capsys):
+    code, err = run_inprocess("tokenize", [], capsys, cwd=smoke_dir)
     assert code == 2 and "run the filter stage first" in err
 
 
