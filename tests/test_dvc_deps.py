@@ -115,7 +115,8 @@ def test_the_check_names_a_duplicate_and_a_cmd_it_cannot_read():
 def test_closure_follows_transitive_and_submodule_imports():
     files = closure("flexatt.stages.evaluate")
     # evaluate -> evaluation -> checkpoints, model -> attention, variants/; the kernel via fused.py
-    assert {"src/flexatt/attention.py", "src/flexatt/checkpoints.py", "src/flexatt/data/subwords.py",
+    assert {"src/flexatt/attention/__init__.py", "src/flexatt/attention/flexible.py",
+            "src/flexatt/checkpoints.py", "src/flexatt/data/subwords.py",
             "src/flexatt/__init__.py", "src/flexatt/variants/__init__.py", *kernel_sources()} <= files
     # decoding does not run the training code, nor another stage
     assert not {"src/flexatt/trainer.py", "src/flexatt/task.py", "src/flexatt/stages/filter.py",
@@ -165,7 +166,7 @@ def test_resume_fingerprint_changes_exactly_with_the_files_of_the_stage(package_
     assert before == provenance.code_digest("flexatt.trainer", "flexatt.stages.train")
     (package_copy / "stages/filter.py").write_text("# another stage\n", encoding="utf-8")
     assert trainer._code_digest() == before
-    for edit in ("variants/extra.py", "attention.py", "csrc/fused_decode.cpp"):
+    for edit in ("variants/extra.py", "attention/flexible.py", "csrc/fused_decode.cpp"):
         path = package_copy / edit
         line = "EDITED = 1" if path.suffix == ".py" else "// edited"
         path.write_text((path.read_text(encoding="utf-8") if path.exists() else "") + f"\n{line}\n",

@@ -2,7 +2,7 @@
 
 At step t (1-based), with previous state h_{t-1} and feedback embedding i_t = E[y_{t-1}]:
 
-1. a_t, c_t = attention(query = h_{t-1}, feedback = i_t)           (``attention.py``)
+1. a_t, c_t = attention(query = h_{t-1}, feedback = i_t)           (``attention/``)
 2. h_t = LSTM([i_t; c_t], h_{t-1})                                 (:meth:`RecurrentDecoder.lstm`)
 3. o_t = tanh(W_o [h_t; c_t; i_t] + b_o),  logits_t = W_s o_t     (readout, paper: 600 units)
 

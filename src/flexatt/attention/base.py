@@ -1,0 +1,238 @@
+"""The attention interface: per-sentence cache, recurrent state, per-step traces, the masked
+softmax, the :class:`Attention` base class (dense and windowed scoring, context, expected
+position) and global attention (Flexible Attention 2017, eqs. 1–4; Luong et al. 2015 "global").
+
+Conventions (1-based positions, the windowed scoring, ``-inf`` masking): :mod:`flexatt.attention`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import torch
+from torch import Tensor, nn
+
+from flexatt.attention.scores import Scorer
+
+NEG_INF = float("-inf")
+
+
+# --------------------------------------------------------------------------------------
+# Containers
+# --------------------------------------------------------------------------------------
+class AttentionCache(NamedTuple):
+    """Per-sentence encoder-side tensors, computed once by :meth:`Attention.precompute`."""
+
+    keys: Tensor  # batch x src_len x d_key   (score-specific key projection, e.g. U_a h̄)
+    values: Tensor  # batch x src_len x 2H    (encoder states h̄, averaged into the context)
+    mask: Tensor  # batch x src_len          (bool, True at real positions)
+    lengths: Tensor  # batch                 (long, S_i)
+
+    def index_select(self, index: Tensor) -> "AttentionCache":
+        """Select / repeat / reorder batch rows (beam expansion, dropping finished rows)."""
+        return AttentionCache(*(x.index_select(0, index) for x in self))
+
+
+class AttentionState(NamedTuple):
+    """Recurrent attention state carried from step t-1 to step t.
+
+    ``position`` is p_{t-1} (1-based; used by flexible attention, eq. 5–6; a trace for the
+    other variants), ``context`` is the previous context c̃_{t-1} (used by SACT, eq. 2) and
+    ``step`` the number of decoding steps already taken (t - 1; local-m uses p_t = t).
+    """
+
+    position: Tensor  # batch       (float)
+    context: Tensor  # batch x 2H
+    step: Tensor  # batch           (long)
+
+    def index_select(self, index: Tensor) -> "AttentionState":
+        return AttentionState(*(x.index_select(0, index) for x in self))
+
+
+class AttentionStats(NamedTuple):
+    """Per-step traces of one attention call (all ``batch``-shaped, or ``None``)."""
+
+    window: Tensor  # batch long: positions whose score was evaluated at this step
+    span_lo: Tensor  # batch long: first scored position (1-based)
+    span_hi: Tensor  # batch long: last scored position (1-based)
+    position: Tensor  # batch float: p_t (local: the centre; flexible: eq. 4; else Σ a_t(s)·s)
+    g: Optional[Tensor] = None  # batch: penalty strength g_t (flexible variants)
+    temperature: Optional[Tensor] = None  # batch: SACT temperature τ_t (SACT variants)
+
+
+def masked_softmax(logits: Tensor, mask: Tensor) -> Tensor:
+    """Softmax over the last dim after setting masked-out slots to ``-inf`` (exact zeros)."""
+    return torch.softmax(logits.masked_fill(~mask, NEG_INF), dim=-1)
+
+
+# --------------------------------------------------------------------------------------
+# Base class
+# --------------------------------------------------------------------------------------
+class Attention(nn.Module):
+    """Common machinery: key caching, dense and windowed scoring, context, traces.
+
+    :param scorer: the score function.
+    :param temperature: fixed temperature T of the SACT paper's Figure 1 baseline: the
+        content scores e_t are replaced by e_t / T. ``None`` = 1.
+    """
+
+    def __init__(self, scorer: Scorer, temperature: Optional[float] = None):
+        super().__init__()
+        self.scorer = scorer
+        self.temperature = temperature
+
+    # -- per sentence ------------------------------------------------------------------
+    def precompute(self, values: Tensor, mask: Tensor) -> AttentionCache:
+        """Cache the key half of the score function: ``values`` batch x S x 2H, ``mask``
+        batch x S (bool, True at real positions)."""
+        keys = self.scorer.precompute(values)  # batch x S x d_key
+        return AttentionCache(keys, values, mask, mask.sum(1))
+
+    def init_state(self, cache: AttentionCache, summary: Tensor) -> AttentionState:
+        """p_0 = 1 (the first source position), c̃_0 = ``summary`` (batch x 2H; the model
+        passes the mean of h̄ over real positions), t - 1 = 0 steps taken."""
+        batch = cache.values.size(0)
+        return AttentionState(
+            position=cache.values.new_ones(batch),
+            context=summary,
+            step=torch.zeros(batch, dtype=torch.long, device=summary.device),
+        )
+
+    # -- scoring ------------------------------------------------------------------------
+    def score_dense(self, q: Tensor, cache: AttentionCache) -> Tensor:
+        """Scores at all S_max slots: ``q`` batch x d -> batch x S."""
+        src_len = cache.keys.size(1)
+        positions = torch.arange(src_len, device=q.device).unsqueeze(0)  # 1 x S (0-based)
+        return self.scorer(q.unsqueeze(1), cache.keys, positions)
+
+    def score_window(
+        self, q: Tensor, cache: AttentionCache, lo: Tensor, hi: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Scores of the positions lo_i..hi_i (1-based, inclusive, 1 <= lo <= hi <= S_i) only.
+
+        :param q: batch x d projected query.
+        :param lo, hi: batch (long) window bounds.
+        :return: ``scores`` batch x W_max (``-inf`` at slots outside the row's window),
+            ``positions`` batch x W_max (1-based; slot j of row i is position lo_i + j),
+            ``in_window`` batch x W_max (bool), ``count`` batch (long): number of positions
+            scored per row, counted from the index list handed to the score function.
+        """
+        batch = q.size(0)
+        if batch == 1:  # one row (per-sentence decoding): the window is a slice, no index list
+            scores, positions, count = self.score_slice(q, cache, int(lo), int(hi))
+            return scores, positions, torch.ones_like(scores, dtype=torch.bool), count
+        width = hi - lo + 1  # batch
+        w_max = int(width.max())
+        slot = torch.arange(w_max, device=q.device)  # W_max
+        positions = lo.unsqueeze(1) + slot.unsqueeze(0)  # batch x W_max (1-based)
+        in_window = slot.unsqueeze(0) < width.unsqueeze(1)  # batch x W_max
+        # one batched gather of the (row, position) pairs inside the windows
+        rows, cols = in_window.nonzero(as_tuple=True)  # N, N
+        index = lo.index_select(0, rows) + cols - 1  # N (0-based source index)
+        keys = cache.keys.flatten(0, 1).index_select(0, rows * cache.keys.size(1) + index)  # N x d
+        flat = self.scorer(q.index_select(0, rows), keys, index)  # N
+        scores = q.new_full((batch, w_max), NEG_INF).index_put((rows, cols), flat)
+        count = torch.bincount(rows, minlength=batch)  # batch
+        return scores, positions, in_window, count
+
+    def score_slice(self, q: Tensor, cache: AttentionCache, first: int, last: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Scores of positions ``first..last`` (1-based, inclusive) of a batch of one row: the
+        window is a slice of the cached keys, no index list.
+
+        :return: ``scores`` 1 x W, ``positions`` 1 x W (1-based), ``count`` (1,) long: the number
+            of positions handed to the score function.
+        """
+        positions = torch.arange(first, last + 1, device=q.device)  # W (1-based)
+        flat = self.scorer(q, cache.keys[0, first - 1:last], positions - 1)  # W
+        count = torch.full((1,), flat.numel(), dtype=torch.long, device=q.device)
+        return flat.unsqueeze(0), positions.unsqueeze(0), count
+
+    def content_logits(self, scores: Tensor) -> Tensor:
+        """e_t / T for the fixed-temperature baseline (SACT paper, Fig. 1); identity if unset."""
+        return scores if self.temperature is None else scores / self.temperature
+
+    # -- outputs ------------------------------------------------------------------------
+    @staticmethod
+    def expected_position(weights: Tensor, positions: Tensor) -> Tensor:
+        """p_t = Σ_s a_t(s) · s (Flexible Attention 2017, eq. 4); ``positions`` 1-based,
+        broadcastable to ``weights`` (batch x W)."""
+        return (weights * positions.to(weights.dtype)).sum(-1)
+
+    @staticmethod
+    def context_dense(weights: Tensor, values: Tensor) -> Tensor:
+        """c_t = Σ_s a_t(s) h̄_s (2017, eq. 1; SACT eq. 3): batch x W, batch x W x 2H ->
+        batch x 2H (W = S on the dense path, the gathered window slots otherwise)."""
+        return torch.bmm(weights.unsqueeze(1), values).squeeze(1)
+
+    @staticmethod
+    def window_to_full(
+        slot_weights: Tensor, positions: Tensor, cache: AttentionCache
+    ) -> tuple[Tensor, Tensor]:
+        """The weights scattered back to the source positions, and the context (eq. 1) from them.
+
+        Only the window was scored; the context is the sum over the window's h̄_s. A single row
+        takes its window as a slice of h̄. A batch scatters the slot weights to ``batch x S`` (exact
+        zeros outside each row's window) and sums with one ``bmm`` over h̄: at the sizes of this
+        project that is faster than gathering each row's window of h̄ first (the gathered rows
+        are written and read again; ``benchmarks/decode_speed.py`` measures the whole step).
+
+        :param slot_weights: batch x W_max (exact zeros outside the row's window)
+        :param positions: batch x W_max 1-based positions of the slots
+        :return: context batch x 2H (eq. 1 over the window), weights batch x S
+        """
+        batch, src_len, _ = cache.values.shape
+        if batch == 1:  # one row: the window is a slice of h̄
+            first = int(positions[0, 0]) - 1
+            window = slice(first, first + positions.size(1))
+            context = torch.mm(slot_weights, cache.values[0, window])  # 1 x 2H
+            full = slot_weights.new_zeros(1, src_len)
+            full[:, window] = slot_weights
+            return context, full
+        index = (positions - 1).clamp(0, src_len - 1)  # batch x W_max (slots outside are 0-weight)
+        full = slot_weights.new_zeros(batch, src_len).scatter_add(1, index, slot_weights)  # batch x S
+        return Attention.context_dense(full, cache.values), full
+
+    def dense_spans(self, cache: AttentionCache) -> tuple[Tensor, Tensor, Tensor]:
+        """(window, span_lo, span_hi) of a dense call: every real position, S_i per row."""
+        count = cache.mask.sum(1)  # the mask applied to the scores of this call
+        return count, torch.ones_like(count), count
+
+    def forward(
+        self,
+        query: Tensor,
+        feedback: Tensor,
+        cache: AttentionCache,
+        state: AttentionState,
+        tau: Optional[float] = None,
+    ) -> tuple[Tensor, Tensor, AttentionState, AttentionStats]:
+        """One decoding step.
+
+        :param query: batch x Q, the previous decoder state h_{t-1}.
+        :param feedback: batch x E, the feedback embedding i_t.
+        :param cache: from :meth:`precompute`.
+        :param state: from :meth:`init_state` or the previous call.
+        :param tau: Flexible Attention's test-time threshold (ignored by variants without a
+            position penalty). ``None`` or ``inf``: score every position.
+        :return: context batch x 2H, weights batch x S (zeros at padding and outside the
+            window), the new state, :class:`AttentionStats`.
+        """
+        raise NotImplementedError
+
+
+# --------------------------------------------------------------------------------------
+# Global attention
+# --------------------------------------------------------------------------------------
+class GlobalAttention(Attention):
+    """Global attention: a_t(s) = softmax_s(score(h_{t-1}, h̄_s)) over all S positions
+    (Flexible Attention 2017, eqs. 1–3; Luong et al. 2015 "global")."""
+
+    def forward(self, query, feedback, cache, state, tau=None):
+        q = self.scorer.project_query(query)  # batch x d
+        scores = self.score_dense(q, cache)  # batch x S
+        weights = masked_softmax(self.content_logits(scores), cache.mask)  # batch x S
+        context = self.context_dense(weights, cache.values)  # batch x 2H
+        positions = torch.arange(1, cache.mask.size(1) + 1, device=query.device)  # S (1-based)
+        p_t = self.expected_position(weights, positions)
+        count, lo, hi = self.dense_spans(cache)
+        new_state = AttentionState(p_t, context, state.step + 1)
+        return context, weights, new_state, AttentionStats(count, lo, hi, p_t)
