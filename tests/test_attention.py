@@ -7,10 +7,11 @@ import math
 import pytest
 import torch
 
+from flexatt import schema
 from flexatt.attention import (
     ATTENTION_TYPES,
-    AttentionArgs,
     SCORE_TYPES,
+    AttentionSizes,
     AttentionState,
     FlexibleAttention,
     build_attention,
@@ -27,7 +28,8 @@ pytestmark = pytest.mark.usefixtures("single_thread")
 
 def make(attention, score="concat", seed=0, max_src_len=256, **kw):
     torch.manual_seed(seed)
-    return build_attention(attention, score, AttentionArgs(Q, K, E, A, **kw), max_src_len)
+    model = schema.Model(attention=attention, score=score, att_size=A, max_src_len=max_src_len, **kw)
+    return build_attention(model, AttentionSizes(Q, K, E))
 
 
 def inputs(seed=1, scale=1.0):

@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from omegaconf import OmegaConf
 
+from flexatt import schema
 from flexatt.errors import ConfigError
 from flexatt.attention import ATTENTION_TYPES
 from flexatt.decoders import DecoderState
@@ -71,6 +72,30 @@ def test_build_model_rejects_bad_values_naming_the_key(key, value, expected):
 def test_temperature_is_rejected_for_learned_temperature_variants():
     with pytest.raises(ConfigError, match=r"^model\.temperature: must be null when model.attention is sact"):
         build_model({"attention": "sact", "temperature": 0.9}, VOCAB, VOCAB)
+
+
+@pytest.mark.parametrize("attention", ATTENTION_TYPES)
+def test_build_model_takes_the_schema_object_and_builds_what_the_mapping_builds(attention):
+    """The validated :class:`flexatt.schema.Model` is what the builders read: a model built from it
+    has the parameters, bit for bit, and the config of one built from the equivalent mapping; its
+    attention carries the schema's settings (σ, D, λ: one default each, in the schema)."""
+    cfg = {**TINY, "attention": attention, "sigma": 2.5, "sact_lambda": 3.0}
+    torch.manual_seed(0)
+    from_schema = build_model(schema.Model(**cfg), VOCAB, VOCAB, PAD)
+    torch.manual_seed(0)
+    from_mapping = build_model(cfg, VOCAB, VOCAB, PAD)
+    assert from_schema.config == from_mapping.config == schema.Model(**cfg).model_dump()
+    a, b = from_schema.state_dict(), from_mapping.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    att = from_schema.decoder.attention
+    if attention.startswith("flexible"):
+        assert att.sigma == 2.5
+    if attention.startswith("local"):
+        assert att.D == TINY["local_D"]
+    if attention.endswith("sact"):
+        assert att.sact_temperature.lam == 3.0
+    with pytest.raises(ConfigError, match="model.attention: must be one of global"):
+        build_model(schema.Model(**{**cfg, "attention": "nope"}), VOCAB, VOCAB)
 
 
 def test_build_model_accepts_omegaconf_and_defaults():

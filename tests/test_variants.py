@@ -18,6 +18,7 @@ import torch
 import yaml
 
 from flexatt import attention as A
+from flexatt import schema
 from flexatt.model import DEFAULTS, build_model, validate_config
 
 README_MODULE = "src/flexatt/variants/local_prev.py"
@@ -48,9 +49,9 @@ def local_prev(root):
 def test_builtin_variants_are_registered_in_order_and_names_are_unique():
     assert A.attention_types()[:len(A.ATTENTION_TYPES)] == A.ATTENTION_TYPES
     with pytest.raises(ValueError, match="model.attention: the variant 'global' is registered twice"):
-        A.register_attention("global")(lambda scorer, args: None)
+        A.register_attention("global")(lambda scorer, model, sizes: None)
     with pytest.raises(ValueError, match="model.attention: 'nope'; allowed: global, local_m"):
-        A.build_attention("nope", "concat", A.AttentionArgs(4, 6, 3, 5))
+        A.build_attention(schema.Model(attention="nope", att_size=5), A.AttentionSizes(4, 6, 3))
 
 
 def test_readme_config_entry_names_the_readme_variant(local_prev, root):
@@ -74,7 +75,7 @@ def _dense_reference(att, query, cache, state):
 def test_readme_variant_scores_only_its_window_and_equals_the_masked_dense_computation(local_prev):
     torch.manual_seed(0)
     H, E, D = 8, 5, 2
-    att = A.build_attention("local_prev", "concat", A.AttentionArgs(H, 2 * H, E, 7, local_D=D))
+    att = A.build_attention(schema.Model(attention="local_prev", att_size=7, local_D=D), A.AttentionSizes(H, 2 * H, E))
     assert isinstance(att, local_prev.PreviousCentreAttention) and att.D == D
     lengths = torch.tensor([9, 4, 7])
     values = torch.randn(3, 9, 2 * H)

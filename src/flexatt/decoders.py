@@ -14,10 +14,10 @@ embeddings i_t and to o_t before W_s.
 
 Mixed precision (``trainer.precision: bf16-mixed``, which runs the training and validation steps
 under ``torch.autocast``): the readout follows the autocast (its two products, above all W_s
-over every target token, are most of a training step's arithmetic, and bf16 products run several
-times faster on CPUs with AVX512-BF16 or AMX); the recurrence does not (:func:`full_precision`):
-its products are small, the casts would cost more than they save, and p_t, g_t and the windows
-stay exact float32 quantities. The logits are returned in float32 either way.
+over every target token, are most of a training step's arithmetic, and bf16 products are
+faster on CPUs with AVX512-BF16 or AMX: benchmarks/README.md); the recurrence does not
+(:func:`full_precision`): its products are small, the casts would cost more than they save, and
+p_t, g_t and the windows stay exact float32 quantities. The logits are returned in float32 either way.
 """
 
 from __future__ import annotations

@@ -86,8 +86,9 @@ class RecurrentEncoder(nn.Module):
         see the padding that follows them); the backward direction runs forward over each row
         reversed within its length, and its states are reversed back. Padding positions are zero,
         as after ``pad_packed_sequence``. The same equations and parameters as the packed call;
-        on a CPU each direction is then one oneDNN call over the whole batch, several times
-        faster than PyTorch's packed-sequence loop, in training too (the backward included).
+        on a CPU each direction is then one oneDNN call over the whole batch instead of
+        PyTorch's packed-sequence loop, in training too (the backward included; speed:
+        benchmarks/README.md).
 
         :param emb: batch x S x E. :return: batch x S x 2H.
         """

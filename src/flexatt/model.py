@@ -25,8 +25,8 @@ from torch import Tensor, nn
 import flexatt.variants  # noqa: F401  (registers the variants of src/flexatt/variants/)
 from flexatt import schema
 from flexatt.attention import (
-    AttentionArgs,
     AttentionCache,
+    AttentionSizes,
     AttentionStats,
     attention_types,
     build_attention,
@@ -90,58 +90,55 @@ class Seq2Seq(nn.Module):
 # --------------------------------------------------------------------------------------
 # Config
 # --------------------------------------------------------------------------------------
-def validate_config(cfg: Mapping) -> dict[str, Any]:
-    """A model config (dict or OmegaConf DictConfig) checked by :class:`flexatt.schema.Model`,
-    with defaults filled.
+def validate_model(cfg: Mapping | schema.Model) -> schema.Model:
+    """A model config (dict, OmegaConf DictConfig or :class:`flexatt.schema.Model`) as a
+    :class:`flexatt.schema.Model`, with defaults filled, whose ``attention`` is registered.
 
     Raises:
         ConfigError: naming the ``model.<key>`` that fails and what it allows.
     """
-    return require_registered(schema.validate_group(schema.Model, cfg, "model").model_dump())
+    model = cfg if isinstance(cfg, schema.Model) else schema.validate_group(schema.Model, cfg, "model")
+    require_registered(model)
+    return model
 
 
-def require_registered(cfg: dict[str, Any]) -> dict[str, Any]:
+def validate_config(cfg: Mapping | schema.Model) -> dict[str, Any]:
+    """:func:`validate_model` as a dict (the form checkpoints store)."""
+    return validate_model(cfg).model_dump()
+
+
+def require_registered(cfg: Mapping | schema.Model) -> Mapping | schema.Model:
     """``cfg`` (a validated model config) if its ``attention`` is a variant built in or registered
     by :mod:`flexatt.variants` (the schema cannot know the registry).
 
     Raises:
         ConfigError: naming ``model.attention`` and the variants there are.
     """
-    if cfg["attention"] not in attention_types():
+    name = cfg.attention if isinstance(cfg, schema.Model) else cfg["attention"]
+    if name not in attention_types():
         raise ConfigError("model.attention", f"must be one of {', '.join(attention_types())} "
-                          f"(got {cfg['attention']!r})")
+                          f"(got {name!r})")
     return cfg
 
 
-def build_model(cfg: Mapping, src_vocab: int, tgt_vocab: int, pad_id: int = 0) -> Seq2Seq:
-    """Build a :class:`Seq2Seq` from a model config (keys: see :data:`DEFAULTS`)."""
-    c = validate_config(cfg)
-    hidden, ctx = c["hidden_size"], 2 * c["hidden_size"]
-    encoder = RecurrentEncoder(src_vocab, c["emb_size"], hidden, hidden, c["dropout"], pad_id)
-    args = AttentionArgs(
-        query_size=hidden,
-        key_size=ctx,
-        feedback_size=c["emb_size"],
-        att_size=c["att_size"],
-        local_D=c["local_D"],
-        sigma=float(c["sigma"]),
-        g_feedback=c["g_feedback"],
-        sact_lambda=float(c["sact_lambda"]),
-        temperature=None if c["temperature"] is None else float(c["temperature"]),
-        sact_feedback=c["sact_feedback"],
-    )
-    attention = build_attention(c["attention"], c["score"], args, c["max_src_len"])
+def build_model(cfg: Mapping | schema.Model, src_vocab: int, tgt_vocab: int, pad_id: int = 0) -> Seq2Seq:
+    """Build a :class:`Seq2Seq` from the validated model config (a :class:`flexatt.schema.Model`;
+    a mapping is validated first, keys: see :data:`DEFAULTS`)."""
+    m = validate_model(cfg)
+    hidden, ctx = m.hidden_size, 2 * m.hidden_size
+    encoder = RecurrentEncoder(src_vocab, m.emb_size, hidden, hidden, m.dropout, pad_id)
+    attention = build_attention(m, AttentionSizes.of(m))  # query h_{t-1}: H, keys h̄: 2H = ctx, feedback: E
     decoder = RecurrentDecoder(
         tgt_vocab,
-        c["emb_size"],
+        m.emb_size,
         hidden,
         ctx,
-        c["readout_size"],
+        m.readout_size,
         attention,
-        c["dropout"],
+        m.dropout,
         pad_id,
     )
-    return Seq2Seq(encoder, decoder, pad_id, c)
+    return Seq2Seq(encoder, decoder, pad_id, m.model_dump())
 
 
 def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:

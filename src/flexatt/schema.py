@@ -130,7 +130,10 @@ class Tokenize(Group):
 
 
 class Model(Group):
-    """``conf/model``: the network (:func:`flexatt.model.build_model`)."""
+    """``conf/model``: the network (:func:`flexatt.model.build_model`). The default of every model
+    setting is defined here (``conf/model/default.yaml`` restates them for Hydra); the attention
+    builders (:func:`flexatt.attention.register_attention`) get the validated object, with the
+    tensor sizes beside it (:class:`flexatt.attention.AttentionSizes`)."""
 
     attention: Text = "global"  # a registered variant: flexatt.model.require_registered checks the registry
     score: Literal[SCORE_TYPES] = "concat"
@@ -256,7 +259,6 @@ class Decode(Group):
 
 
 class SweepTau(Group):
-    backend: Literal["auto", "kernel", "grouped", "eager"] = "auto"
     models: list[Text] = Field(default_factory=lambda: ["flexible", "flexible_ft", "flexible_sact",
                                                         "flexible_sact_ft"])
     grid: Annotated[list[Tau], Field(min_length=1)] = Field(default_factory=lambda: [0.8, 1.0, 1.2, 1.4, 1.6])

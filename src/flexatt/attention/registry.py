@@ -1,56 +1,66 @@
 """The variants of ``model.attention``: :func:`register_attention`, the built-in registrations and
-:func:`build_attention`."""
+:func:`build_attention`.
+
+A variant is built from the validated ``model`` config (:class:`flexatt.schema.Model`, which
+holds every setting and its default) and the sizes of the tensors it attends between
+(:class:`AttentionSizes`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Optional
 
 from flexatt.attention.base import Attention, GlobalAttention
 from flexatt.attention.flexible import FlexibleAttention
 from flexatt.attention.local import LocalAttention
 from flexatt.attention.sact import SACTAttention
 from flexatt.attention.scores import Scorer, build_scorer
+from flexatt.schema import Model
 
 #: the built-in variants; :func:`attention_types` adds those registered by ``flexatt.variants``
 ATTENTION_TYPES = ("global", "local_m", "local_p", "flexible", "sact", "flexible_sact")
 
 
 @dataclass(frozen=True)
-class AttentionArgs:
-    """What a variant's builder gets besides the score function: the sizes of the model and
-    the ``model`` config values (:data:`flexatt.model.DEFAULTS`)."""
+class AttentionSizes:
+    """The sizes of the tensors an attention module reads; every other setting is a ``model``
+    config value (:class:`flexatt.schema.Model`)."""
 
     query_size: int  # H, the decoder state h_{t-1}
     key_size: int  # 2H, the encoder states h̄_s (also the context size)
     feedback_size: int  # E, the feedback embedding i_t
-    att_size: int
-    local_D: int = 10
-    sigma: float = 1.5
-    g_feedback: bool = True
-    sact_lambda: float = 4.0
-    temperature: Optional[float] = None
-    sact_feedback: bool = True
+
+    @classmethod
+    def of(cls, model: Model) -> AttentionSizes:
+        """The sizes in :func:`flexatt.model.build_model`'s network: H, 2H (bidirectional
+        encoder) and E."""
+        return cls(model.hidden_size, 2 * model.hidden_size, model.emb_size)
 
 
-#: ``model.attention`` name -> builder ``(scorer, AttentionArgs) -> Attention``
-ATTENTION_VARIANTS: dict[str, Callable[[Scorer, AttentionArgs], Attention]] = {}
+#: a variant's builder: ``(scorer, model, sizes) -> Attention``
+Builder = Callable[[Scorer, Model, AttentionSizes], Attention]
+
+#: ``model.attention`` name -> its :data:`Builder`
+ATTENTION_VARIANTS: dict[str, Builder] = {}
 
 
 def register_attention(name: str):
     """Class (or function) decorator: make ``name`` a value of ``model.attention``.
 
-    A decorated class is built with its ``from_config(scorer, args)`` classmethod; a decorated
-    function is the builder itself. A name registered twice is refused.
+    A decorated class is built with its ``from_config(scorer, model, sizes)`` classmethod; a
+    decorated function is the builder itself. ``model`` is the validated
+    :class:`flexatt.schema.Model` (``model.local_D``, ``model.sigma``, ``model.temperature``, ...,
+    each with its default), ``sizes`` an :class:`AttentionSizes`. A name registered twice is
+    refused.
 
     Example (``src/flexatt/variants/``; README, "Add an attention variant")::
 
         @register_attention("my_variant")
         class MyAttention(Attention):
             @classmethod
-            def from_config(cls, scorer, args):
-                return cls(scorer, args.temperature)
+            def from_config(cls, scorer, model, sizes):
+                return cls(scorer, model.temperature)
 
             def forward(self, query, feedback, cache, state, tau=None): ...
     """
@@ -63,19 +73,19 @@ def register_attention(name: str):
     return add
 
 
-register_attention("global")(lambda scorer, a: GlobalAttention(scorer, a.temperature))
-register_attention("local_m")(lambda scorer, a: LocalAttention(
-    scorer, a.query_size, a.att_size, a.local_D, False, a.temperature))
-register_attention("local_p")(lambda scorer, a: LocalAttention(
-    scorer, a.query_size, a.att_size, a.local_D, True, a.temperature))
-register_attention("flexible")(lambda scorer, a: FlexibleAttention(
-    scorer, a.query_size, a.feedback_size, a.key_size, a.att_size, a.sigma, a.g_feedback,
-    a.temperature, None, a.sact_feedback))
-register_attention("sact")(lambda scorer, a: SACTAttention(
-    scorer, a.query_size, a.key_size, a.sact_lambda, a.feedback_size if a.sact_feedback else None))
-register_attention("flexible_sact")(lambda scorer, a: FlexibleAttention(
-    scorer, a.query_size, a.feedback_size, a.key_size, a.att_size, a.sigma, a.g_feedback,
-    a.temperature, a.sact_lambda, a.sact_feedback))
+register_attention("global")(lambda scorer, m, s: GlobalAttention(scorer, m.temperature))
+register_attention("local_m")(lambda scorer, m, s: LocalAttention(
+    scorer, s.query_size, m.att_size, m.local_D, False, m.temperature))
+register_attention("local_p")(lambda scorer, m, s: LocalAttention(
+    scorer, s.query_size, m.att_size, m.local_D, True, m.temperature))
+register_attention("flexible")(lambda scorer, m, s: FlexibleAttention(
+    scorer, s.query_size, s.feedback_size, s.key_size, m.att_size, m.sigma, m.g_feedback,
+    m.temperature, None, m.sact_feedback))
+register_attention("sact")(lambda scorer, m, s: SACTAttention(
+    scorer, s.query_size, s.key_size, m.sact_lambda, s.feedback_size if m.sact_feedback else None))
+register_attention("flexible_sact")(lambda scorer, m, s: FlexibleAttention(
+    scorer, s.query_size, s.feedback_size, s.key_size, m.att_size, m.sigma, m.g_feedback,
+    m.temperature, m.sact_lambda, m.sact_feedback))
 
 
 def attention_types() -> tuple[str, ...]:
@@ -84,9 +94,10 @@ def attention_types() -> tuple[str, ...]:
     return tuple(ATTENTION_VARIANTS)
 
 
-def build_attention(attention: str, score: str, args: AttentionArgs, max_src_len: int = 256) -> Attention:
-    """The attention module registered as ``attention``, on the score function ``score``."""
-    if attention not in ATTENTION_VARIANTS:
-        raise ValueError(f"model.attention: {attention!r}; allowed: {', '.join(attention_types())}")
-    scorer = build_scorer(score, args.query_size, args.key_size, args.att_size, max_src_len)
-    return ATTENTION_VARIANTS[attention](scorer, args)
+def build_attention(model: Model, sizes: AttentionSizes) -> Attention:
+    """The attention module registered as ``model.attention``, on the score function
+    ``model.score`` (``model.max_src_len`` bounds the location score)."""
+    if model.attention not in ATTENTION_VARIANTS:
+        raise ValueError(f"model.attention: {model.attention!r}; allowed: {', '.join(attention_types())}")
+    scorer = build_scorer(model.score, sizes.query_size, sizes.key_size, model.att_size, model.max_src_len)
+    return ATTENTION_VARIANTS[model.attention](scorer, model, sizes)

@@ -37,9 +37,9 @@ class Scorer(nn.Module):
 class _AdditiveScore(torch.autograd.Function):
     """e = v_aᵀ tanh(q + k) over the last dim, forward and backward fused by hand.
 
-    tanh is evaluated through the identity tanh(x) = 2 σ(2x) - 1: PyTorch's CPU tanh is about
-    ten times slower than its sigmoid, and this tensor (batch x S x att, every decoding step)
-    is the largest one of the recurrence. The forward keeps only s = σ(2(q + k)):
+    tanh is evaluated through the identity tanh(x) = 2 σ(2x) - 1: PyTorch's CPU tanh is slower
+    than its sigmoid (benchmarks/README.md), and this tensor (batch x S x att, every decoding
+    step) is the largest one of the recurrence. The forward keeps only s = σ(2(q + k)):
 
         e = 2 (s · v_a) - Σ v_a,    ∂e/∂(q + k) = v_a · (1 - tanh²) = v_a · 4 s (1 - s).
 
