@@ -22,7 +22,7 @@ import torch
 
 from flexatt.data.batching import Batch, LengthGroupedBatches, ParallelData, collate
 from flexatt.data.subwords import EncodedSplit
-from flexatt.fused import PhaseTimer
+from flexatt.decoding.kernel import PhaseTimer
 from flexatt.runtime import CPUINFO, native_cpu_bf16, tune_allocator
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -152,8 +152,8 @@ def fmt_tau(tau: float | None) -> str:
 class AttentionTimer:
     """Wall time spent inside the attention module while decoding.
 
-    Forced decoding takes the fused path (:mod:`flexatt.fused`) where it applies; its attention
-    runs inside one compiled call, which times its own phases (:class:`flexatt.fused.PhaseTimer`,
+    Forced decoding takes the kernel (:mod:`flexatt.decoding.kernel`) where it applies; its attention
+    runs inside one compiled call, which times its own phases (:class:`flexatt.decoding.kernel.PhaseTimer`,
     entered with this timer): :attr:`attention_s` and :attr:`steps` add both.
 
     Shadows ``model.decoder.attention.forward`` (one decoding step of the attention: g_t,
@@ -212,18 +212,18 @@ class AttentionTimer:
 
 class KernelCallTimer:
     """Where the compiled step's time goes in greedy and beam search. Inside ``with
-    KernelCallTimer() as timer:``, every :class:`flexatt.fast_search.KernelDecoder` times its
+    KernelCallTimer() as timer:``, every :class:`flexatt.decoding.kernel.KernelStepper` times its
     calls (``time.perf_counter`` around each; on the CPU they run synchronously) into
     ``seconds``: ``encoder`` (``encode``: the kernel's bi-LSTM, the key projection, the cache),
     ``attention + LSTM`` (the kernel's ``decode_step``: every row's attention and the LSTM),
     ``readout`` (its two products, ``linear``: o_t and the output layer) and ``candidates``
-    (``beam_candidates``: the log-softmax and each sentence's top 2k; beam search only).
+    (``candidates``: the log-softmax and each sentence's top 2k; beam search only).
     ``rows`` counts the decoding rows (N summed over the steps). What the search's total time
     leaves over is its own bookkeeping (Python and PyTorch operators: the tanh of o_t, the
     reorder of rows, finished hypotheses)."""
 
     EXT_CALLS = {"decode_step": "attention + LSTM", "linear": "readout"}
-    METHODS = {"encode": "encoder", "beam_candidates": "candidates"}
+    METHODS = {"encode": "encoder", "candidates": "candidates"}
 
     def __init__(self):
         self.seconds = dict.fromkeys(("encoder", "attention + LSTM", "readout", "candidates"), 0.0)
@@ -243,7 +243,7 @@ class KernelCallTimer:
         return wrapper
 
     def __enter__(self) -> "KernelCallTimer":
-        from flexatt.fast_search import KernelDecoder
+        from flexatt.decoding.kernel import KernelStepper as KernelDecoder
 
         timer = self
         saved = self._saved = {name: KernelDecoder.__dict__[name] for name in ("__init__", *self.METHODS)}
@@ -267,7 +267,7 @@ class KernelCallTimer:
         return self
 
     def __exit__(self, *exc) -> None:
-        from flexatt.fast_search import KernelDecoder
+        from flexatt.decoding.kernel import KernelStepper as KernelDecoder
 
         for name, fn in self._saved.items():
             setattr(KernelDecoder, name, fn)

@@ -12,11 +12,11 @@ Translates the first ``--sentences`` source sentences of the test split with bea
 pipeline decodes; beam 1 is greedy search) by the **global** model and the **fine-tuned
 flexible** model at its **selected τ** (``results/sweep_tau.json`` →
 ``models.flexible_ft.selected_tau``, or ``--tau``), each with two implementations of the same
-search (``--paths``): **eager**, :func:`flexatt.search.beam_search` on the model's own
-``decode_step``; **grouped**, :func:`flexatt.fast_search.beam_search` with ``compiled=False`` (the
-PyTorch step on a per-sentence attention cache, bit-identical to the eager one); and
-**compiled**, the same with ``compiled=True`` (the kernel's step and candidate selection: what the
-pipeline's stages and ``flexatt translate`` run for these models). Sentences are decoded in
+search (``--paths``): **eager**, :func:`flexatt.decoding.beam_search` on the eager backend (the
+model's own ``decode_step``); **grouped**, the same on the grouped backend (the PyTorch step on a
+per-sentence attention cache, bit-identical to the eager one); and **compiled**, the same on the
+kernel backend (the kernel's step and candidate selection: what ``decode.backend=auto`` gives
+the pipeline's stages and ``flexatt translate`` for these models). Sentences are decoded in
 length-grouped batches of ``--batch-size`` (default ``decode.batch_size``, as
 ``translate_split`` does; 1 gives per-sentence latency).
 
@@ -59,12 +59,13 @@ from flexatt.config import load_params  # noqa: E402
 from flexatt.data.subwords import BOS_ID, EOS_ID, EncodedSplit, Vocab  # noqa: E402
 from flexatt.evaluation import load_model, read_lines  # noqa: E402
 from flexatt.metrics import corpus_bleu  # noqa: E402
-from flexatt import fast_search, search  # noqa: E402
+from flexatt import decoding  # noqa: E402
 
 MODELS = ("global", "flexible_ft")
-PATHS = {"eager": (search.greedy, search.beam_search, {}),
-         "grouped": (fast_search.greedy, fast_search.beam_search, {"compiled": False}),
-         "compiled": (fast_search.greedy, fast_search.beam_search, {"compiled": True})}
+#: path -> (greedy, beam search, the decoding backend)
+PATHS = {"eager": (decoding.greedy, decoding.beam_search, {"backend": "eager"}),
+         "grouped": (decoding.greedy, decoding.beam_search, {"backend": "grouped"}),
+         "compiled": (decoding.greedy, decoding.beam_search, {"backend": "kernel"})}
 
 
 def main() -> None:
@@ -228,7 +229,7 @@ def compare(model, tau, k: int, eager: tuple, fast: tuple, ratio: float, alpha: 
         def score(tokens: list[int]) -> float:
             out = tokens + ([EOS_ID] if len(tokens) < max_len else [])
             tgt_out, tgt_in = torch.tensor([out]), torch.tensor([[BOS_ID] + out[:-1]])
-            lp = float(search.forced_decode(model, src, src_len, tgt_in, tgt_out, tau, fused=False).log_probs[0, 0])
+            lp = float(decoding.forced_decode(model, src, src_len, tgt_in, tgt_out, tau, backend="eager").log_probs[0, 0])
             return lp / (len(out) ** alpha) if k > 1 else lp
 
         ref_e, ref_f = score(hyps_e[i]), score(hyps_f[i])

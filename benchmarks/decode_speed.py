@@ -5,12 +5,12 @@
     python benchmarks/decode_speed.py --levels char         # after make char
 
 The reference translations of the first ``--sentences`` test pairs are fed back through the
-decoder (``flexatt.search.forced_decode``, as the pipeline's evaluate stage calls it: the fused
-path of ``flexatt.fused``, the recurrence in one compiled call per batch and the readout once over
-all steps) by the **global** model and by the **fine-tuned flexible** model at its
+decoder (``flexatt.decoding.forced_decode``, as the pipeline's evaluate stage calls it: the kernel
+backend, ``flexatt.decoding.kernel``, the recurrence in one compiled call per batch and the readout
+once over all steps) by the **global** model and by the **fine-tuned flexible** model at its
 **selected τ**, so both decode exactly the same steps with the same code and only the attention
-differs. The eager path (``fused=False``: ``model.decode_step`` once per step, the decoding code
-of greedy and beam search) is timed in the same rotation (``--no-eager`` leaves it out). Per
+differs. The eager path (``backend="eager"``: ``model.decode_step`` once per step, the decoding
+code of greedy and beam search) is timed in the same rotation (``--no-eager`` leaves it out). Per
 level it prints, for each model: ms per sentence at batch size 1 (the paper's per-sentence
 latency) and at batched sizes (default ``--batch-sizes 1 50 200``: 50 is the pipeline's
 ``decode.batch_size``); the global/flexible ratio
@@ -25,7 +25,7 @@ A warm-up pass precedes the rounds.
 
 Attention share: separate passes per batch size (fused path; the fastest of three counts) in
 which the kernel clocks its own
-phases (``flexatt.fused.PhaseTimer``: the query products W_q h and W_g h, g_t, the vision span,
+phases (``flexatt.decoding.kernel.PhaseTimer``: the query products W_q h and W_g h, g_t, the vision span,
 scoring, softmax, context and p_t of every step) and ``precompute`` (the key projection U_k h̄,
 once per sentence) is wrapped with a ``perf_counter`` timer (``_common.AttentionTimer``, which
 also times the eager attention module's ``forward`` where that runs); the share is their time over
@@ -67,13 +67,15 @@ import _common as B  # noqa: E402
 from flexatt.config import load_params  # noqa: E402
 from flexatt.data.subwords import EncodedSplit  # noqa: E402
 from flexatt.evaluation import load_model  # noqa: E402
-from flexatt.search import forced_decode  # noqa: E402
+from flexatt.decoding import forced_decode  # noqa: E402
 
 MODELS = ("global", "flexible_ft")
 
 
-def decode(model, batch, tau, fused=None):
-    return forced_decode(model, batch.src, batch.src_len, batch.tgt_in, batch.tgt_out, tau=tau, fused=fused)
+def decode(model, batch, tau, fused=True):
+    """Forced decoding of ``batch`` on the kernel (``fused``) or the eager backend."""
+    return forced_decode(model, batch.src, batch.src_len, batch.tgt_in, batch.tgt_out, tau=tau,
+                         backend="kernel" if fused else "eager")
 
 
 def time_side_by_side(models: dict, taus: dict, batches: list, rounds: int, n_sent: int,
@@ -237,7 +239,7 @@ def run_level(level: str, args, cfg) -> dict:
         print(f"    batch size {bs:3d}: " + ";  ".join(
             f"{name} {sp[name]['ms_attention']:.3f} + {sp[name]['ms_rest']:.3f}" for name in MODELS))
     if args.eager:
-        print("  eager path (fused=False: decode_step once per step, the decoding code of greedy and beam search):")
+        print("  eager path (backend=eager: decode_step once per step, the decoding code of greedy and beam search):")
         for bs in args.batch_sizes:
             e, f = out["eager"][bs], out["batch_sizes"][bs]
             gain = {k: e["ms_median"][k] / f["ms_median"][k] for k in MODELS}

@@ -3,7 +3,7 @@
     python benchmarks/product_speed.py                 # 1 and 2 threads, the default shapes
     python benchmarks/product_speed.py --rounds 9 --threads 2
 
-The fused forced decoder (``flexatt.fused``, ``csrc/fused_decode.cpp``) computes every product of
+The kernel backend (``flexatt.decoding.kernel``, ``csrc/fused_decode.cpp``) computes every product of
 its recurrence, its encoder and its readout with its own routine (``linear``: the weights packed
 in panels of columns, blocks of rows accumulated in registers, one chain of fused multiply-adds
 per output) instead of ``torch.mm`` (Intel MKL in the CPU wheel of PyTorch). This script times
@@ -35,7 +35,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _common as B  # noqa: E402
 
-from flexatt import fused  # noqa: E402
+from flexatt.decoding import kernel  # noqa: E402
 
 SHAPES = [("LSTM gates", 50, 384, 512), ("LSTM gates", 200, 384, 512), ("LSTM gates", 1, 384, 512),
           ("queries + g_t", 50, 128, 256), ("encoder W_hh", 50, 128, 512),
@@ -57,7 +57,7 @@ def per_call(fn, budget: float = 0.05) -> float:
 
 def run(threads: int, rounds: int) -> list[dict]:
     torch.set_num_threads(threads)
-    ext = fused.extension(required=True)
+    ext = kernel.extension(required=True)
     g = torch.Generator().manual_seed(0)
     cases = []
     for name, m, k, n in SHAPES:

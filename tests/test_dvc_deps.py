@@ -26,7 +26,7 @@ from flexatt import provenance
 from flexatt.provenance import module_file, runs_code
 
 ROOT = Path(__file__).resolve().parents[1]
-FUSED = "src/flexatt/fused.py"
+KERNEL = "src/flexatt/decoding/kernel.py"
 STAGE_CMD = re.compile(r"python[0-9.]*\s+-m\s+(flexatt(?:\.\w+)*)")
 
 
@@ -114,7 +114,7 @@ def test_the_check_names_a_duplicate_and_a_cmd_it_cannot_read():
 
 def test_closure_follows_transitive_and_submodule_imports():
     files = closure("flexatt.stages.evaluate")
-    # evaluate -> evaluation -> checkpoints, model -> attention, variants/; the kernel via fused.py
+    # evaluate -> evaluation -> checkpoints, model -> attention, variants/; the kernel via decoding/kernel.py
     assert {"src/flexatt/attention/__init__.py", "src/flexatt/attention/flexible.py",
             "src/flexatt/checkpoints.py", "src/flexatt/data/subwords.py",
             "src/flexatt/__init__.py", "src/flexatt/variants/__init__.py", *kernel_sources()} <= files
@@ -142,7 +142,7 @@ def package_copy(tmp_path, monkeypatch):
     src = tmp_path / "src"
     shutil.copytree(ROOT / "src/flexatt", src / "flexatt", ignore=shutil.ignore_patterns("__pycache__"))
     package = src / "flexatt"
-    for name, value in {"SRC": src, "PACKAGE_DIR": package, "FUSED": package / "fused.py",
+    for name, value in {"SRC": src, "PACKAGE_DIR": package, "KERNEL": package / "decoding" / "kernel.py",
                         "CSRC": package / "csrc", "VARIANTS_DIR": package / "variants"}.items():
         monkeypatch.setattr(provenance, name, value)
     return package
@@ -176,10 +176,10 @@ def test_resume_fingerprint_changes_exactly_with_the_files_of_the_stage(package_
         before = after
 
 
-def test_fused_still_builds_the_kernel_from_csrc():
-    """The kernel rule rests on fused.py compiling csrc/; fail here if that ever changes."""
+def test_the_kernel_backend_still_builds_from_csrc():
+    """The kernel rule rests on decoding/kernel.py compiling csrc/; fail here if that ever changes."""
     assert kernel_sources(), "src/flexatt/csrc/ holds no C/C++ source"
-    assert "csrc" in (ROOT / FUSED).read_text(encoding="utf-8")
+    assert "csrc" in (ROOT / KERNEL).read_text(encoding="utf-8")
 
 
 def main(argv: list[str]) -> int:

@@ -12,7 +12,7 @@ from flexatt.data.subwords import EncodedSplit
 from flexatt.errors import DataError
 from flexatt.evaluation import EvalSet, load_model, select_tau, translate_split
 from flexatt.model import build_model
-from flexatt.search import greedy
+from flexatt.decoding import greedy
 
 
 def test_select_tau_takes_the_smallest_window_within_tolerance():
@@ -59,7 +59,7 @@ def test_translate_split_restores_order_and_counts_windows():
 def test_window_is_the_mean_over_sentences_of_their_mean_per_step():
     """2017 paper §5: a sentence's window is averaged over its steps, then over sentences, so
     a long sentence with many steps weighs no more than a short one."""
-    from flexatt.search import mean_window, step_weighted_window
+    from flexatt.decoding import mean_window, step_weighted_window
 
     window_sum, steps = np.array([4 * 10, 30 * 40]), np.array([4, 40])  # windows 10 and 30
     assert mean_window(window_sum, steps) == pytest.approx(20.0)

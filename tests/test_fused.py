@@ -1,5 +1,5 @@
-"""The fused forced decoder (flexatt.fused, csrc/fused_decode.cpp) against the eager reference
-(flexatt.search.forced_decode with fused=False), and the encoder's unpacked CPU path against the
+"""Forced decoding on the kernel backend (flexatt.decoding.kernel, csrc/fused_decode.cpp) against
+the eager reference (flexatt.decoding.forced_decode with backend="eager"), and the encoder's unpacked CPU path against the
 packed one.
 
 Sizes are chosen so that every vector loop of the kernel has a remainder (H = 20, A = 24, E = 12:
@@ -21,10 +21,12 @@ import torch
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from conftest import train_to_copy
-from flexatt import fused
+from flexatt.decoding import backends
+from flexatt.decoding import kernel as fused
+from flexatt.errors import ConfigError
 from flexatt.data.subwords import BOS_ID, EOS_ID, PAD_ID
 from flexatt.model import build_model
-from flexatt.search import forced_decode
+from flexatt.decoding import forced_decode
 
 VOCAB = 17
 SIZES = dict(emb_size=12, hidden_size=20, att_size=24, readout_size=14, dropout=0.0)
@@ -114,8 +116,8 @@ def batch_of(rows: int, seed: int = 1):
 def both(model, rows, tau, seed=1):
     src, src_len, tgt_in, tgt_out, tgt_len = batch_of(rows, seed)
     args = (model, src, src_len, tgt_in, tgt_out, tau)
-    eager = forced_decode(*args, tgt_len=tgt_len, return_traces=True, fused=False)
-    fast = forced_decode(*args, tgt_len=tgt_len, return_traces=True, fused=True)
+    eager = forced_decode(*args, tgt_len=tgt_len, return_traces=True, backend="eager")
+    fast = forced_decode(*args, tgt_len=tgt_len, return_traces=True, backend="kernel")
     return eager, fast
 
 
@@ -222,35 +224,36 @@ def test_other_variants_fall_back_to_the_eager_path(attention, kw):
     model = model_of(attention, **kw)
     src, src_len, tgt_in, tgt_out, tgt_len = batch_of(3)
     auto = forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len)
-    eager = forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len, fused=False)
+    eager = forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len, backend="eager")
     assert torch.equal(auto.log_probs, eager.log_probs) and torch.equal(auto.window_sum, eager.window_sum)
-    with pytest.raises(ValueError, match="fused path does not support"):
-        forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len, fused=True)
+    assert auto.backend != "kernel"
+    with pytest.raises(ConfigError, match="decode.backend: kernel does not cover this model"):
+        forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len, backend="kernel")
 
 
 def test_training_mode_and_autocast_are_refused_by_the_fused_path():
     model = model_of("flexible")
     src, src_len, tgt_in, tgt_out, tgt_len = batch_of(3)
     model.train()
-    with pytest.raises(ValueError, match="training mode"):
-        forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len, fused=True)
+    with pytest.raises(ConfigError, match="training mode"):
+        forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len, backend="kernel")
     model.eval()
-    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(ValueError, match="autocast"):
-        forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len, fused=True)
+    with torch.autocast("cpu", dtype=torch.bfloat16), pytest.raises(ConfigError, match="autocast"):
+        forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len, backend="kernel")
 
 
-def test_the_environment_switch_turns_the_fused_path_off(monkeypatch):
+def test_the_environment_switch_turns_the_kernel_off(monkeypatch):
     model = model_of("flexible")
     src, src_len, tgt_in, tgt_out, tgt_len = batch_of(3)
 
     def refuse(*args, **kwargs):
         raise AssertionError("the fused path ran")
 
-    monkeypatch.setenv(fused.ENV, "0")
+    monkeypatch.setenv(backends.ENV, "0")
     monkeypatch.setattr(fused, "forced_decode", refuse)
     result = forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len)
     assert result.steps.tolist() == TGT_LENGTHS[:3]
-    monkeypatch.setenv(fused.ENV, "1")
+    monkeypatch.setenv(backends.ENV, "1")
     with pytest.raises(AssertionError, match="the fused path ran"):
         forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len)
 
@@ -259,17 +262,17 @@ def test_negative_tau_is_refused():
     model = model_of("flexible")
     src, src_len, tgt_in, tgt_out, tgt_len = batch_of(1)
     with pytest.raises(ValueError, match="tau must be >= 0"):
-        forced_decode(model, src, src_len, tgt_in, tgt_out, -1.0, tgt_len=tgt_len, fused=True)
+        forced_decode(model, src, src_len, tgt_in, tgt_out, -1.0, tgt_len=tgt_len, backend="kernel")
 
 
 def test_the_phase_timer_times_every_step():
     model = model_of("flexible")
     src, src_len, tgt_in, tgt_out, tgt_len = batch_of(3)
     with fused.PhaseTimer() as timer:
-        forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len, fused=True)
+        forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len, backend="kernel")
     assert timer.calls == 1 and timer.steps == sum(TGT_LENGTHS[:3])
     assert timer.attention_s > 0 and timer.lstm_s > 0
-    forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len, fused=True)
+    forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len, backend="kernel")
     assert timer.calls == 1  # outside the block nothing is timed
 
 
@@ -308,7 +311,7 @@ def test_the_kernel_refuses_fed_back_tokens_outside_the_table():
     src, src_len, tgt_in, tgt_out, tgt_len = batch_of(6)
     tgt_in[3, 2] = VOCAB
     with pytest.raises(RuntimeError, match=rf"tokens\[\d, 2\] = {VOCAB} is outside the table's \[0, {VOCAB}\)"):
-        forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len, fused=True)
+        forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len, backend="kernel")
 
 
 @pytest.mark.parametrize("m", [1, 5, 6, 7, 13, 97, 200])
@@ -359,9 +362,9 @@ def test_the_batch_order_does_not_change_a_sentence():
     model = model_of("flexible", seed=3)
     src, src_len, tgt_in, tgt_out, tgt_len = batch_of(6)
     perm = torch.tensor([4, 1, 5, 0, 3, 2])
-    a = forced_decode(model, src, src_len, tgt_in, tgt_out, 0.3, tgt_len=tgt_len, fused=True)
+    a = forced_decode(model, src, src_len, tgt_in, tgt_out, 0.3, tgt_len=tgt_len, backend="kernel")
     b = forced_decode(model, src[perm], src_len[perm], tgt_in[perm], tgt_out[perm], 0.3, tgt_len=tgt_len[perm],
-                      fused=True)
+                      backend="kernel")
     assert torch.equal(b.log_probs, a.log_probs[perm])
     assert torch.equal(b.window_sum, a.window_sum[perm])
     width = min(a.attention.size(-1), b.attention.size(-1))
@@ -417,7 +420,7 @@ def test_a_lock_left_by_a_killed_build_does_not_block_the_next_one(tmp_path):
     shutil.copytree(built, cache / built.name)  # copy2 keeps the times: ninja has nothing to do
     (cache / built.name / "lock").touch()
     env = dict(os.environ, FLEXATT_EXT_DIR=str(cache))
-    code = "from flexatt import fused; print(fused.extension(required=True).__name__)"
+    code = "from flexatt.decoding import kernel; print(kernel.extension(required=True).__name__)"
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=240)
     assert done.returncode == 0, done.stderr

@@ -1,4 +1,6 @@
-"""Tests of greedy search, beam search and forced decoding (tiny half-trained models, fixed seeds)."""
+"""Tests of greedy search, beam search and forced decoding on the eager backend, the reference
+(tiny half-trained models, fixed seeds); the other backends are held to it by
+tests/test_decoding_contract.py."""
 
 from __future__ import annotations
 
@@ -11,7 +13,11 @@ import torch
 from conftest import train_to_copy
 from flexatt.data.subwords import BOS_ID, EOS_ID, PAD_ID
 from flexatt.model import Seq2Seq, build_model
-from flexatt.search import beam_search, forced_decode, greedy
+from flexatt import decoding
+
+greedy = functools.partial(decoding.greedy, backend="eager")
+beam_search = functools.partial(decoding.beam_search, backend="eager")
+forced_decode = functools.partial(decoding.forced_decode, backend="eager")
 
 VOCAB = 12
 TINY = dict(emb_size=12, hidden_size=12, att_size=12, readout_size=12, dropout=0.0, local_D=2)

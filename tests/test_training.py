@@ -15,7 +15,7 @@ import torch
 from conftest import copy_of, run_inprocess
 from flexatt.config import load_params
 from flexatt.errors import DataError
-from flexatt.search import greedy
+from flexatt.decoding import greedy
 from flexatt.checkpoints import checkpoint_hparams, load_checkpoint_state
 from flexatt.trainer import train
 from flexatt.task import lr_factor

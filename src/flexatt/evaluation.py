@@ -2,10 +2,11 @@
 evaluation and translate commands, with the settings they share (``decode``, the checkpoints of
 ``evaluate.checkpoints``, lists of τ) and the τ search of the sweeps.
 
-``translate_split`` decodes an encoded split in length-sorted batches (greedy or beam search, with
-the fast step of :mod:`flexatt.fast_search` where it covers the model),
+``translate_split`` decodes an encoded split in length-sorted batches (greedy or beam search, on
+the backend ``decode.backend`` selects: :func:`flexatt.decoding.select_backend`),
 restores the original sentence order, detokenises, and returns the hypotheses with the window
-statistics that the attention's scoring path counted (docs/method.md, Window) and the decoding time.
+statistics that the attention's scoring path counted (docs/method.md, Window), the decoding time
+and what decoded them (backend, SIMD level, torch version).
 """
 
 from __future__ import annotations
@@ -26,9 +27,8 @@ from flexatt.checkpoints import checkpoint_hparams, load_checkpoint_state
 from flexatt.data.batching import LengthGroupedBatches, ParallelData, collate
 from flexatt.data.subwords import EncodedSplit, Vocab
 from flexatt.errors import ConfigError, DataError
-from flexatt.fast_search import beam_search, greedy
+from flexatt.decoding import beam_search, greedy, mean_window, provenance, select_backend, step_weighted_window
 from flexatt.model import Seq2Seq, build_model
-from flexatt.search import mean_window, step_weighted_window
 
 
 def load_model(checkpoint: str | Path) -> Seq2Seq:
@@ -56,17 +56,18 @@ class Translation:
     src_lengths: np.ndarray  # per sentence: S (EOS included), what global attention scores per step
     seconds: float
     traces: dict[int, dict] = field(default_factory=dict)
+    decoded_by: dict = field(default_factory=dict)  # backend, simd, torch (flexatt.decoding.provenance)
 
     @property
     def mean_window(self) -> float:
         """Positions scored per decoding step, per sentence, then the mean over sentences
-        (:func:`flexatt.search.mean_window`; docs/method.md, Window)."""
+        (:func:`flexatt.decoding.mean_window`; docs/method.md, Window)."""
         return mean_window(self.window_sum, self.steps)
 
     @property
     def step_weighted_window(self) -> float:
         """Positions scored per (step, live hypothesis) pair over the whole split
-        (:func:`flexatt.search.step_weighted_window`)."""
+        (:func:`flexatt.decoding.step_weighted_window`)."""
         return step_weighted_window(self.window_sum, self.steps)
 
     @property
@@ -77,7 +78,8 @@ class Translation:
 @torch.no_grad()
 def translate_split(model: Seq2Seq, split: EncodedSplit, vocab: Vocab, *, tau: float | None = None,
                     beam_size: int = 1, alpha: float = 1.0, max_len_ratio: float = 2.0,
-                    batch_size: int = 50, trace_indices: set[int] | None = None) -> Translation:
+                    batch_size: int = 50, trace_indices: set[int] | None = None,
+                    backend: str = "auto") -> Translation:
     """Translate every source sentence of ``split``.
 
     Args:
@@ -86,6 +88,7 @@ def translate_split(model: Seq2Seq, split: EncodedSplit, vocab: Vocab, *, tau: f
         alpha: length-normalisation exponent of beam search.
         max_len_ratio: at most ``ratio · S + 10`` output tokens.
         trace_indices: sentences whose per-step traces (attention, g_t, windows) to keep.
+        backend: ``decode.backend`` (:func:`flexatt.decoding.select_backend`), selected once.
     """
     tau = None if tau is None or math.isinf(tau) else float(tau)
     n = len(split)
@@ -95,16 +98,18 @@ def translate_split(model: Seq2Seq, split: EncodedSplit, vocab: Vocab, *, tau: f
     traces: dict[int, dict] = {}
     sampler = LengthGroupedBatches(split.src_lengths, split.tgt_lengths, batch_size, shuffle=False)
     data = ParallelData(split)
+    stepper = select_backend(model, backend)
     started = time.perf_counter()
     for indices in sampler:
         batch = collate([data[i] for i in indices])
         max_len = (batch.src_len.float() * max_len_ratio).long() + 10
         want_traces = bool(trace_indices) and any(i in trace_indices for i in indices)
         if beam_size == 1:
-            result = greedy(model, batch.src, batch.src_len, max_len, tau, return_traces=want_traces)
+            result = greedy(model, batch.src, batch.src_len, max_len, tau, return_traces=want_traces,
+                            backend=stepper)
         else:
             result = beam_search(model, batch.src, batch.src_len, max_len, beam_size, tau=tau,
-                                 alpha=alpha, return_traces=want_traces)
+                                 alpha=alpha, return_traces=want_traces, backend=stepper)
         for row, i in enumerate(batch.index.tolist()):
             token_rows[i] = result.tokens[row].tolist()
             window_sum[i] = int(result.window_sum[row])
@@ -113,7 +118,7 @@ def translate_split(model: Seq2Seq, split: EncodedSplit, vocab: Vocab, *, tau: f
                 traces[i] = result.traces[row]
     seconds = time.perf_counter() - started
     hypotheses = vocab.decode(token_rows)
-    return Translation(hypotheses, window_sum, steps, split.src_lengths + 1, seconds, traces)
+    return Translation(hypotheses, window_sum, steps, split.src_lengths + 1, seconds, traces, provenance(stepper))
 
 
 def select_tau(points: list[dict], reference_bleu: float, tolerance: float) -> dict | None:
@@ -167,7 +172,7 @@ class EvalSet:
 
 
 def decode_settings(cfg: DictConfig | schema.Params) -> dict:
-    """The ``decode`` group: ``beam_size``, ``alpha``, ``max_len_ratio``, ``batch_size``."""
+    """The ``decode`` group: ``beam_size``, ``alpha``, ``max_len_ratio``, ``batch_size``, ``backend``."""
     return schema.group(cfg, "decode").model_dump()
 
 

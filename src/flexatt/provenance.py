@@ -11,8 +11,8 @@ misses a file that is imported lazily. The rules:
   relative imports (``from . import x``, ``from ..x import y``).
 * Importing ``a.b.c`` executes ``a/__init__.py`` and ``a/b/__init__.py``: those count, unless the
   file holds no statement at all (empty, or only comments), since such a file runs no code.
-* ``flexatt/fused.py`` compiles the C/C++ sources under ``flexatt/csrc/`` at run time, so a
-  closure holding ``fused.py`` holds every C/C++ file there too.
+* ``flexatt/decoding/kernel.py`` compiles the C/C++ sources under ``flexatt/csrc/`` at run time,
+  so a closure holding ``kernel.py`` holds every C/C++ file there too.
 * ``flexatt/variants/__init__.py`` imports every module in its folder, so a closure holding it
   holds every ``.py`` file there and what they import. ``dvc.yaml`` lists the folder itself, so
   that a new variant module is a dependency without editing ``dvc.yaml``.
@@ -33,7 +33,7 @@ from pathlib import Path
 PACKAGE = "flexatt"
 PACKAGE_DIR = Path(__file__).resolve().parent
 SRC = PACKAGE_DIR.parent
-FUSED = PACKAGE_DIR / "fused.py"
+KERNEL = PACKAGE_DIR / "decoding" / "kernel.py"
 CSRC = PACKAGE_DIR / "csrc"
 VARIANTS = f"{PACKAGE}.variants"
 VARIANTS_DIR = PACKAGE_DIR / "variants"
@@ -41,7 +41,7 @@ KERNEL_SUFFIXES = {".c", ".cc", ".cpp", ".cxx", ".h", ".hh", ".hpp", ".cu", ".cu
 
 
 def kernel_sources() -> set[Path]:
-    """The C/C++ sources ``flexatt/fused.py`` compiles (everything under ``flexatt/csrc``)."""
+    """The C/C++ sources ``flexatt/decoding/kernel.py`` compiles (everything under ``flexatt/csrc``)."""
     if not CSRC.is_dir():
         return set()
     return {p for p in CSRC.rglob("*") if p.is_file() and p.suffix in KERNEL_SUFFIXES}
@@ -95,7 +95,7 @@ def variant_modules() -> list[str]:
 
 def code_files(*modules: str) -> set[Path]:
     """Every package file that running ``modules`` executes, plus the kernel sources when
-    ``fused.py`` is among them (absolute paths)."""
+    ``decoding/kernel.py`` is among them (absolute paths)."""
     seen: dict[str, Path] = {}
     todo = list(modules)
     while todo:
@@ -110,7 +110,7 @@ def code_files(*modules: str) -> set[Path]:
                 if sub == VARIANTS:  # imports every module of its folder
                     todo.extend(variant_modules())
     files = {p for p in seen.values() if runs_code(p)}
-    if FUSED in files:
+    if KERNEL in files:
         files |= kernel_sources()
     return files
 

@@ -259,6 +259,7 @@ class Decode(Group):
 
 
 class SweepTau(Group):
+    backend: Literal["auto", "kernel", "grouped", "eager"] = "auto"
     models: list[Text] = Field(default_factory=lambda: ["flexible", "flexible_ft", "flexible_sact",
                                                         "flexible_sact_ft"])
     grid: Annotated[list[Tau], Field(min_length=1)] = Field(default_factory=lambda: [0.8, 1.0, 1.2, 1.4, 1.6])

@@ -5,7 +5,7 @@ the fine-tuning objective J = CE − β·mean g_t of Flexible Attention eq. 9), 
 rate schedule (``train.lr_schedule``: ``fixed`` halves it every epoch from a configured epoch on,
 ``plateau`` halves it after every epoch whose dev BLEU is no better than the best before), and
 validation by greedy decoding of the dev set scored with BLEU. The network lives in
-``flexatt.model``; the data in ``flexatt.data.datamodule``; decoding in ``flexatt.search``; the
+``flexatt.model``; the data in ``flexatt.data.datamodule``; decoding in ``flexatt.decoding``; the
 Trainer and its run in ``flexatt.trainer``.
 """
 
@@ -25,7 +25,7 @@ from flexatt.data.subwords import PAD_ID
 from flexatt.io import save_torch
 from flexatt.metrics import corpus_bleu
 from flexatt.model import build_model, finetune_loss, sequence_nll
-from flexatt.search import greedy
+from flexatt.decoding import greedy
 from flexatt.schema import LR_SCHEDULES
 
 
@@ -116,7 +116,8 @@ class TranslationTask(pl.LightningModule):
         self.log("val/nll_token", logs["nll_token"], batch_size=len(batch))
         if self.detokenize is not None:
             max_len = (batch.src_len.float() * self.hparams.max_len_ratio).long() + 10
-            result = greedy(self.model, batch.src, batch.src_len, max_len)
+            # the reference backend: the module being trained, whatever its precision or variant
+            result = greedy(self.model, batch.src, batch.src_len, max_len, backend="eager")
             for i, row in zip(batch.index.tolist(), result.tokens.tolist()):
                 self._hyps[i] = row
 

@@ -87,6 +87,11 @@ class Tracker:
     def summary(self, values: dict) -> None:
         self._call("summary", lambda: self.run.summary.update(values))
 
+    def config(self, values: dict) -> None:
+        """Add ``values`` to the run's config (what produced its results, known only once they
+        are computed: e.g. the decoding backend)."""
+        self._call("config", lambda: self.run.config.update(values, allow_val_change=True))
+
     def table(self, key: str, columns: list[str], rows: Iterable[Iterable]) -> Any:
         """Log a ``wandb.Table``; returns it (or ``None``)."""
         import wandb

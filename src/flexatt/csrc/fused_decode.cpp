@@ -1,7 +1,7 @@
 // Fused forced decoding (inference, float32, CPU) of the Bahdanau-style decoder of
 // flexatt.decoders with the concat score: global attention, or flexible attention (2017
-// eqs. 4-8 and the vision span of section 3.1). Built on first use by flexatt/fused.py;
-// flexatt.search.forced_decode is the eager reference it is tested against.
+// eqs. 4-8 and the vision span of section 3.1). Built on first use by flexatt/decoding/kernel.py;
+// the eager backend (flexatt.decoding.eager) is the reference it is tested against.
 //
 // One call decodes a whole batch, its rows longest first (the rows still running at step t are
 // a prefix, and the products cover just them). Per step t, for every sentence b still inside
@@ -20,7 +20,7 @@
 // with linear()). The window count of a step is the number of positions the score loop
 // evaluated. bilstm() is the encoder's LSTM; every matrix product is product() below.
 //
-// Greedy and beam search (flexatt.fast_search.KernelDecoder) take one step at a time, since the
+// Greedy and beam search (flexatt.decoding.kernel.KernelStepper) take one step at a time, since the
 // next token depends on the readout: decode_step() runs the attention of any N rows (each
 // reading its sentence's keys) and the LSTM, with the same attend_row() as forced decoding, and
 // beam_candidates() picks each sentence's best candidates from the logits.
@@ -445,7 +445,7 @@ torch::Tensor gold_log_probs(torch::Tensor logits, torch::Tensor gold) {
 // (N); a candidate is a row r and a token v, scored score[r] + log_softmax(logits[r])[v]. Returns
 // for each sentence its n best candidates, best first (ties: the lower row, then the lower
 // token): top_score n_act x n (-inf past the sentence's candidates) and top_index n_act x n,
-// (r - starts[j]) * V + v, the index of flexatt.search.beam_search's n_act x k x V grid. One pass
+// (r - starts[j]) * V + v, the index of flexatt.decoding.search.beam_search's n_act x k x V grid. One pass
 // over each row after its normaliser; the N x V log-probabilities are not written.
 std::vector<torch::Tensor> beam_candidates(torch::Tensor logits, torch::Tensor score, torch::Tensor starts,
                                            torch::Tensor counts, int64_t n) {

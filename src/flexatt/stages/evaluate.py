@@ -53,7 +53,7 @@ from flexatt.metrics import (
     moses_tokenize,
     tokenized_bleu,
 )
-from flexatt.search import forced_decode
+from flexatt.decoding import forced_decode
 from flexatt.tracking import start_run
 
 TABLE_ORDER = ["global", "local_m", "local_p", "flexible", "flexible_tau", "flexible_ft",
@@ -79,7 +79,7 @@ def _gold(path: Path, n: int) -> list[set[tuple[int, int]]] | None:
 
 
 @torch.no_grad()
-def forced_alignments(model, data: EvalSet, tau: float | None, batch_size: int):
+def forced_alignments(model, data: EvalSet, tau: float | None, batch_size: int, backend: str = "auto"):
     """One-to-one word links under forced decoding of every reference (attention summed over each
     word's pieces, the most attended source word per target word: Luong et al. 2015 §5.4,
     :func:`flexatt.metrics.attention_alignment`), and the g_t / temperature values seen on the
@@ -91,7 +91,7 @@ def forced_alignments(model, data: EvalSet, tau: float | None, batch_size: int):
     for indices in sampler:
         batch = collate([items[i] for i in indices])
         result = forced_decode(model, batch.src, batch.src_len, batch.tgt_in, batch.tgt_out, tau,
-                               return_traces=True)
+                               return_traces=True, backend=backend)
         for row, i in enumerate(batch.index.tolist()):
             src_pieces = [data.src_vocab.sp.id_to_piece(int(t)) for t in data.split.src(i)]
             tgt_pieces = [data.tgt_vocab.sp.id_to_piece(int(t)) for t in data.split.tgt(i)]
@@ -196,9 +196,10 @@ def run(cfg: DictConfig) -> dict:
         out = translate_split(model, data.split, data.tgt_vocab, tau=tau, trace_indices=set(samples), **settings)
         outputs[row] = out
         # tau None: every position scored (τ = ∞)
-        metrics = {"tau": tau, **score_row(out, data, tgt_lang, ref_tok)}
+        metrics = {"tau": tau, **score_row(out, data, tgt_lang, ref_tok), "decoded_by": out.decoded_by}
         if gold is not None:
-            links, g_values, temperatures = forced_alignments(model, data, tau, settings["batch_size"])
+            links, g_values, temperatures = forced_alignments(model, data, tau, settings["batch_size"],
+                                                              settings["backend"])
             metrics["aer"] = round(aer(links, gold, restrict_to_covered=True), 4)
         else:
             g_values = temperatures = None
@@ -241,12 +242,14 @@ def run(cfg: DictConfig) -> dict:
         writer.writerows(by_length)
     paths = draw_figures(cfg, results, outputs, data, samples)
 
+    tracker.config({"decoded_by": {row: m["decoded_by"] for row, m in results.items()}})
     tracker.table("evaluate/table1", ["row", "tau", "window", "window_step_weighted", "reduction", "bleu",
                                       "bleu_ci_low", "bleu_ci_high", "p_value", "p_value_against", "chrf",
-                                      "bleu_tok", "ribes", "aer", "decode_ms"],
+                                      "bleu_tok", "ribes", "aer", "decode_ms", "backend"],
                   [[r, m["tau"], m["window"], m["window_step_weighted"], m["reduction"], m["bleu"],
                     m["bleu_ci"][0], m["bleu_ci"][1], m["p_value"], m["p_value_against"], m["chrf"],
-                    m["bleu_tok"], m["ribes"], m["aer"], m["decode_ms"]] for r, m in results.items()])
+                    m["bleu_tok"], m["ribes"], m["aer"], m["decode_ms"], m["decoded_by"]["backend"]]
+                   for r, m in results.items()])
     best_tau_row = next((r for r in ("flexible_ft_tau", "flexible_tau") if r in outputs), None)
     if best_tau_row:
         out = outputs[best_tau_row]
@@ -262,6 +265,12 @@ def run(cfg: DictConfig) -> dict:
     tracker.finish()
     print(table)
     return report
+
+
+def _timing(m: dict) -> str:
+    """The timing cell: ms per sentence and the backend that decoded the row."""
+    by = m.get("decoded_by") or {}
+    return f"{m['decode_ms']:.1f} ({by['backend']})" if by.get("backend") else f"{m['decode_ms']:.1f}"
 
 
 def _row_label(row: str, m: dict, model) -> str:
@@ -282,7 +291,7 @@ def render_table(results: dict[str, dict], cfg: DictConfig, split: str, beam: in
     model = schema.group(cfg, "model")
     has_multi = any("bleu_multi" in m for m in results.values())
     head = "| model | window | reduction | BLEU | " + ("multi-ref BLEU | " if has_multi else "") + \
-        "chrF | tok. BLEU | RIBES | AER | ms/sentence |"
+        "chrF | tok. BLEU | RIBES | AER | ms/sentence (backend) |"
     lines = [f"# Table 1 — {split} set, beam {beam}", "",
              "Window: source positions scored per decoding step, per sentence then averaged over sentences "
              "(docs/method.md, Window); reduction against Global.", "",
@@ -303,7 +312,7 @@ def render_table(results: dict[str, dict], cfg: DictConfig, split: str, beam: in
         if has_multi:
             cells.append(f"{m.get('bleu_multi', float('nan')):.2f}")
         cells += [f"{m['chrf']:.2f}" if "chrf" in m else "–", f"{m['bleu_tok']:.2f}", f"{m['ribes']:.3f}",
-                  "–" if m["aer"] is None else f"{m['aer']:.3f}", f"{m['decode_ms']:.1f}"]
+                  "–" if m["aer"] is None else f"{m['aer']:.3f}", _timing(m)]
         lines.append("| " + " | ".join(cells) + " |")
     first = next(iter(results.values()))
     lines += ["", "Rows `…τ=x` use the τ that `sweep_tau` selected on dev: the smallest mean window whose "

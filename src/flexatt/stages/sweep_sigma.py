@@ -27,9 +27,12 @@ from flexatt.tracking import default_group, start_run
 from flexatt.trainer import train
 
 
-def _dev_point(model, dev: EvalSet, tau: float | None, settings: dict) -> tuple[float, float]:
-    """(dev BLEU, mean window) of ``model`` at threshold ``tau``."""
+def _dev_point(model, dev: EvalSet, tau: float | None, settings: dict,
+               decoded_by: dict) -> tuple[float, float]:
+    """(dev BLEU, mean window) of ``model`` at threshold ``tau``; what decoded it goes into
+    ``decoded_by``."""
     out = translate_split(model, dev.split, dev.tgt_vocab, tau=tau, **settings)
+    decoded_by.update(out.decoded_by)
     bleu, _ = corpus_bleu(out.hypotheses, [dev.references])
     return round(bleu, 2), round(out.mean_window, 3)
 
@@ -45,7 +48,7 @@ def run(cfg: DictConfig) -> dict:
     settings = decode_settings(p)
     dev = EvalSet.load(p.train.data_dir, "dev")
 
-    points = []
+    points, decoded_by = [], {}
     for sigma in sigmas:
         run_cfg = cfg.copy()
         OmegaConf.update(run_cfg, f"variants.{base}.sigma", sigma, force_add=True)
@@ -58,15 +61,15 @@ def run(cfg: DictConfig) -> dict:
                            job_type="sweep_sigma", run_name=f"{base}-{name}")
         model = load_model(out_dir / name / base / "best.ckpt")
         point = {"sigma": sigma, "train_dev_bleu_greedy": metrics["dev_bleu"]}
-        point["dev_bleu"], point["window_inf"] = _dev_point(model, dev, None, settings)
-        point["dev_bleu_ref"], point["window"] = _dev_point(model, dev, ref_tau, settings)
+        point["dev_bleu"], point["window_inf"] = _dev_point(model, dev, None, settings, decoded_by)
+        point["dev_bleu_ref"], point["window"] = _dev_point(model, dev, ref_tau, settings, decoded_by)
         print(f"sweep_sigma: sigma = {sigma:g}: dev BLEU {point['dev_bleu']} (tau = inf), "
               f"window {point['window']} at tau = {ref_tau:g}", flush=True)
         points.append(point)
 
     best = max(points, key=lambda p: (p["dev_bleu"], -p["window"]))
     result = {"base_variant": base, "warm_start_epochs": epochs, "reference_tau": ref_tau,
-              "points": points, "selected_sigma": best["sigma"]}
+              "points": points, "selected_sigma": best["sigma"], "decoded_by": decoded_by}
     write_json(out_file, result)
     with atomic_path(curve_file) as tmp, open(tmp, "w", newline="") as out:
         writer = csv.DictWriter(out, fieldnames=list(points[0]))
@@ -79,6 +82,7 @@ def run(cfg: DictConfig) -> dict:
     tracker.line_plot("sweep_sigma/bleu_plot", table, "sigma", "dev_bleu", "dev BLEU vs sigma")
     tracker.image("figures/sigma", figure)
     tracker.summary({"selected_sigma": best["sigma"]})
+    tracker.config({"decoded_by": decoded_by})
     tracker.finish()
     print(f"sweep_sigma: selected sigma = {best['sigma']:g} (dev BLEU {best['dev_bleu']})")
     return result

@@ -43,6 +43,7 @@ class Decoder:
         self.cfg, self.sets, self.settings = cfg, sets, decode_settings(cfg)
         self.models: dict[str, object] = {}
         self.memo: dict[tuple[str, str, float], dict] = {}
+        self.decoded_by: dict[str, dict] = {}  # model -> backend, simd, torch
 
     def point(self, name: str, split: str, tau: float) -> dict:
         key = (name, split, tau)
@@ -52,6 +53,7 @@ class Decoder:
             data = self.sets[split]
             out = translate_split(self.models[name], data.split, data.tgt_vocab,
                                   tau=None if math.isinf(tau) else tau, **self.settings)
+            self.decoded_by[name] = out.decoded_by
             bleu, _ = corpus_bleu(out.hypotheses, [data.references])
             self.memo[key] = {"tau": None if math.isinf(tau) else tau, "window": round(out.mean_window, 3), "bleu": round(bleu, 2),
                               "ms_per_sentence": round(out.ms_per_sentence, 2)}
@@ -105,7 +107,8 @@ def run(cfg: DictConfig) -> dict:
         curve_rows.append({"model": "global", "split": split, **g})
 
     result = {"log_mean_src_len": log_mean, "tolerance": tolerance, "grid": grid, "search_steps": search_steps,
-              "beam_size": decoder.settings["beam_size"], "models": selection, "curve": curve_rows}
+              "beam_size": decoder.settings["beam_size"], "models": selection, "curve": curve_rows,
+              "decoded_by": decoder.decoded_by}
     write_json(out_file, result)
     with atomic_path(curve_file) as tmp, open(tmp, "w", newline="") as out:
         writer = csv.DictWriter(out, fieldnames=["model", "split", "tau", "window", "bleu", "ms_per_sentence"])
@@ -126,6 +129,7 @@ def run(cfg: DictConfig) -> dict:
     tracker.line_plot("sweep_tau/tradeoff_plot", curve_table, "window", "bleu", "BLEU vs mean window")
     tracker.image("figures/tradeoff", figure, "Figure 3: BLEU against mean window")
     tracker.summary({f"selected_tau/{k}": v["selected_tau"] for k, v in selection.items()})
+    tracker.config({"decoded_by": decoder.decoded_by})
     tracker.finish()
     return result
 

@@ -1,22 +1,5 @@
-"""Fast greedy and beam search: two drop-in replacements for the model in
-:func:`flexatt.search.greedy`, :func:`flexatt.search.beam_search` and
-:func:`flexatt.search.forced_decode` (``encode`` / ``decode_step``: the same search code, so the
-same bookkeeping), both keeping the encoder side once per *sentence* instead of once per *row*.
-:func:`decoder_for` picks the fastest that covers a model:
-
-1. :class:`KernelDecoder`, the **compiled step** (``csrc/fused_decode.cpp``): one call runs the
-   attention of every row — the very loop of fused forced decoding (``attend_row``: g_t, the
-   vision span, the scores of the span only, the penalty, the softmax, c_t, p_t), so greedy,
-   beam and forced decoding share one implementation of the equations — and the LSTM; the
-   readout runs with the kernel's products, and beam search takes its candidates from the
-   kernel too (``beam_candidates``: the log-softmax and the top 2k of each sentence in one
-   pass over the logits, without writing the N x V log-probabilities). It covers what the fused
-   forced decoder covers (:func:`flexatt.fused.unsupported`: global and plain flexible attention
-   with the concat score, float32 on the CPU) and agrees with the eager step within float32
-   rounding (its own products and exponentials): ``tests/test_compiled_search.py`` holds
-   hypotheses, n-best lists, spans and windows equal and scores, weights, p_t and g_t close.
-2. :class:`FastDecoder`, the **grouped step** (PyTorch operators, any score function, also SACT
-   and flexible + SACT): bit-identical to the eager step, as follows.
+"""The grouped backend: the model's own attention and LSTM modules on a cache kept once per
+*sentence* instead of once per *row* (PyTorch operators; bit-identical to the eager backend).
 
 Beam search runs ``N = n_sentences x k`` rows per step, and
 the eager step reads the attention cache (U_k h̄ and h̄, ``N x S x ...``) row by row, so the
@@ -34,7 +17,7 @@ evaluates the attention on the grid ``n_groups x k`` of rows against ``n_groups 
   sentence's keys instead of the row's (the same keys, so the same scores);
 * the context c_t = Σ_s a_t(s) h̄_s is k ``bmm`` calls (one per hypothesis slot, over the
   groups) of the eager step's ``1 x S`` by ``S x 2H`` products on the groups' h̄ as they are
-  (:meth:`FastDecoder.context`): the same products, so c_t is bit-identical too.
+  (:meth:`GroupedStepper.context`): the same products, so c_t is bit-identical too.
 
 Hence the whole step is the eager step's arithmetic on the same rows in the same order:
 logits, weights, p_t, g_t and spans are bit-identical (tests: ``torch.equal``), and so are the
@@ -48,24 +31,19 @@ window counted from the index list handed to the score function).
 
 The grouped step covers :class:`~flexatt.attention.GlobalAttention`,
 :class:`~flexatt.attention.FlexibleAttention` (also with the SACT temperature, ``flexible_sact``)
-and :class:`~flexatt.attention.SACTAttention`, any score function, a model in eval mode. Local
-attention (``local_m``, ``local_p``) and variants registered in :mod:`flexatt.variants` are
-decoded eagerly, with one warning. Where the kernel cannot be built (no compiler), the compiled
-step is off with the one warning of :func:`flexatt.fused.extension` and the grouped step runs.
-``FLEXATT_FUSED=0`` (:func:`flexatt.fused.enabled`) turns both fast steps off, as it does the
-fused forced decoder.
+and :class:`~flexatt.attention.SACTAttention`, any score function, a model in eval mode
+(:meth:`GroupedStepper.unsupported`); :func:`flexatt.decoding.backends.select_backend` decodes
+the others eagerly.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Optional
 
 import torch
 from torch import Tensor
 
-from flexatt import search
 from flexatt.attention import (
     NEG_INF,
     AttentionCache,
@@ -78,67 +56,7 @@ from flexatt.attention import (
     masked_softmax,
 )
 from flexatt.decoders import DecoderState, full_precision
-from flexatt import fused
-from flexatt.fused import enabled
-
-_warned: set[str] = set()
-
-
-def unsupported(model) -> Optional[str]:
-    """Why ``model`` is decoded eagerly (``None``: the fast step covers it)."""
-    att = model.decoder.attention
-    if type(att) not in (GlobalAttention, FlexibleAttention, SACTAttention):
-        return f"attention {type(att).__name__} (fast: global, flexible, sact, flexible_sact)"
-    if model.training:
-        return "the model is in training mode"
-    return None
-
-
-def decoder_for(model, src: Optional[Tensor] = None, compiled: Optional[bool] = None):
-    """The object to hand to :mod:`flexatt.search` for ``model`` (and a batch ``src``):
-
-    * a :class:`KernelDecoder` (the compiled step) where :func:`flexatt.fused.unsupported`
-      allows it and the extension builds, unless ``compiled=False``;
-    * else a :class:`FastDecoder` (the grouped PyTorch step, bit-identical to the eager one)
-      where the fast step covers the model;
-    * else ``model`` itself, with one warning per reason.
-
-    ``FLEXATT_FUSED=0`` turns both fast steps off; ``compiled=True`` requires the compiled one."""
-    if not enabled():
-        if compiled:
-            raise ValueError(f"the compiled step is turned off ({fused.ENV}=0)")
-        return model
-    if compiled is not False:
-        reason = fused.unsupported(model, src if src is not None else torch.empty(0, dtype=torch.long))
-        if reason is None and (compiled or fused.extension() is not None):
-            return KernelDecoder(model)
-        if compiled:
-            raise ValueError(f"the compiled step does not support {reason}")
-    reason = unsupported(model)
-    if reason is None:
-        return FastDecoder(model)
-    if reason not in _warned:
-        _warned.add(reason)
-        warnings.warn(f"flexatt.fast_search: {reason}: greedy and beam search run the eager step",
-                      RuntimeWarning, stacklevel=3)
-    return model
-
-
-def greedy(model, src: Tensor, src_len: Tensor, max_len, tau: Optional[float] = None,
-           return_traces: bool = False, compiled: Optional[bool] = None) -> search.SearchResult:
-    """:func:`flexatt.search.greedy` with the fastest step that applies (:func:`decoder_for`)."""
-    with torch.inference_mode():
-        return search.greedy(decoder_for(model, src, compiled), src, src_len, max_len, tau,
-                             return_traces=return_traces)
-
-
-def beam_search(model, src: Tensor, src_len: Tensor, max_len, beam_size: int, tau: Optional[float] = None,
-                alpha: float = 1.0, n_best: int = 1, return_traces: bool = False,
-                compiled: Optional[bool] = None) -> search.SearchResult:
-    """:func:`flexatt.search.beam_search` with the fastest step that applies (:func:`decoder_for`)."""
-    with torch.inference_mode():
-        return search.beam_search(decoder_for(model, src, compiled), src, src_len, max_len, beam_size, tau=tau,
-                                  alpha=alpha, n_best=n_best, return_traces=return_traces)
+from flexatt.decoding.stepper import grid_candidates
 
 
 def additive_scores(q2: Tensor, keys2: Tensor, v: Tensor) -> Tensor:
@@ -189,9 +107,22 @@ class GroupedCache:
         return self._groups
 
 
-class FastDecoder:
-    """``model`` (a :class:`flexatt.model.Seq2Seq` in eval mode) with the decoding step of this
-    module: ``encode`` and ``decode_step`` as the model's, the cache a :class:`GroupedCache`."""
+class GroupedStepper:
+    """:class:`~flexatt.decoding.stepper.Stepper` of ``model`` (a :class:`flexatt.model.Seq2Seq`
+    in eval mode) with the decoding step of this module: ``encode`` and ``decode_step`` as the
+    model's, the cache a :class:`GroupedCache`."""
+
+    name = "grouped"
+
+    @staticmethod
+    def unsupported(model) -> Optional[str]:
+        """Why ``model`` is not covered (``None``: it is)."""
+        att = model.decoder.attention
+        if type(att) not in (GlobalAttention, FlexibleAttention, SACTAttention):
+            return f"attention {type(att).__name__} (grouped: global, flexible, sact, flexible_sact)"
+        if model.training:
+            return "the model is in training mode"
+        return None
 
     def __init__(self, model):
         self.model = model
@@ -221,6 +152,15 @@ class FastDecoder:
                                                                  state.attention, tau)
             h_t, c_t = dec.lstm(dec.input_gates(i_t, w), context, state.hidden, state.cell, w)
         return dec.readout(h_t, context, i_t), DecoderState(h_t, c_t, att_state), weights, stats
+
+    @staticmethod
+    def candidates(logits: Tensor, row_score: Tensor, starts: Tensor, counts: Tensor, k: int,
+                   n: int) -> tuple[Tensor, Tensor]:
+        return grid_candidates(logits, row_score, starts, counts, k, n)
+
+    def forced(self, *args) -> None:
+        """No one-call forced decoding: the search steps."""
+        return None
 
     # -- the attention on groups of k rows ---------------------------------------------------
     def attend(self, query: Tensor, feedback: Tensor, groups: AttentionCache, k: int, row_len: Tensor,
@@ -315,58 +255,3 @@ class FastDecoder:
         :meth:`flexatt.attention.Attention.window_to_full` places them."""
         index = (positions - 1).clamp(0, src_len - 1)
         return slot_weights.new_zeros(slot_weights.size(0), src_len).scatter_add(1, index, slot_weights)
-
-
-class KernelDecoder:
-    """``model`` (global or flexible attention with the concat score, float32 on the CPU, eval
-    mode: :func:`flexatt.fused.unsupported`) with the compiled step of ``csrc/fused_decode.cpp``:
-    ``decode_step`` runs the attention of every row (``attend_row``, the loop of fused forced
-    decoding, so greedy, beam and forced decoding share one implementation of the equations) and
-    the LSTM in one call, then the readout with the kernel's products; the fed-back token's terms
-    are table lookups (:func:`flexatt.fused._arrange`). Each row reads its sentence's keys and h̄
-    from the per-sentence cache (:class:`GroupedCache`: a reorder copies N longs).
-
-    The kernel rounds differently from PyTorch's operators (its own products and exponentials),
-    so scores agree with the eager step's within float32 rounding rather than bit for bit; spans
-    and windows are computed by the same float32 operations (tests: ``tests/test_compiled_search.py``)."""
-
-    def __init__(self, model):
-        self.model = model
-        self.ext = fused.extension(required=True)
-        self.w = fused._weights(model)
-
-    def encode(self, src: Tensor, src_len: Tensor) -> tuple[GroupedCache, DecoderState]:
-        """:meth:`flexatt.model.Seq2Seq.encode` with the kernel's encoder; one row per sentence."""
-        cache, state = fused._encode(self.model, self.w, src, src_len)
-        base = AttentionCache(cache.keys.contiguous(), cache.values.contiguous(), cache.mask,
-                              cache.lengths.long().contiguous())
-        return GroupedCache(base, torch.arange(src.size(0), device=src.device)), state
-
-    def decode_step(self, prev_tokens: Tensor, state: DecoderState, cache: GroupedCache,
-                    tau: Optional[float] = None) -> tuple[Tensor, DecoderState, Tensor, AttentionStats]:
-        """prev_tokens N -> logits N x V, the new state, weights N x S, stats (as the model's step)."""
-        w = self.w
-        if w["flexible"] and tau is not None and tau < 0:
-            raise ValueError(f"tau must be >= 0, got {tau}")
-        base, tokens = cache.base, prev_tokens.long().contiguous()
-        hc, cell, weights, window, lo, hi, p_t, g = self.ext.decode_step(
-            base.keys, base.values, base.lengths, cache.rows.contiguous(), state.hidden, state.cell.contiguous(),
-            state.attention.position.contiguous(), tokens, w["table"], w["w_x"], w["w_qg"], w["v_a"], w["v_g"],
-            w["b_g"], w["sigma"], math.inf if tau is None else float(tau), w["flexible"])
-        # o_t = tanh(W_o [h_t; c_t; i_t] + b_o) with the i_t share looked up; logits = W_s o_t + b_s
-        fed = w["table"].narrow(1, w["readout_at"], w["readout"]).index_select(0, tokens)
-        logits = self.ext.linear(torch.tanh(self.ext.linear(hc, w["w_ohc"], w["readout"], fed)), w["w_s"],
-                                 w["vocab"], w["b_s"])  # N x V
-        hidden = state.hidden.size(1)
-        new_state = DecoderState(hc[:, :hidden], cell,
-                                 AttentionState(p_t, hc[:, hidden:], state.attention.step + 1))
-        return logits, new_state, weights, AttentionStats(window, lo, hi, p_t, g=g if w["flexible"] else None)
-
-    def beam_candidates(self, logits: Tensor, row_score: Tensor, starts: Tensor, counts: Tensor,
-                        n: int) -> tuple[Tensor, Tensor]:
-        """The n best (row, token) candidates of each sentence, best first, scored log p of the
-        row + log_softmax(logits): ``top_score`` n_act x n and their index into the n_act x k x V
-        grid of :func:`flexatt.search.beam_search` (the kernel's ``beam_candidates``: one pass
-        over the logits, the N x V log-probabilities are not written)."""
-        return self.ext.beam_candidates(logits, row_score.float().contiguous(), starts.contiguous(),
-                                        counts.contiguous(), n)

@@ -1,13 +1,13 @@
-"""Decoding: greedy search, beam search and forced decoding (pure functions, no training state).
+"""Decoding: greedy search, beam search and forced decoding (pure functions, no training state),
+written once against :class:`~flexatt.decoding.stepper.Stepper`.
 
-All three drive the model through its step API (``model.encode`` once per batch, then
-``model.decode_step`` once per decoding step), the same code path in which the attention
-evaluates its score function, so the window statistics below come from the scoring path itself
-(``stats.window``: the positions whose score was evaluated in that row at that step). Forced
-decoding of global and flexible attention (concat score, CPU inference) takes the fused path of
-:mod:`flexatt.fused` by default: the same recurrence in one compiled call, whose window count
-is likewise the number of positions its score loop evaluated; ``fused=False`` takes the step
-API.
+Each search takes a model and a ``backend`` (``decode.backend``: ``auto``, ``kernel``,
+``grouped``, ``eager``; :func:`flexatt.decoding.backends.select_backend` picks the stepper) and
+drives the stepper (``encode`` once per batch, then ``decode_step`` once per decoding step; beam
+search takes its candidates from ``candidates``; forced decoding runs in one call where the
+stepper has ``forced``). Every backend counts the window in the code path that evaluates the
+score function, so the window statistics below come from the scoring path itself
+(``stats.window``: the positions whose score was evaluated in that row at that step).
 
 The window metric (docs/method.md, Window)
 -----------------------------------------
@@ -50,6 +50,8 @@ from torch import Tensor
 
 from flexatt.attention import AttentionStats
 from flexatt.data.subwords import BOS_ID, EOS_ID, PAD_ID
+from flexatt.decoding.backends import select_backend
+from flexatt.decoding.stepper import Stepper
 
 NEG_INF = float("-inf")
 
@@ -108,6 +110,7 @@ class SearchResult:
     nbest_lengths: Optional[Tensor] = None  # batch x n_best
     attention: Optional[Tensor] = None  # batch x T x S   forced decoding: a_t (zeros past the end)
     traces: Optional[list[Trace]] = None  # per sentence, of the best hypothesis (``return_traces``)
+    backend: str = "eager"  # the backend that decoded it (``decode.backend``)
 
     @property
     def mean_window(self) -> float:
@@ -170,13 +173,19 @@ def _limits(max_len: Tensor | int, batch: int, device: torch.device) -> Tensor:
 # --------------------------------------------------------------------------------------
 # Greedy search
 # --------------------------------------------------------------------------------------
-@torch.no_grad()
+def _stepper(model, backend: str | Stepper) -> Stepper:
+    """The stepper of ``model`` for ``backend`` (a name, or a stepper already selected)."""
+    return select_backend(model, backend) if isinstance(backend, str) else backend
+
+
+@torch.inference_mode()
 def greedy(model, src: Tensor, src_len: Tensor, max_len: Tensor | int, tau: float | None = None,
-           return_traces: bool = False) -> SearchResult:
+           return_traces: bool = False, backend: str | Stepper = "auto") -> SearchResult:
     """Greedy decoding of a batch.
 
     Args:
         model: a :class:`flexatt.model.Seq2Seq` (in eval mode).
+        backend: ``decode.backend`` (or a :class:`~flexatt.decoding.stepper.Stepper`).
         src: batch x S ids, src_len: batch.
         max_len: the most steps per sentence (an int, or a batch tensor).
         tau: flexible attention's threshold (``None``: score every position).
@@ -188,9 +197,10 @@ def greedy(model, src: Tensor, src_len: Tensor, max_len: Tensor | int, tau: floa
 
     Finished sentences leave the batch, so their steps are neither computed nor counted.
     """
+    stepper = _stepper(model, backend)
     batch, device = src.size(0), src.device
     limit = _limits(max_len, batch, device)
-    cache, state = model.encode(src, src_len)
+    cache, state = stepper.encode(src, src_len)
     t_max = int(limit.max()) if batch else 0
     tokens = torch.full((batch, t_max), PAD_ID, dtype=torch.long, device=device)
     window_sum = torch.zeros(batch, dtype=torch.long, device=device)
@@ -202,7 +212,7 @@ def greedy(model, src: Tensor, src_len: Tensor, max_len: Tensor | int, tau: floa
     active = torch.arange(batch, device=device)
     prev = torch.full((batch,), BOS_ID, dtype=torch.long, device=device)
     for t in range(t_max):
-        logits, state, weights, stats = model.decode_step(prev, state, cache, tau)
+        logits, state, weights, stats = stepper.decode_step(prev, state, cache, tau)
         prev = logits.argmax(-1)
         log_probs[active] += torch.log_softmax(logits.float(), -1).gather(1, prev.unsqueeze(1)).squeeze(1)
         window_sum[active] += stats.window.to(window_sum.dtype)
@@ -226,13 +236,13 @@ def greedy(model, src: Tensor, src_len: Tensor, max_len: Tensor | int, tau: floa
         traces = buffer.traces(list(range(batch)), steps.tolist(), src_len.tolist(), out_tokens)
     lp = log_probs.unsqueeze(1)
     return SearchResult(tokens, window_sum, steps, lengths=lengths, scores=lp, log_probs=lp,
-                        traces=traces)
+                        traces=traces, backend=stepper.name)
 
 
 # --------------------------------------------------------------------------------------
 # Beam search
 # --------------------------------------------------------------------------------------
-@torch.no_grad()
+@torch.inference_mode()
 def beam_search(
     model,
     src: Tensor,
@@ -243,6 +253,7 @@ def beam_search(
     alpha: float = 1.0,
     n_best: int = 1,
     return_traces: bool = False,
+    backend: str | Stepper = "auto",
 ) -> SearchResult:
     """Beam search over a batch, batched over sentences and hypotheses (one ``N x ...`` tensor
     of live rows, N <= batch * beam_size, rows grouped by sentence).
@@ -257,6 +268,7 @@ def beam_search(
             len = the hypothesis' decoding steps (its tokens, EOS included); 0 = no normalisation.
         n_best: how many finished hypotheses to return per sentence (<= beam_size).
         return_traces: also return a :class:`Trace` of each sentence's best hypothesis.
+        backend: ``decode.backend`` (or a :class:`~flexatt.decoding.stepper.Stepper`).
 
     Algorithm (per step t = 1, 2, ...; all sentences at once):
 
@@ -265,10 +277,9 @@ def beam_search(
        the window statistics of those rows are added to their sentences.
     2. Candidate score = hypothesis log p + log_softmax(logits): N x V, scattered into a
        ``n_active x k x V`` grid (-inf where a sentence has fewer than k live rows); the top
-       2k candidates per sentence over (k x V) are taken, best first. A decoder with a method
-       ``beam_candidates(logits, row_score, starts, counts, n)`` returning the same two
-       ``n_active x n`` tensors (scores, grid indices) makes that selection itself
-       (:class:`flexatt.fast_search.KernelDecoder`: in one pass over the logits).
+       2k candidates per sentence over (k x V) are taken, best first (the stepper's
+       ``candidates``: :func:`~flexatt.decoding.stepper.grid_candidates`, or the kernel's in
+       one pass over the logits).
     3. Candidates ranked < k that end in EOS — or, at the sentence's last step t = max_len, all
        candidates ranked < k — are *finished*, scored with log p / t**alpha, and merged into the
        sentence's table of its n_best best finished hypotheses. The first k candidates not
@@ -296,11 +307,12 @@ def beam_search(
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     if not 1 <= n_best <= k:
         raise ValueError(f"n_best must be in [1, beam_size={k}], got {n_best}")
+    stepper = _stepper(model, backend)
     batch, device = src.size(0), src.device
     limit = _limits(max_len, batch, device)
     if batch and int(limit.min()) < 1:
         raise ValueError("max_len must be >= 1")
-    full_cache, state = model.encode(src, src_len)
+    full_cache, state = stepper.encode(src, src_len)
     cache, cache_rows = full_cache, torch.arange(batch, device=device)
 
     # live rows, grouped by sentence (ascending original sentence index)
@@ -323,11 +335,10 @@ def beam_search(
     hist_parent: list[Optional[Tensor]] = []  # per step: N_t rows of the previous step
     hist_trace: list[tuple[Tensor, AttentionStats]] = []  # per step: weights N_t x S, stats
 
-    select = getattr(model, "beam_candidates", None)  # a decoder's own (compiled) selection
     t = 0
     while row_sent.numel() > 0:
         t += 1
-        logits, state, weights, stats = model.decode_step(prev, state, cache, tau)
+        logits, state, weights, stats = stepper.decode_step(prev, state, cache, tau)
         window_sum.index_add_(0, row_sent, stats.window.to(window_sum.dtype))
         steps.index_add_(0, row_sent, torch.ones_like(row_sent))
         hist_tok.append(prev)
@@ -336,23 +347,11 @@ def beam_search(
             hist_trace.append((weights, stats))
 
         # -- candidates: top 2k over (k x V) per sentence ---------------------------------
-        n_rows, vocab = logits.shape
+        vocab = logits.size(1)
         sent_ids, counts = torch.unique_consecutive(row_sent, return_counts=True)  # n_act
-        n_act = sent_ids.numel()
         starts = counts.cumsum(0) - counts  # n_act: first row of each sentence
         n_cand = min(2 * k, k * vocab)
-        if select is not None:
-            top_score, top_idx = select(logits, row_score, starts, counts, n_cand)
-        else:
-            cand = torch.log_softmax(logits.float(), dim=-1).add_(row_score.unsqueeze(1))  # N x V
-            if n_rows == n_act * k:  # every sentence has k live rows: no scatter needed
-                grid = cand
-            else:  # scatter into n_act x k x V, -inf at the missing rows
-                act_of_row = torch.repeat_interleave(torch.arange(n_act, device=device), counts)  # N
-                slot_of_row = torch.arange(n_rows, device=device) - starts[act_of_row]  # N (< k)
-                grid = cand.new_full((n_act, k, vocab), NEG_INF)
-                grid[act_of_row, slot_of_row] = cand
-            top_score, top_idx = grid.view(n_act, k * vocab).topk(n_cand, dim=1)  # best first
+        top_score, top_idx = stepper.candidates(logits, row_score, starts, counts, k, n_cand)
         tok = top_idx % vocab  # n_act x n_cand
         par_row = starts.unsqueeze(1) + torch.div(top_idx, vocab, rounding_mode="floor")
         finite = top_score > NEG_INF
@@ -440,13 +439,14 @@ def beam_search(
         nbest=nbest,
         nbest_lengths=nbest_lengths,
         traces=traces,
+        backend=stepper.name,
     )
 
 
 # --------------------------------------------------------------------------------------
 # Forced decoding
 # --------------------------------------------------------------------------------------
-@torch.no_grad()
+@torch.inference_mode()
 def forced_decode(
     model,
     src: Tensor,
@@ -456,17 +456,14 @@ def forced_decode(
     tau: float | None = None,
     tgt_len: Optional[Tensor] = None,
     return_traces: bool = False,
-    fused: Optional[bool] = None,
+    backend: str | Stepper = "auto",
 ) -> SearchResult:
     """Feed the reference through the decoder one token at a time, at threshold ``tau``.
 
-    Two implementations of the same recurrence: the eager one calls ``decode_step`` once per
-    step (the decoding code path of greedy and beam search, not the teacher-forced
-    ``forward``); the fused one (:mod:`flexatt.fused`) runs the recurrence in one compiled call
-    and the readout once over all steps. ``fused=None`` (default) takes the fused one where it
-    applies (global or flexible attention with the concat score, float32 inference on the CPU;
-    ``FLEXATT_FUSED=0`` turns it off), ``True`` requires it, ``False`` forces the eager one. Both
-    count the window in the loop that computes the scores, and the tests hold them equal.
+    The stepper's ``decode_step`` runs once per step (the decoding code path of greedy and beam
+    search, not the teacher-forced ``forward``), unless it has a one-call ``forced`` (the kernel:
+    the recurrence in one compiled call and the readout once over all steps). Both count the
+    window in the loop that computes the scores, and the tests hold them equal.
 
     Args:
         src: batch x S ids, src_len: batch.
@@ -474,6 +471,7 @@ def forced_decode(
         tgt_out: batch x T, y_1 .. y_T (EOS last), PAD after.
         tgt_len: batch, the steps per sentence; default: the non-PAD tokens of ``tgt_out``.
         return_traces: also return a :class:`Trace` per sentence.
+        backend: ``decode.backend`` (or a :class:`~flexatt.decoding.stepper.Stepper`).
 
     Returns a :class:`SearchResult`: ``tokens`` = the reference (EOS -> PAD), ``lengths``,
     ``log_probs`` = ``scores`` batch x 1 (log p(reference | source), EOS included),
@@ -483,16 +481,11 @@ def forced_decode(
     batch, device = tgt_out.shape[0], src.device
     lengths = (tgt_out != PAD_ID).sum(1) if tgt_len is None else tgt_len.to(device).long()
     t_max = tgt_out.size(1)
-    if fused is not False and batch:
-        from flexatt import fused as fused_path
-
-        reason = fused_path.unsupported(model, src)
-        if fused and reason is not None:
-            raise ValueError(f"forced_decode(fused=True): the fused path does not support {reason}")
-        if reason is None and (fused or (fused_path.enabled() and fused_path.extension() is not None)):
-            out = fused_path.forced_decode(model, src, src_len, tgt_in, tgt_out, lengths, tau)
-            return _forced_result(out, tgt_out, lengths, src_len, return_traces)
-    cache, state = model.encode(src, src_len)
+    stepper = _stepper(model, backend)
+    out = stepper.forced(src, src_len, tgt_in, tgt_out, lengths, tau) if batch else None
+    if out is not None:
+        return _forced_result(out, tgt_out, lengths, src_len, return_traces, stepper.name)
+    cache, state = stepper.encode(src, src_len)
     window_sum = torch.zeros(batch, dtype=torch.long, device=device)
     steps = torch.zeros(batch, dtype=torch.long, device=device)
     log_probs = torch.zeros(batch, device=device)
@@ -502,7 +495,7 @@ def forced_decode(
     if active.numel() < batch:
         state, cache = state.index_select(active), cache.index_select(active)
     for t in range(int(lengths.max()) if batch else 0):
-        logits, state, weights, stats = model.decode_step(tgt_in[active, t], state, cache, tau)
+        logits, state, weights, stats = stepper.decode_step(tgt_in[active, t], state, cache, tau)
         gold = tgt_out[active, t].unsqueeze(1)
         log_probs[active] += torch.log_softmax(logits.float(), -1).gather(1, gold).squeeze(1)
         window_sum[active] += stats.window.to(window_sum.dtype)
@@ -531,6 +524,7 @@ def forced_decode(
         log_probs=lp,
         attention=attention,
         traces=traces,
+        backend=stepper.name,
     )
 
 
@@ -543,12 +537,12 @@ def _reference(tgt_out: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def _forced_result(out: dict, tgt_out: Tensor, lengths: Tensor, src_len: Tensor,
-                   return_traces: bool) -> SearchResult:
-    """:class:`SearchResult` of :func:`forced_decode` from the fused path's outputs."""
+                   return_traces: bool, backend: str) -> SearchResult:
+    """:class:`SearchResult` of :func:`forced_decode` from a stepper's one-call ``forced``."""
     batch, t_max = tgt_out.shape
     ref, out_lengths = _reference(tgt_out, lengths)
     attention = out["attention"]
-    if attention.size(1) < t_max:  # the fused path stops at the longest reference
+    if attention.size(1) < t_max:  # the one-call path stops at the longest reference
         attention = torch.cat([attention, attention.new_zeros(batch, t_max - attention.size(1),
                                                               attention.size(2))], 1)
     traces = None
@@ -565,4 +559,5 @@ def _forced_result(out: dict, tgt_out: Tensor, lengths: Tensor, src_len: Tensor,
         log_probs=lp,
         attention=attention,
         traces=traces,
+        backend=backend,
     )

@@ -1,7 +1,7 @@
-"""Fused forced decoding: the recurrence of :func:`flexatt.search.forced_decode` in one
-compiled call per batch (``csrc/fused_decode.cpp``), for inference on a CPU. The same kernel
-holds the compiled step of greedy and beam search (``decode_step``, ``beam_candidates``:
-:class:`flexatt.fast_search.KernelDecoder`); both run one row's attention with ``attend_row``.
+"""The kernel backend: the decoding recurrence compiled (``csrc/fused_decode.cpp``), for inference
+on a CPU. :class:`KernelStepper` runs forced decoding of a whole batch in one call
+(:meth:`KernelStepper.forced`) and the step of greedy and beam search (``decode_step``,
+``beam_candidates``); all of them run one row's attention with the kernel's ``attend_row``.
 
 Forced decoding feeds the reference back, so nothing of step t+1 waits for the readout of step
 t: the recurrence (attention + LSTM) runs in C++ without a Python round trip per step, and the
@@ -26,19 +26,21 @@ h̄_s, from a per-sentence projection summed over the span — work that shrinks
 Global attention runs through the very same code with the span [1, S_i] and no penalty, so the
 two are compared on equal terms.
 
-Supported: :class:`~flexatt.attention.GlobalAttention` and plain
-:class:`~flexatt.attention.FlexibleAttention` (2017 eq. 8 or 2016 eq. 7 strength) with the
+Supported (:meth:`KernelStepper.unsupported`): :class:`~flexatt.attention.GlobalAttention` and
+plain :class:`~flexatt.attention.FlexibleAttention` (2017 eq. 8 or 2016 eq. 7 strength) with the
 concat score, no fixed temperature, the recurrent encoder, float32 parameters on the CPU, the
-model in eval mode and no autocast. Anything else is decoded by the eager path, which stays the
-reference: ``tests/test_fused.py`` checks that both give the same log-probabilities (within
-float32 rounding), attention, spans (bit for bit), p_t, g_t and window counts.
+model in eval mode and no autocast — and only while the reference modules it restates are the
+ones it was written against (:data:`REFERENCE_DIGESTS`, :mod:`flexatt.decoding.reference`): a
+model whose penalty, score, LSTM or readout was edited is decoded by another backend. The eager
+backend stays the reference: ``tests/test_fused.py`` and ``tests/test_decoding_contract.py``
+check that both give the same log-probabilities (within float32 rounding), attention, spans
+(bit for bit), p_t, g_t, window counts and hypotheses.
 
 The extension is compiled on first use with the C++ compiler ``torch.utils.cpp_extension``
-finds (``g++``; about 30 seconds on two cores) for the SIMD level PyTorch itself dispatches to
+finds (``g++``) for the SIMD level PyTorch itself dispatches to
 on this CPU, and cached under ``$FLEXATT_EXT_DIR`` (default ``~/.cache/flexatt/ext``) by a hash
 of the sources, the torch version and that level; a later process loads it in well under a
-second. ``FLEXATT_FUSED=0`` turns the fused path off (every forced decoding then runs eagerly);
-without a compiler it is off with one warning.
+second. Without a compiler the backend is off, with one warning.
 """
 
 from __future__ import annotations
@@ -58,12 +60,29 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from flexatt.attention import ConcatScore, FlexibleAttention, GlobalAttention
+from flexatt.attention import AttentionCache, AttentionState, AttentionStats, ConcatScore, FlexibleAttention, \
+    GlobalAttention
+from flexatt.decoders import DecoderState
+from flexatt.decoding import reference
 from flexatt.encoders import RecurrentEncoder
 
-ENV = "FLEXATT_FUSED"
 EXT_DIR_ENV = "FLEXATT_EXT_DIR"
-SOURCE = Path(__file__).with_name("csrc") / "fused_decode.cpp"
+SOURCE = Path(__file__).resolve().parent.parent / "csrc" / "fused_decode.cpp"
+
+#: the digests of the reference members the kernel restates (:data:`flexatt.decoding.reference.
+#: KERNEL_REFERENCE`) as they were when it was last brought in line with them; print the
+#: current ones with :func:`flexatt.decoding.reference.main`
+REFERENCE_DIGESTS: dict[str, str] = {
+    "flexatt.attention:masked_softmax": "1eb1fe05807e",
+    "flexatt.attention:ConcatScore": "4e8a270decb3",
+    "flexatt.attention:_AdditiveScore": "ac30fbee76d9",
+    "flexatt.attention:Attention": "20b543fc2a4d",
+    "flexatt.attention:GlobalAttention": "b358f17d4fc1",
+    "flexatt.attention:FlexibleAttention": "b89f6b982057",
+    "flexatt.encoders:RecurrentEncoder": "6b3940383780",
+    "flexatt.decoders:RecurrentDecoder": "705c96133f8f",
+    "flexatt.model:Seq2Seq": "b6869add5f2b",
+}
 #: batches of up to this many rows (per-sentence decoding) take the context's share of the LSTM
 #: gates as a sum over the span of a per-sentence projection (see the module doc)
 SMALL_BATCH = 4
@@ -76,11 +95,6 @@ _SIMD_FLAGS = {
     "AVX2": ["-mavx2", "-mfma", "-mf16c", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"],
 }
 _state: dict[str, object] = {}
-
-
-def enabled() -> bool:
-    """False when ``FLEXATT_FUSED=0`` (or ``false``/``off``)."""
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
 def _build_key(level: str) -> str:
@@ -128,7 +142,7 @@ def _exclusive_build(build_dir: Path) -> Iterator[None]:
         try:
             stale = build_dir / "lock"
             if stale.exists():
-                warnings.warn(f"flexatt.fused: removing {stale}, left by a build that was "
+                warnings.warn(f"flexatt.decoding.kernel: removing {stale}, left by a build that was "
                               "interrupted", RuntimeWarning, stacklevel=3)
                 stale.unlink(missing_ok=True)
             yield
@@ -163,35 +177,34 @@ def extension(required: bool = False) -> Optional[ModuleType]:
             _state["error"] = None
         except Exception as exc:  # no compiler, no ninja, a failed build: fall back to eager
             _state["ext"], _state["error"] = None, exc
-            warnings.warn(f"flexatt.fused: the fused forced decoder could not be built ({exc}); "
-                          f"forced decoding runs eagerly (set {ENV}=0 to silence this)", RuntimeWarning,
-                          stacklevel=2)
+            warnings.warn(f"flexatt.decoding.kernel: the kernel could not be built ({exc}); decoding "
+                          "runs on the grouped or eager backend (set decode.backend to one of them to "
+                          "silence this)", RuntimeWarning, stacklevel=2)
     if _state["ext"] is None and required:
-        raise RuntimeError(f"flexatt.fused: the fused forced decoder could not be built: {_state['error']}")
+        raise RuntimeError(f"flexatt.decoding.kernel: the kernel could not be built: {_state['error']}")
     return _state["ext"]  # type: ignore[return-value]
 
 
-def unsupported(model, src: Tensor) -> Optional[str]:
-    """Why ``model`` cannot be decoded by the fused path (``None`` if it can)."""
+def unsupported(model) -> Optional[str]:
+    """Why ``model`` cannot be decoded by the kernel (``None`` if it can)."""
     att = model.decoder.attention
     if type(model.encoder) is not RecurrentEncoder:
-        return f"encoder {type(model.encoder).__name__} (fused: RecurrentEncoder)"
+        return f"encoder {type(model.encoder).__name__} (kernel: RecurrentEncoder)"
     if type(att) not in (GlobalAttention, FlexibleAttention):
-        return f"attention {type(att).__name__} (fused: GlobalAttention, FlexibleAttention)"
+        return f"attention {type(att).__name__} (kernel: GlobalAttention, FlexibleAttention)"
     if isinstance(att, FlexibleAttention) and att.sact:
         return "flexible attention with a SACT temperature"
     if type(att.scorer) is not ConcatScore:
-        return f"score {type(att.scorer).__name__} (fused: ConcatScore)"
+        return f"score {type(att.scorer).__name__} (kernel: ConcatScore)"
     if att.temperature is not None:
         return "a fixed softmax temperature"
     if model.training:
         return "the model is in training mode"
     if torch.is_autocast_enabled("cpu"):
         return "autocast is on"
-    if src.device.type != "cpu" or not all(p.device.type == "cpu" and p.dtype == torch.float32
-                                          for p in model.parameters()):
+    if not all(p.device.type == "cpu" and p.dtype == torch.float32 for p in model.parameters()):
         return "not float32 on the CPU"
-    return None
+    return reference.stale(REFERENCE_DIGESTS)
 
 
 def _weights(model) -> dict:
@@ -271,7 +284,7 @@ def _encode(model, w: dict, src: Tensor, src_len: Tensor):
 
 
 class PhaseTimer:
-    """``with PhaseTimer() as timer:`` makes every fused forced decoding inside the block time
+    """``with PhaseTimer() as timer:`` makes every forced decoding by the kernel inside the block time
     its phases (in the kernel, with a steady clock at each phase boundary): ``timer.attention_s``
     (the query products, g_t, the span, scores, softmax, c_t, p_t) and ``timer.lstm_s``."""
 
@@ -289,11 +302,11 @@ class PhaseTimer:
 
 def forced_decode(model, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: Tensor,
                   lengths: Tensor, tau: Optional[float]) -> dict:
-    """Forced decoding of a batch with the fused kernel: ``lengths`` (batch, long) forced steps
+    """Forced decoding of a batch with the kernel: ``lengths`` (batch, long) forced steps
     per sentence. Returns ``log_probs`` batch (log p(reference | source) over those steps),
     ``attention`` batch x T x S and per step (batch x T): ``window``, ``span_lo``, ``span_hi``,
     ``position`` (p_t) and ``g`` (``None`` for global), zeros past each sentence's end.
-    The caller (:func:`flexatt.search.forced_decode`) checks :func:`unsupported` first."""
+    The caller (:meth:`KernelStepper.forced`) is selected only where :func:`unsupported` allows."""
     ext = extension(required=True)
     w = _weights(model)
     flexible = w["flexible"]
@@ -328,3 +341,66 @@ def forced_decode(model, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: 
     log_probs = token_lp.new_zeros(src.size(0)).index_add_(0, rows_b, token_lp)
     return {"log_probs": log_probs, "attention": attention, "window": window, "span_lo": span_lo,
             "span_hi": span_hi, "position": position, "g": g if flexible else None}
+
+
+class KernelStepper:
+    """:class:`~flexatt.decoding.stepper.Stepper` of ``model`` (:func:`unsupported` allows it) with
+    the compiled step: ``decode_step`` runs the attention of every row (``attend_row``, the loop
+    of :meth:`forced` too, so greedy, beam and forced decoding share one implementation of the
+    equations) and the LSTM in one call, then the readout with the kernel's products; the
+    fed-back token's terms are table lookups (:func:`_arrange`). Each row reads its sentence's
+    keys and h̄ from the per-sentence cache (:class:`~flexatt.decoding.grouped.GroupedCache`:
+    a reorder copies N longs).
+
+    The kernel rounds differently from PyTorch's operators (its own products and exponentials),
+    so scores agree with the eager step's within float32 rounding rather than bit for bit; spans
+    and windows are computed by the same float32 operations (``tests/test_decoding_contract.py``)."""
+
+    name = "kernel"
+    unsupported = staticmethod(unsupported)
+
+    def __init__(self, model):
+        self.model = model
+        self.ext = extension(required=True)
+        self.w = _weights(model)
+
+    def encode(self, src: Tensor, src_len: Tensor):
+        """:meth:`flexatt.model.Seq2Seq.encode` with the kernel's encoder; one row per sentence."""
+        from flexatt.decoding.grouped import GroupedCache
+
+        cache, state = _encode(self.model, self.w, src, src_len)
+        base = AttentionCache(cache.keys.contiguous(), cache.values.contiguous(), cache.mask,
+                              cache.lengths.long().contiguous())
+        return GroupedCache(base, torch.arange(src.size(0), device=src.device)), state
+
+    def decode_step(self, prev_tokens: Tensor, state: DecoderState, cache,
+                    tau: Optional[float] = None) -> tuple[Tensor, DecoderState, Tensor, AttentionStats]:
+        """prev_tokens N -> logits N x V, the new state, weights N x S, stats (as the model's step)."""
+        w = self.w
+        if w["flexible"] and tau is not None and tau < 0:
+            raise ValueError(f"tau must be >= 0, got {tau}")
+        base, tokens = cache.base, prev_tokens.long().contiguous()
+        hc, cell, weights, window, lo, hi, p_t, g = self.ext.decode_step(
+            base.keys, base.values, base.lengths, cache.rows.contiguous(), state.hidden, state.cell.contiguous(),
+            state.attention.position.contiguous(), tokens, w["table"], w["w_x"], w["w_qg"], w["v_a"], w["v_g"],
+            w["b_g"], w["sigma"], math.inf if tau is None else float(tau), w["flexible"])
+        # o_t = tanh(W_o [h_t; c_t; i_t] + b_o) with the i_t share looked up; logits = W_s o_t + b_s
+        fed = w["table"].narrow(1, w["readout_at"], w["readout"]).index_select(0, tokens)
+        logits = self.ext.linear(torch.tanh(self.ext.linear(hc, w["w_ohc"], w["readout"], fed)), w["w_s"],
+                                 w["vocab"], w["b_s"])  # N x V
+        hidden = state.hidden.size(1)
+        new_state = DecoderState(hc[:, :hidden], cell,
+                                 AttentionState(p_t, hc[:, hidden:], state.attention.step + 1))
+        return logits, new_state, weights, AttentionStats(window, lo, hi, p_t, g=g if w["flexible"] else None)
+
+    def candidates(self, logits: Tensor, row_score: Tensor, starts: Tensor, counts: Tensor, k: int,
+                   n: int) -> tuple[Tensor, Tensor]:
+        """The kernel's ``beam_candidates``: the log-softmax and the top ``n`` of each sentence in
+        one pass over the logits (the N x V log-probabilities are not written)."""
+        return self.ext.beam_candidates(logits, row_score.float().contiguous(), starts.contiguous(),
+                                        counts.contiguous(), n)
+
+    def forced(self, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: Tensor, lengths: Tensor,
+               tau: Optional[float]) -> dict:
+        """The whole forced recurrence in one call (:func:`forced_decode`)."""
+        return forced_decode(self.model, src, src_len, tgt_in, tgt_out, lengths, tau)

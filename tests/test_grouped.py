@@ -1,26 +1,22 @@
-"""The grouped search step (flexatt.fast_search.FastDecoder, ``compiled=False``) against the eager
-reference (flexatt.search with the model's own decode_step): the same arithmetic on the same rows, so everything is compared bit for
-bit (hypotheses, n-best lists, scores, windows, steps, attention, p_t, g_t, spans) for every
-variant the fast step covers; the variants it does not cover fall back to the eager step with
-one warning.
+"""What is particular to the grouped backend (flexatt.decoding.grouped): one step on any row
+layout equals the model's step bit for bit, the cache's reorders compose without copying, the
+doubled concat score is the scorer's, the score function sees exactly the reported window, and
+the stages' entry point gives the eager translation. The searches against the eager backend are
+the contract suite's (tests/test_decoding_contract.py).
 
-The models are the half-trained copy models of tests/test_search.py (vocabulary 12, so beams of
-20 see several hypotheses end at every step) and a larger random one with padded batches."""
+The models are the half-trained copy models of tests/test_search.py."""
 
 from __future__ import annotations
 
-import math
-import warnings
 
 import pytest
 import torch
 
-from flexatt import fast_search
+from flexatt.decoding import grouped
 from flexatt.attention import AttentionCache
 from flexatt.data.subwords import BOS_ID, PAD_ID
-from flexatt.model import build_model
-from flexatt.search import beam_search, greedy
-from test_search import LENGTHS, ScoreCounter, hyps, sources, tiny_model
+from flexatt.decoding import beam_search, greedy
+from test_search import ScoreCounter, hyps, sources, tiny_model
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -31,11 +27,6 @@ def fast_path_on(monkeypatch):
     decoding tests once with ``FLEXATT_FUSED=0``)."""
     monkeypatch.delenv("FLEXATT_FUSED", raising=False)
 
-# (attention, tau) the fast step covers: tau only matters for the flexible variants
-COVERED = [("global", None), ("flexible", None), ("flexible", math.inf), ("flexible", 0.3),
-           ("flexible", 0.8), ("flexible", 2.0), ("flexible_sact", 0.8), ("flexible_sact", None),
-           ("sact", None)]
-BATCHES = {"one": [7], "padded": LENGTHS * 2, "two": [9, 2]}
 
 
 def assert_same_search(eager, fast, nbest=False):
@@ -64,52 +55,6 @@ def assert_same_traces(eager, fast):
                 assert torch.equal(b, a)
 
 
-@pytest.mark.parametrize("attention,tau", COVERED)
-@pytest.mark.parametrize("batch", list(BATCHES))
-@pytest.mark.parametrize("k", [1, 5, 20])
-def test_beam_search_equals_the_eager_search(attention, tau, batch, k):
-    model = tiny_model(attention, seed=1)
-    src, src_len = sources(BATCHES[batch], seed=5)
-    limit = src_len * 2 + 1
-    n_best = min(k, 3)
-    eager = beam_search(model, src, src_len, limit, k, tau=tau, n_best=n_best, return_traces=True)
-    fast = fast_search.beam_search(model, src, src_len, limit, k, tau=tau, n_best=n_best, return_traces=True,
-                                   compiled=False)
-    assert_same_search(eager, fast, nbest=True)
-    assert_same_traces(eager, fast)
-
-
-@pytest.mark.parametrize("attention,tau", COVERED)
-@pytest.mark.parametrize("batch", list(BATCHES))
-def test_greedy_equals_the_eager_search(attention, tau, batch):
-    model = tiny_model(attention, seed=2)
-    src, src_len = sources(BATCHES[batch], seed=6)
-    eager = greedy(model, src, src_len, 12, tau, return_traces=True)
-    fast = fast_search.greedy(model, src, src_len, 12, tau, return_traces=True, compiled=False)
-    assert_same_search(eager, fast)
-    assert_same_traces(eager, fast)
-    assert fast.tokens.shape == eager.tokens.shape
-
-
-@pytest.mark.parametrize("attention,tau", [("global", None), ("flexible", 0.5), ("flexible", None)])
-@pytest.mark.parametrize("threads", [1, 2])
-def test_a_larger_model_with_padding(attention, tau, threads):
-    """A random model of 300 words with real sizes (scores in long float32 sums) and a padded
-    batch of 12 sentences, beam 5, on one and two threads: the search of the fast step is the
-    eager one."""
-    torch.set_num_threads(threads)  # the single_thread fixture restores the count
-    torch.manual_seed(3)
-    sizes = dict(emb_size=32, hidden_size=48, att_size=40, readout_size=36, dropout=0.0)
-    model = build_model({**sizes, "attention": attention}, 300, 300, PAD_ID).eval()
-    with torch.no_grad():  # peaked outputs, so that the search is not a sea of near-ties
-        model.decoder.W_s.weight.mul_(8.0)
-    src, src_len = sources([14, 3, 9, 20, 11, 6, 17, 8, 2, 13, 5, 19], seed=7, vocab=300)
-    limit = src_len * 2 + 3
-    eager = beam_search(model, src, src_len, limit, 5, tau=tau)
-    fast = fast_search.beam_search(model, src, src_len, limit, 5, tau=tau, compiled=False)
-    assert_same_search(eager, fast)
-
-
 @pytest.mark.parametrize("attention,tau", [("flexible", 0.5), ("flexible_sact", 0.3), ("flexible", 2.0)])
 def test_the_score_function_sees_exactly_the_reported_window(attention, tau):
     """Windowed scoring, as for the eager step (tests/test_search.py): the key rows handed to the
@@ -118,10 +63,10 @@ def test_the_score_function_sees_exactly_the_reported_window(attention, tau):
     model = tiny_model(attention, seed=2)
     src, src_len = sources()
     counter = ScoreCounter(model.decoder.attention.scorer)
-    result = fast_search.beam_search(model, src, src_len, 10, 5, tau=tau, compiled=False)
+    result = beam_search(model, src, src_len, 10, 5, tau=tau, backend="grouped")
     assert counter.rows == int(result.window_sum.sum()) > 0
     counter.rows = 0
-    g = fast_search.greedy(model, src, src_len, 10, tau, compiled=False)
+    g = greedy(model, src, src_len, 10, tau, backend="grouped")
     assert counter.rows == int(g.window_sum.sum())
 
 
@@ -132,7 +77,7 @@ def test_one_step_on_any_row_layout_equals_the_models_step(attention, tau, rows)
     eager attention on the per-row cache) against the model's step on the gathered cache."""
     model = tiny_model(attention, seed=4)
     src, src_len = sources([7, 3, 9], seed=8)
-    fast = fast_search.FastDecoder(model)
+    fast = grouped.GroupedStepper(model)
     with torch.no_grad():
         cache, state = fast.encode(src, src_len)
         ref_cache, ref_state = model.encode(src, src_len)
@@ -149,7 +94,7 @@ def test_one_step_on_any_row_layout_equals_the_models_step(attention, tau, rows)
                 assert a is None or torch.equal(a, b)
             state, ref_state = out[1], ref[1]
             index = torch.arange(len(rows))
-            cache = fast_search.GroupedCache(cache.base, cache.rows.index_select(0, torch.tensor(rows)))
+            cache = grouped.GroupedCache(cache.base, cache.rows.index_select(0, torch.tensor(rows)))
             ref_cache = ref_cache.index_select(torch.tensor(rows))
             rows = list(range(len(rows)))
             prev = out[0].argmax(-1)
@@ -158,7 +103,7 @@ def test_one_step_on_any_row_layout_equals_the_models_step(attention, tau, rows)
 def test_grouped_cache_reorders_compose_without_copying():
     base = AttentionCache(torch.randn(3, 4, 2), torch.randn(3, 4, 6), torch.ones(3, 4, dtype=torch.bool),
                           torch.tensor([4, 4, 4]))
-    cache = fast_search.GroupedCache(base, torch.arange(3))
+    cache = grouped.GroupedCache(base, torch.arange(3))
     expanded = cache.index_select(torch.tensor([0, 0, 1, 1, 2, 2]))
     assert expanded.base is base
     k, groups, row_len, keys2 = expanded.groups()
@@ -178,57 +123,21 @@ def test_the_doubled_concat_score_is_bit_identical_to_the_scorer(shape):
     q, keys = torch.randn(n, k, 1, d) * 3, torch.randn(n, 1, s, d) * 3
     with torch.no_grad():
         ref = scorer(q, keys, torch.arange(s).unsqueeze(0))
-        fast = fast_search.additive_scores(q.mul(2.0), keys.mul(2.0), scorer.v_a.weight.view(-1))
+        fast = grouped.additive_scores(q.mul(2.0), keys.mul(2.0), scorer.v_a.weight.view(-1))
     assert torch.equal(fast, ref)
-
-
-@pytest.mark.parametrize("attention", ["local_m", "local_p"])
-def test_other_variants_fall_back_to_the_eager_step_with_one_warning(attention, monkeypatch):
-    monkeypatch.setattr(fast_search, "_warned", set())
-    model = tiny_model(attention, seed=1)
-    src, src_len = sources()
-    with pytest.warns(RuntimeWarning, match="eager step"):
-        fast = fast_search.beam_search(model, src, src_len, 10, 5)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # once only
-        fast_search.greedy(model, src, src_len, 10)
-    assert_same_search(beam_search(model, src, src_len, 10, 5), fast)
-    assert fast_search.decoder_for(model) is model
-
-
-def test_training_mode_and_the_environment_switch_turn_it_off(monkeypatch):
-    model = tiny_model("flexible", seed=1)
-    assert isinstance(fast_search.decoder_for(model, compiled=False), fast_search.FastDecoder)
-    monkeypatch.setenv("FLEXATT_FUSED", "0")
-    assert fast_search.decoder_for(model) is model
-    calls = []
-    monkeypatch.setattr(fast_search.FastDecoder, "decode_step", lambda *a: calls.append(a))
-    monkeypatch.setattr(fast_search.KernelDecoder, "decode_step", lambda *a: calls.append(a))
-    src, src_len = sources()
-    fast_search.beam_search(model, src, src_len, 5, 3)  # the eager step: never a fast one
-    assert calls == []
-    with pytest.raises(ValueError, match="FLEXATT_FUSED=0"):
-        fast_search.beam_search(model, src, src_len, 5, 3, compiled=True)
-    monkeypatch.delenv("FLEXATT_FUSED")
-    model.train()
-    assert fast_search.unsupported(model) == "the model is in training mode"
-    monkeypatch.setattr(fast_search, "_warned", set())
-    with pytest.warns(RuntimeWarning, match="training mode: greedy and beam search run the eager step"):
-        assert fast_search.decoder_for(model) is model
-    model.eval()
 
 
 def test_negative_tau_is_refused():
     model = tiny_model("flexible", seed=1)
     src, src_len = sources()
     with pytest.raises(ValueError, match="tau must be >= 0"):
-        fast_search.beam_search(model, src, src_len, 5, 3, tau=-1.0, compiled=False)
+        beam_search(model, src, src_len, 5, 3, tau=-1.0, backend="grouped")
 
 
 @pytest.mark.parametrize("attention,tau,beam", [("flexible", 0.8, 5), ("global", None, 5), ("flexible", 1.2, 1)])
 def test_translate_split_gives_the_eager_translation(attention, tau, beam, monkeypatch):
     """The stages' entry point (translate_split: length-grouped batches, the stages' traces) with
-    the grouped step (the compiled one is tested in tests/test_compiled_search.py), against the same call with FLEXATT_FUSED=0 (the eager step)."""
+    the grouped backend, against the same call on the eager backend."""
     import numpy as np
 
     from flexatt.data.subwords import EncodedSplit
@@ -238,15 +147,14 @@ def test_translate_split_gives_the_eager_translation(attention, tau, beam, monke
         def decode(self, rows):
             return [" ".join(str(i) for i in row if i != PAD_ID) for row in rows]
 
-    monkeypatch.setattr(fast_search.fused, "unsupported", lambda *a: "the grouped step is tested here")
     model = tiny_model(attention, seed=3)
     rng = np.random.default_rng(2)
     split = EncodedSplit.from_lists([rng.integers(4, 12, rng.integers(2, 10)).tolist() for _ in range(11)],
                                     [[5]] * 11)
     kwargs = dict(tau=tau, beam_size=beam, batch_size=4, trace_indices={0, 5, 9})
-    fast = translate_split(model, split, Ids(), **kwargs)
-    monkeypatch.setenv("FLEXATT_FUSED", "0")
-    eager = translate_split(model, split, Ids(), **kwargs)
+    fast = translate_split(model, split, Ids(), backend="grouped", **kwargs)
+    eager = translate_split(model, split, Ids(), backend="eager", **kwargs)
+    assert fast.decoded_by["backend"] == "grouped" and eager.decoded_by["backend"] == "eager"
     assert fast.hypotheses == eager.hypotheses
     assert np.array_equal(fast.window_sum, eager.window_sum) and np.array_equal(fast.steps, eager.steps)
     assert sorted(fast.traces) == sorted(eager.traces) == [0, 5, 9]
