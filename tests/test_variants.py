@@ -97,7 +97,7 @@ def test_readme_variant_scores_only_its_window_and_equals_the_masked_dense_compu
 
 
 def test_readme_variant_trains_and_decodes_in_a_model(local_prev):
-    from flexatt.fast_search import beam_search
+    from flexatt.decoding import beam_search
 
     torch.manual_seed(0)
     model = build_model({"attention": "local_prev", "emb_size": 8, "hidden_size": 8, "att_size": 8,

@@ -256,10 +256,10 @@ class Decode(Group):
     alpha: NonNegativeFloat = 1.0
     max_len_ratio: PositiveFloat = 2.0
     batch_size: PositiveInt = 150
+    backend: Literal["auto", "kernel", "grouped", "eager"] = "auto"
 
 
 class SweepTau(Group):
-    backend: Literal["auto", "kernel", "grouped", "eager"] = "auto"
     models: list[Text] = Field(default_factory=lambda: ["flexible", "flexible_ft", "flexible_sact",
                                                         "flexible_sact_ft"])
     grid: Annotated[list[Tau], Field(min_length=1)] = Field(default_factory=lambda: [0.8, 1.0, 1.2, 1.4, 1.6])
