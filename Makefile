@@ -18,7 +18,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # W&B stays offline unless you have configured an API key.
 export WANDB_MODE ?= $(if $(WANDB_API_KEY),online,offline)
 
-.PHONY: help venv test test-slow test-all repro smoke char params bench bench-scale bench-pipeline clean
+.PHONY: help venv test test-slow test-all repro smoke char params bench bench-scale bench-pipeline clean report push pull
 
 help:
 	@echo "make repro      create .venv and run the pipeline (dvc repro) on the default corpus"
@@ -31,6 +31,9 @@ help:
 	@echo "make bench      run the benchmarks (after make repro and make char: they use their models)"
 	@echo "make bench-scale  filter + tokenize at 1M and 4.5M generated pairs: wall time and peak memory (run alone)"
 	@echo "make bench-pipeline  time dvc repro from scratch, per stage"
+	@echo "make report     every DVC plot and figure in one HTML page that opens offline (dvc_plots/report.html)"
+	@echo "make push       upload the pipeline's outputs (models, data) to the DVC remote (REMOTE=name: another one)"
+	@echo "make pull       download them from the DVC remote: trained models without make repro (docs/sharing.md)"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +59,16 @@ repro: $(STAMP)
 	@cat results/table1.md
 	@echo "Figures: results/figures/ (PNG); all plots: dvc plots show (dvc_plots/index.html)"
 	@echo "W&B runs: wandb/ (offline; upload with: wandb sync wandb/offline-run-*)"
+
+report: $(STAMP)
+	$(BIN)/flexatt report
+
+# the DVC remote (docs/sharing.md): the default one of .dvc/config, or REMOTE=name
+push: $(STAMP)
+	$(BIN)/dvc push $(if $(REMOTE),-r $(REMOTE),)
+
+pull: $(STAMP)
+	$(BIN)/dvc pull $(if $(REMOTE),-r $(REMOTE),)
 
 params: $(STAMP)
 	$(BIN)/flexatt params $(if $(PROFILE),profile=$(PROFILE),)

@@ -6,7 +6,7 @@
   with marks and axes. DVC's own page loads Vega from a CDN and so stays blank offline (checked:
   a blank page fails the test); the page rendered offline uses ``--html-template`` with Vega,
   Vega-Lite and Vega-Embed inlined from the ``vl-convert-python`` wheel (no download at run
-  time).
+  time): ``flexatt.report.offline_template``, the template of ``flexatt report``'s page.
 * Slow (a ``dvc repro`` of the smoke profile first, committed as the baseline): ``dvc exp run
   --queue -S ...`` queues two experiments that change ``sweep_tau.tolerance`` (only
   ``sweep_tau`` and ``evaluate`` run again; the baseline's value comes back from the run
@@ -202,22 +202,11 @@ class RenderedPlots(HTMLParser):
 
 
 def offline_template(path: Path) -> Path:
-    """DVC's page layout with Vega, Vega-Lite and Vega-Embed inlined (from vl-convert-python)."""
-    vl_convert = pytest.importorskip("vl_convert", reason="pip install vl-convert-python")
-    v5 = [v for v in vl_convert.get_vegalite_versions() if v.startswith("5.")]  # DVC's templates are v5
-    bundle = vl_convert.javascript_bundle(vl_version=v5[-1]) if v5 else vl_convert.javascript_bundle()
-    assert "</script" not in bundle and "{plot_divs}" not in bundle
-    page = (
-        "<!DOCTYPE html>\n<html>\n<head>\n{refresh_tag}\n<meta charset=\"utf-8\">\n<title>DVC Plot</title>\n"
-        f"<script>{bundle}</script>\n"
-        "<script>/* every plot as SVG, without the actions menu */ (function () {\n"
-        "  const embed = window.vegaEmbed;\n"
-        "  window.vegaEmbed = (el, spec, opts) =>\n"
-        "    embed(el, spec, Object.assign({renderer: 'svg', actions: false}, opts || {}));\n"
-        "})();</script>\n<style>table { border-spacing: 15px; }</style>\n</head>\n"
-        "<body>\n{plot_divs}\n</body>\n</html>\n"
-    )
-    path.write_text(page, encoding="utf-8")
+    """DVC's page layout with Vega, Vega-Lite and Vega-Embed inlined (:func:`flexatt.report.offline_template`,
+    from vl-convert-python), written to ``path`` for ``--html-template``."""
+    from flexatt.report import offline_template as page
+
+    path.write_text(page(), encoding="utf-8")
     return path
 
 

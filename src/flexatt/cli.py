@@ -3,6 +3,10 @@
 ``flexatt params [OVERRIDE ...]`` composes ``conf/`` into ``params.yaml`` exactly as
 ``dvc exp run -S OVERRIDE`` does (e.g. ``flexatt params profile=smoke``), for ``dvc repro``.
 
+``flexatt report [--output FILE]`` renders every DVC plot and figure into one HTML page that
+opens without a network (:mod:`flexatt.report`); ``flexatt dashboard --entity E --project P``
+saves a W&B workspace and report of the project's runs (:mod:`flexatt.dashboard`).
+
 ``flexatt translate --checkpoint CKPT [--input FILE] [--beam 5] [--tau 1.2] [--stats FILE]``
 translates one sentence per line (stdin or a file) with a trained model; an empty line gives an
 empty line. The SentencePiece models ``src.model`` / ``tgt.model`` are taken from the
@@ -123,7 +127,21 @@ def main(argv: list[str] | None = None) -> None:
     tr.add_argument("--tau", type=float, default=None, help="flexible attention's threshold (default: inf)")
     tr.add_argument("--alpha", type=float, default=1.0, help="length normalisation exponent")
     tr.add_argument("--stats", type=Path, help="write per-sentence window statistics here (JSON lines)")
+    rep = sub.add_parser("report", help="every DVC plot and figure in one HTML page that opens offline")
+    rep.add_argument("--output", type=Path, default=None, help="default: dvc_plots/report.html")
+    dash = sub.add_parser("dashboard", help="save a W&B workspace and report of the project's runs (online)")
+    dash.add_argument("--entity", required=True, help="the W&B entity (user or team) of the runs")
+    dash.add_argument("--project", required=True, help="the W&B project of the runs (logger.project)")
+    dash.add_argument("--dry-run", action="store_true", help="build them and list every panel's keys; save nothing")
     args = parser.parse_args(argv)
+    if args.command == "report":  # each returns its exit status; an error is one line
+        from flexatt.report import main as make_report
+
+        sys.exit(make_report(args.output))
+    if args.command == "dashboard":
+        from flexatt.dashboard import main as make_dashboard
+
+        sys.exit(make_dashboard(args.entity, args.project, dry_run=args.dry_run))
     if args.command == "translate":
         from flexatt.errors import FlexattError
         from flexatt.runtime import tune_allocator

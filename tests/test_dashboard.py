@@ -1,0 +1,145 @@
+"""``flexatt dashboard``: the W&B workspace and report built from code (flexatt.dashboard).
+
+* Offline, no runs needed: both objects build and the workspace serialises to the view W&B
+  would save, a section per topic with all its panels; the check of panel keys names a key that
+  no run logs; without an API key the command says so in one line and saves nothing.
+* Slow: every key a panel reads (metric, logged table and its columns, config entry) is among
+  the keys that real runs log, read from the offline W&B run files of the smoke pipeline
+  (conftest's ``smoke_copy``: train, finetune, sweep_tau, evaluate, sweep_sigma) and of a
+  two-seed seeds sweep run on its outputs (replicate and its sweep_summary run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import copy_of
+from flexatt import dashboard
+from wandb_records import read_run
+
+ENTITY, PROJECT = "flexatt-team", "flexatt"
+
+
+def test_workspace_and_report_build_offline():
+    import wandb_workspaces.reports.v2 as wr
+
+    sections = dashboard.sections()
+    titles = [s.title for s in sections]
+    assert titles == ["Table 1 (test set)", "BLEU against window", "τ trade-off per flexible model",
+                      "Learning curves", "σ sweep", "Seeds", "Attention per step"]
+    view = dashboard.workspace(ENTITY, PROJECT)._to_model()  # what save() sends, made without a network
+    spec = view.spec.section.panel_bank_config
+    assert (view.entity, view.project, view.display_name) == (ENTITY, PROJECT, dashboard.TITLE)
+    assert [s.name for s in spec.sections] == titles
+    assert [len(s.panels) for s in spec.sections] == [len(s.panels) for s in sections]
+    assert view.spec.section.run_sets[0].run_feed.column_order == list(dashboard.RUN_TABLE_COLUMNS)
+
+    report = dashboard.report(ENTITY, PROJECT)
+    grids = [b for b in report.blocks if isinstance(b, wr.PanelGrid)]
+    assert [b.text for b in report.blocks if isinstance(b, wr.H2)] == titles
+    assert [len(g.panels) for g in grids] == [len(s.panels) for s in sections]
+    for grid, section in zip(grids, sections):  # each grid on the runs of its stages only
+        assert [r.filters for r in grid.runsets] == [f"Metric(\"JobType\") in {list(r.job_types)}"
+                                                     for r in section.runs], section.title
+        assert all((r.entity, r.project) == (ENTITY, PROJECT) for r in grid.runsets)
+    learning = grids[titles.index("Learning curves")]
+    assert [r.groupby for r in learning.runsets] == [["config.train.variant"], ["config.finetune.variant"]]
+
+
+def test_a_key_that_no_run_logs_is_named():
+    sections = dashboard.sections()
+    everything = set().union(*map(dashboard.keys_read, sections)) | {"final/dev_bleu", "final/tokens_per_second"}
+    assert dashboard.unlogged(everything) == {}
+    table1 = dashboard.keys_read(sections[0])
+    assert {"evaluate/table1", "evaluate/table1[bleu_ci_low]", "evaluate/table1[reduction]"} <= table1
+    assert dashboard.unlogged(everything - {"evaluate/table1[bleu_ci_high]"}) == {
+        "Table 1 (test set)": ["evaluate/table1[bleu_ci_high]"]}
+    assert dashboard.unlogged(everything - {"val/bleu", "final/dev_bleu"}) == {
+        "Learning curves": ["final/dev_bleu", "val/bleu"], "run table": ["final/dev_bleu"]}
+
+
+def test_without_an_api_key_the_command_says_so_in_one_line(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(HOME=str(tmp_path), WANDB_CONFIG_DIR=str(tmp_path / "wandb"), WANDB_MODE="offline",
+               NETRC=str(tmp_path / "netrc"))
+    result = subprocess.run([sys.executable, "-m", "flexatt.cli", "dashboard", "--entity", ENTITY,
+                             "--project", PROJECT], env=env, cwd=tmp_path, text=True, capture_output=True,
+                            timeout=120)
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: flexatt dashboard saves to W&B: it needs an API key"), \
+        result.stderr
+    assert "Traceback" not in result.stderr and not result.stdout
+
+    dry = subprocess.run([sys.executable, "-m", "flexatt.cli", "dashboard", "--entity", ENTITY, "--project",
+                          PROJECT, "--dry-run"], env=env, cwd=tmp_path, text=True, capture_output=True, timeout=120)
+    assert dry.returncode == 0, dry.stderr
+    assert dry.stdout.splitlines()[0].startswith("Table 1 (test set) (evaluate): evaluate/table1, ")
+
+
+# --------------------------------------------------------------------------- real runs
+
+
+def logged_keys(wandb_dir: Path) -> set[str]:
+    """Every key that the offline runs under ``wandb_dir`` log, named as
+    :func:`flexatt.dashboard.keys_read` names them: history and summary keys (a table or image,
+    stored as ``<key>/_type``, ``<key>/path``, …, as ``<key>``), ``table[column]`` for each
+    column of a logged table (read from the run's table file), ``config.<dotted path>``."""
+    keys: set[str] = set()
+
+    def config(prefix: str, value) -> None:
+        keys.add(prefix)
+        if isinstance(value, dict):
+            for k, v in value.items():
+                config(f"{prefix}.{k}", v)
+
+    for path in sorted(wandb_dir.glob("offline-run-*/run-*.wandb")):
+        run = read_run(path)
+        for values in [run["summary"], *run["history"]]:
+            for key, value in values.items():
+                keys.add(key)
+                if key.endswith("/_type"):
+                    keys.add(key.removesuffix("/_type"))
+                    if value == "table-file":
+                        table = key.removesuffix("/_type")
+                        columns = json.loads((path.parent / "files" / values[f"{table}/path"]).read_text())["columns"]
+                        keys.update(f"{table}[{column}]" for column in columns)
+        for key, value in run["config"].items():
+            config(f"config.{key}", value)
+    return keys
+
+
+@pytest.fixture(scope="module")
+def smoke_and_seeds(smoke_copy, tmp_path_factory) -> Path:
+    """A copy of the smoke pipeline's run, then a two-seed seeds sweep on its data (one epoch,
+    one τ, greedy): its ``wandb/`` holds the runs of every stage and of the seeds sweep."""
+    from test_sweeps import run_sweep
+
+    copy = copy_of(smoke_copy[0], tmp_path_factory.mktemp("dashboard") / "repo")
+    run_sweep(copy, "replicate", "+sweep=seeds", "train.seed=1,2", "train.epochs=1", "sweep_tau.search_steps=1",
+              "sweep_tau.grid=[1.0]", "decode.beam_size=1")
+    return copy
+
+
+@pytest.mark.slow  # the smoke pipeline, then two seeds of the seeds sweep
+def test_every_panel_reads_keys_that_runs_log(smoke_and_seeds):
+    runs = [read_run(p) for p in (smoke_and_seeds / "wandb").glob("offline-run-*/run-*.wandb")]
+    jobs = {run["run"].job_type for run in runs}
+    assert {"train", "finetune", "sweep_tau", "evaluate", "sweep_sigma", "replicate", "sweep_summary"} <= jobs
+    logged = logged_keys(smoke_and_seeds / "wandb")
+    assert "evaluate/table1[bleu_ci_low]" in logged and "val/bleu" in logged and "config.train.variant" in logged
+    assert dashboard.unlogged(logged) == {}
+    # and each section's keys come from the runs its report grid shows
+    for section in dashboard.sections():
+        shown = [run for run in runs if run["run"].job_type in {j for r in section.runs for j in r.job_types}]
+        assert shown, section.title
+        for key in dashboard.keys_read(section):
+            stem = key.split("[", 1)[0]
+            assert any(stem in set(run["summary"]).union(*run["history"]) or f"{stem}/_type" in run["summary"]
+                       or key.startswith("config.") for run in shown), (section.title, key)
