@@ -7,12 +7,17 @@
 opens without a network (:mod:`flexatt.report`); ``flexatt dashboard --entity E --project P``
 saves a W&B workspace and report of the project's runs (:mod:`flexatt.dashboard`).
 
-``flexatt translate --checkpoint CKPT [--input FILE] [--beam 5] [--tau 1.2] [--stats FILE]``
-translates one sentence per line (stdin or a file) with a trained model; an empty line gives an
-empty line. The SentencePiece models ``src.model`` / ``tgt.model`` are taken from the
-checkpoint's folder (training writes them there), or from ``--tok-dir``; a vocabulary that is
-not the checkpoint's (another size, or another file than the one it records) is refused by name. ``--stats`` writes a JSON line per sentence with the window
-scored at each decoding step.
+``flexatt translate --checkpoint CKPT [--input FILE] [--beam 5] [--tau 1.2] [--stats FILE]
+[--alignments FILE] [--backend auto]`` translates one sentence per line (stdin or a file) with a
+trained model; an empty line gives an empty line. The SentencePiece models ``src.model`` /
+``tgt.model`` are taken from the checkpoint's folder (training writes them there), or from
+``--tok-dir``; a vocabulary that is not the checkpoint's (another size, or another file than the
+one it records) is refused by name. ``--stats`` writes a JSON line per sentence with the window
+scored at each decoding step and what decoded it (backend, SIMD level, torch version).
+``--alignments`` writes word alignments in Pharaoh format (``i-j``: source word i, output word j,
+0-based over whitespace words), a line per input line: for each output word the source word it
+attended to most (attention summed over each word's pieces; the mapping the evaluation's AER
+uses, :func:`flexatt.metrics.attention_alignment`).
 """
 
 from __future__ import annotations
@@ -61,10 +66,11 @@ def translate(args: argparse.Namespace) -> None:
     """Translate ``args.input`` (or stdin) to stdout."""
     import json
 
-    from flexatt.data.subwords import EncodedSplit
+    from flexatt.data.subwords import EOS_ID, EncodedSplit
     from flexatt.errors import ConfigError, DataError
     from flexatt.evaluation import load_model, translate_split
-    from flexatt.io import atomic_path, decode_line
+    from flexatt.io import atomic_path, decode_line, write_lines
+    from flexatt.metrics import attention_alignment
 
     if args.beam < 1:
         raise ConfigError("--beam", f"must be >= 1 (got {args.beam})")
@@ -88,18 +94,28 @@ def translate(args: argparse.Namespace) -> None:
     hypotheses = [""] * len(lines)
     if rows:
         split = EncodedSplit.from_lists(src_vocab.encode([texts[i] for i in rows]), [[]] * len(rows))
+        traced = args.stats is not None or args.alignments is not None
         out = translate_split(model, split, tgt_vocab, tau=args.tau, beam_size=args.beam, alpha=args.alpha,
-                              trace_indices=set(range(len(rows))) if args.stats else None)
+                              trace_indices=set(range(len(rows))) if traced else None, backend=args.backend)
         for k, i in enumerate(rows):
             hypotheses[i] = out.hypotheses[k]
     sys.stdout.write("".join(f"{h}\n" for h in hypotheses))
+    if args.alignments:
+        links = [""] * len(lines)
+        for k, i in enumerate(rows):
+            trace = out.traces[k]
+            src_pieces = [src_vocab.sp.id_to_piece(int(t)) for t in split.src(k)]
+            out_pieces = [tgt_vocab.sp.id_to_piece(t) for t in trace.tokens.tolist() if t != EOS_ID]
+            pairs = sorted(attention_alignment(trace.attention, src_pieces, out_pieces), key=lambda p: (p[1], p[0]))
+            links[i] = " ".join(f"{s}-{t}" for s, t in pairs)
+        write_lines(args.alignments, links)
     if args.stats:
         where = {i: k for k, i in enumerate(rows)}
         with atomic_path(args.stats) as tmp, open(tmp, "w", encoding="utf-8") as handle:
             for i in range(len(lines)):
                 if i not in where:
                     handle.write(json.dumps({"index": i, "src_len": 0, "steps": 0, "mean_window": 0.0,
-                                             "windows": [], "span": []}) + "\n")
+                                             "windows": [], "span": [], "decoded_by": None}) + "\n")
                     continue
                 k = where[i]
                 trace = out.traces[k]
@@ -108,6 +124,7 @@ def translate(args: argparse.Namespace) -> None:
                     "mean_window": round(int(out.window_sum[k]) / max(int(out.steps[k]), 1), 3),
                     "windows": trace.window.tolist(),
                     "span": [[int(a), int(b)] for a, b in zip(trace.span_lo.tolist(), trace.span_hi.tolist())],
+                    "decoded_by": out.decoded_by,
                 }) + "\n")
 
 
@@ -127,6 +144,10 @@ def main(argv: list[str] | None = None) -> None:
     tr.add_argument("--tau", type=float, default=None, help="flexible attention's threshold (default: inf)")
     tr.add_argument("--alpha", type=float, default=1.0, help="length normalisation exponent")
     tr.add_argument("--stats", type=Path, help="write per-sentence window statistics here (JSON lines)")
+    tr.add_argument("--alignments", type=Path,
+                    help="write word alignments (Pharaoh i-j, from the attention) here, a line per input line")
+    tr.add_argument("--backend", default="auto", choices=("auto", "kernel", "grouped", "eager"),
+                    help="decoding backend (default: auto, the fastest that covers the model)")
     rep = sub.add_parser("report", help="every DVC plot and figure in one HTML page that opens offline")
     rep.add_argument("--output", type=Path, default=None, help="default: dvc_plots/report.html")
     dash = sub.add_parser("dashboard", help="save a W&B workspace and report of the project's runs (online)")

@@ -81,7 +81,9 @@ def load_params(path: str | os.PathLike | None = None, overrides: Sequence[str] 
 
 
 def run_stage(task: Callable[[DictConfig], Any], argv: Sequence[str] | None = None) -> None:
-    """Run ``task(cfg)`` as a Hydra app whose primary config is ``params.yaml``.
+    """Run ``task(params)`` as a Hydra app whose primary config is ``params.yaml``: the composed
+    configuration is validated once, here (:func:`flexatt.schema.validate`), and the task gets
+    the validated :class:`~flexatt.schema.Params`; a wrong value is refused before it starts.
 
     ``argv`` (default ``sys.argv[1:]``) may hold ``key=value`` overrides and Hydra flags such
     as ``-m``/``--multirun``. A :class:`~flexatt.errors.FlexattError` raised by the task is
@@ -104,8 +106,10 @@ def run_stage(task: Callable[[DictConfig], Any], argv: Sequence[str] | None = No
     defaults = [f"{k}={v}" for k, v in _HYDRA_DEFAULTS.items() if k not in given]
 
     def guarded(cfg: DictConfig) -> Any:
+        from flexatt import schema
+
         try:
-            return task(cfg)
+            return task(schema.validate(cfg))
         except FlexattError as exc:
             print(f"error: {exc}", file=sys.stderr)
             sys.exit(2)

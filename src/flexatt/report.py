@@ -131,7 +131,8 @@ def build(root: Path = Path("."), output: Path | None = None) -> ReportPage:
     output.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:  # render_html takes a template file's path
         template = Path(tmp) / "template.html"
-        template.write_text(offline_template("flexatt results"), encoding="utf-8")
+        with atomic_path(template) as partial_template:
+            Path(partial_template).write_text(offline_template("flexatt results"), encoding="utf-8")
         with atomic_path(output) as partial:
             render_html(renderers=renderers, output_file=partial, html_template=template)
     return page

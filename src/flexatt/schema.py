@@ -517,6 +517,16 @@ def params(cfg: Any) -> Params:
     return cfg if isinstance(cfg, Params) else validate(cfg)
 
 
+def as_dict(cfg: Any) -> dict:
+    """The plain nested dict of a configuration: a :class:`Params` as given (the keys it was
+    validated from, not the defaults it filled in), a ``DictConfig`` resolved, a dict as it is."""
+    from omegaconf import OmegaConf
+
+    if isinstance(cfg, Params):
+        return cfg.model_dump(exclude_unset=True)
+    return OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg)
+
+
 def validate(cfg: Any) -> Params:
     """Check a whole configuration (an OmegaConf ``DictConfig`` or a dict) against the schema.
 
@@ -525,6 +535,8 @@ def validate(cfg: Any) -> Params:
     """
     from omegaconf import OmegaConf
 
+    if isinstance(cfg, Params):
+        return cfg
     data = OmegaConf.to_container(cfg, resolve=True) if OmegaConf.is_config(cfg) else dict(cfg)
     try:
         return Params.model_validate(data)

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from flexatt import schema
 
@@ -42,9 +42,9 @@ def resolve_mode(mode: str) -> str:
     return mode
 
 
-def default_group(cfg: DictConfig) -> str:
-    """``<profile>-<8 hex digits>``: a hash of the params, minus the per-stage selectors."""
-    data = OmegaConf.to_container(cfg, resolve=True)
+def default_group(cfg: DictConfig | schema.Params) -> str:
+    """``<profile>-<8 hex digits>``: a hash of the params as given, minus the per-stage selectors."""
+    data = schema.as_dict(cfg)
     for section, keys in _PER_STAGE_KEYS.items():
         for key in keys:
             data.get(section, {}).pop(key, None)
@@ -150,7 +150,7 @@ def _is_worker_process() -> bool:
     return any(int(os.environ.get(k, "0") or 0) != 0 for k in ("RANK", "LOCAL_RANK", "NODE_RANK"))
 
 
-def start_run(cfg: DictConfig, job_type: str, name: str, tags: Iterable[str] = ()) -> Tracker:
+def start_run(cfg: DictConfig | schema.Params | dict, job_type: str, name: str, tags: Iterable[str] = ()) -> Tracker:
     """Open the W&B run of a stage (or a no-op :class:`Tracker` when disabled or failing)."""
     settings = schema.group(cfg, "logger")
     if not settings.enabled or _is_worker_process():
@@ -171,7 +171,7 @@ def start_run(cfg: DictConfig, job_type: str, name: str, tags: Iterable[str] = (
             job_type=job_type,
             name=f"{job_type}-{name}",
             tags=list(dict.fromkeys(str(t) for t in tags if t)),  # each once (variant = attention)
-            config=OmegaConf.to_container(cfg, resolve=True),
+            config=schema.as_dict(cfg),
             dir=str(directory),
             mode=mode,
             reinit="create_new",

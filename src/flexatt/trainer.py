@@ -30,10 +30,9 @@ from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 from pytorch_lightning.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
-from flexatt import config as C
 from flexatt import schema
 from flexatt.checkpoints import SIDES, load_checkpoint_state, read_checkpoint
 from flexatt.data.datamodule import TranslationData
@@ -126,7 +125,7 @@ def warn_slow_bf16(trainer_cfg: dict) -> None:
                       stacklevel=2)
 
 
-def build_trainer(cfg: DictConfig, ckpt_dir: Path, max_epochs: int, extra_callbacks: list,
+def build_trainer(cfg: DictConfig | schema.Params, ckpt_dir: Path, max_epochs: int, extra_callbacks: list,
                   logger: Any = False, precision: str | int | None = None) -> pl.Trainer:
     """A Lightning Trainer from ``cfg.trainer`` (:class:`flexatt.schema.Trainer`: the keys it
     gives, extra ones passed on) with our checkpointing and callbacks; ``precision`` replaces
@@ -158,14 +157,14 @@ def build_trainer(cfg: DictConfig, ckpt_dir: Path, max_epochs: int, extra_callba
         raise ConfigError("trainer", str(exc)) from exc
 
 
-def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: int | None = None,
+def train(cfg: DictConfig | schema.Params, variant: str, *, out_dir: str | None = None, epochs: int | None = None,
           lr: float | None = None, beta: float = 0.0, init_from: str | Path | None = None,
           metrics_file: str | Path | None = None, job_type: str | None = None,
           run_name: str | None = None) -> tuple[dict, dict]:
     """Train (or fine-tune) the model ``variant`` of ``cfg.variants``.
 
     Args:
-        cfg: the full params (``params.yaml`` with overrides).
+        cfg: the full params (``params.yaml`` with overrides), validated (a stage's) or not.
         variant: a key of ``cfg.variants``.
         out_dir, epochs, lr, metrics_file: default to ``train.out_dir`` etc.
         beta: β of the fine-tuning objective (0: plain cross-entropy).
@@ -177,7 +176,7 @@ def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: 
         DDP; ``tokens_per_second`` counts every rank's tokens), and ``task``, ``trainer``,
         ``data``, ``ckpt_dir`` and ``is_global_zero``.
     """
-    p = schema.validate(cfg)
+    p = schema.params(cfg)
     t = p.train
     tok_dir, out_dir = Path(t.data_dir), Path(out_dir or t.out_dir)
     epochs = epochs if epochs is not None else t.epochs
@@ -208,7 +207,7 @@ def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: 
     fingerprint = {
         "variant": variant, "model": model_cfg, "epochs": epochs, "lr": lr, "beta": beta,
         "batch_size": batch_size, "halve_from": halve_from, "lr_schedule": lr_schedule, "seed": seed,
-        "trainer": OmegaConf.to_container(C.get(cfg, "trainer"), resolve=True),
+        "trainer": schema.as_dict(p).get("trainer", {}),
         "data": file_digest(tok_dir / "train.npz"), "code": _code_digest(),
         "init_from": file_digest(init_from) if init_from else None,
     }
@@ -217,12 +216,11 @@ def train(cfg: DictConfig, variant: str, *, out_dir: str | None = None, epochs: 
     precision, precision_reason = _run_precision(trainer_cfg, recorded)
     history = History()
     job = job_type or ("finetune" if init_from is not None else "train")
-    run_cfg = OmegaConf.create({**OmegaConf.to_container(cfg, resolve=True),
-                                "precision": precision, "precision_reason": precision_reason})
+    run_cfg = {**schema.as_dict(p), "precision": precision, "precision_reason": precision_reason}
     # the W&B group is the pipeline run's, named from the params before the precision was added
-    OmegaConf.update(run_cfg, "logger.group", p.logger.group or default_group(cfg), force_add=True)
-    tracker = start_run(run_cfg, job, run_name or variant, tags=[variant, model_cfg["attention"], cfg.get("profile")])
-    trainer = build_trainer(cfg, ckpt_dir, epochs, [history], lightning_logger(tracker), precision=precision)
+    run_cfg["logger"] = {**run_cfg.get("logger", {}), "group": p.logger.group or default_group(p)}
+    tracker = start_run(run_cfg, job, run_name or variant, tags=[variant, model_cfg["attention"], p.profile])
+    trainer = build_trainer(p, ckpt_dir, epochs, [history], lightning_logger(tracker), precision=precision)
     if trainer.is_global_zero and resume is None:
         shutil.rmtree(ckpt_dir, ignore_errors=True)
         ckpt_dir.mkdir(parents=True)

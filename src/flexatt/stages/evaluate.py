@@ -157,8 +157,8 @@ def reference_row(row: str, rows: Collection[str]) -> str | None:
     return "global"
 
 
-def run(cfg: DictConfig) -> dict:
-    p = schema.validate(cfg)
+def run(cfg: DictConfig | schema.Params) -> dict:
+    p = schema.params(cfg)
     ev = p.evaluate
     tok_dir, filter_dir, split = Path(p.train.data_dir), Path(p.tokenize.in_dir), ev.split
     checkpoints = {name: checkpoint_of(p, name, "evaluate.checkpoints") for name in ev.checkpoints}
@@ -188,7 +188,7 @@ def run(cfg: DictConfig) -> dict:
     outputs: dict[str, Translation] = {}
     histograms: dict[str, np.ndarray] = {}
     models: dict[str, object] = {}
-    tracker = start_run(cfg, "evaluate", split, tags=[cfg.get("profile")])
+    tracker = start_run(p, "evaluate", split, tags=[p.profile])
     for row, name, tau in rows:
         if name not in models:
             models[name] = load_model(checkpoints[name])
@@ -232,7 +232,7 @@ def run(cfg: DictConfig) -> dict:
               "significance": bootstrap,
               "models": {row: {k: v for k, v in m.items() if k != "bleu_by_length"} for row, m in results.items()}}
     write_json(out_file, report)
-    table = render_table(results, cfg, split, settings["beam_size"], bootstrap)
+    table = render_table(results, p, split, settings["beam_size"], bootstrap)
     with atomic_path(table_file) as tmp:
         Path(tmp).write_text(table, encoding="utf-8")
     by_length = [{"model": row, **b} for row, m in results.items() for b in m["bleu_by_length"]]
@@ -240,7 +240,7 @@ def run(cfg: DictConfig) -> dict:
         writer = csv.DictWriter(out_csv, fieldnames=["model", "bucket", "sentences", "bleu"])
         writer.writeheader()
         writer.writerows(by_length)
-    paths = draw_figures(cfg, results, outputs, data, samples)
+    paths = draw_figures(p, results, outputs, data, samples)
 
     tracker.config({"decoded_by": {row: m["decoded_by"] for row, m in results.items()}})
     tracker.table("evaluate/table1", ["row", "tau", "window", "window_step_weighted", "reduction", "bleu",
@@ -278,7 +278,7 @@ def _row_label(row: str, m: dict, model) -> str:
                                              tau="∞ (none selected*)" if m["tau"] is None else f"{m['tau']:g}")
 
 
-def render_table(results: dict[str, dict], cfg: DictConfig, split: str, beam: int,
+def render_table(results: dict[str, dict], cfg: DictConfig | schema.Params, split: str, beam: int,
                  significance: dict | None = None) -> str:
     """Markdown in the layout of the 2017 paper's Table 1, with our extra rows.
 
@@ -337,7 +337,7 @@ def render_table(results: dict[str, dict], cfg: DictConfig, split: str, beam: in
     return "\n".join(lines) + "\n"
 
 
-def draw_figures(cfg: DictConfig, results: dict, outputs: dict[str, Translation], data: EvalSet,
+def draw_figures(cfg: DictConfig | schema.Params, results: dict, outputs: dict[str, Translation], data: EvalSet,
                  samples: list[int]) -> dict[str, Path]:
     """The per-step figures of the sample sentences, and BLEU by length."""
     fig_dir = Path(schema.group(cfg, "evaluate").figures_dir)

@@ -79,9 +79,9 @@ def _mean(total: int, n: int) -> float:
     return round(float(total) / n, 2) if n else 0.0
 
 
-def run(cfg: DictConfig) -> dict:
+def run(cfg: DictConfig | schema.Params) -> dict:
     """Filter and split the corpus; return the report (also written to disk)."""
-    p = schema.validate(cfg)
+    p = schema.params(cfg)
     f = p.filter
     out_dir, dev_size, test_size, seed, metrics_file = Path(f.out_dir), f.dev_size, f.test_size, f.seed, f.metrics_file
     max_len, max_ratio, eval_max_len = f.max_len, f.max_ratio, f.eval_max_len

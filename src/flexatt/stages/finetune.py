@@ -22,10 +22,10 @@ from flexatt import schema
 from flexatt.trainer import train
 
 
-def run(cfg: DictConfig) -> dict:
-    p = schema.validate(cfg)
+def run(cfg: DictConfig | schema.Params) -> dict:
+    p = schema.params(cfg)
     ft, variant = p.finetune, p.flexible_variant("finetune.variant")
-    metrics, objects = train(cfg, variant, out_dir=ft.out_dir, epochs=ft.epochs, lr=ft.lr, beta=ft.beta,
+    metrics, objects = train(p, variant, out_dir=ft.out_dir, epochs=ft.epochs, lr=ft.lr, beta=ft.beta,
                              init_from=Path(ft.init_dir) / variant / "best.ckpt",
                              metrics_file=Path(ft.metrics_dir) / f"{variant}.json")
     if objects["is_global_zero"]:  # one report under DDP

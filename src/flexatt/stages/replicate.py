@@ -55,7 +55,7 @@ FINETUNED = "flexible"
 OUTPUT_KEYS = ("train.out_dir", "train.metrics_dir", "finetune.out_dir")
 
 
-def check_outputs(cfg: DictConfig) -> None:
+def check_outputs(cfg: DictConfig | schema.Params) -> None:
     """Refuse output dirs that are the pipeline's (the params file's values): a replicate would
     overwrite the pipeline's checkpoints and metrics with another seed's."""
     params = Path(os.environ.get(C.PARAMS_ENV, "params.yaml"))
@@ -63,16 +63,16 @@ def check_outputs(cfg: DictConfig) -> None:
         return
     pipeline = OmegaConf.load(params)
     for key in OUTPUT_KEYS:
-        ours, theirs = OmegaConf.select(cfg, key), OmegaConf.select(pipeline, key)
+        ours, theirs = OmegaConf.select(OmegaConf.create(schema.as_dict(cfg)), key), OmegaConf.select(pipeline, key)
         if theirs is not None and Path(ours).resolve() == Path(str(theirs)).resolve():
             raise ConfigError(key, f"is the pipeline's own output dir ({ours}): a replicate would overwrite "
                               "it; run the named sweep (python -m flexatt.stages.replicate -m +sweep=seeds) "
                               f"or set {', '.join(OUTPUT_KEYS)} elsewhere")
 
 
-def run(cfg: DictConfig) -> dict:
+def run(cfg: DictConfig | schema.Params) -> dict:
     check_outputs(cfg)
-    p = schema.validate(cfg)
+    p = schema.params(cfg)
     seed, models_dir, job_dir, ft_dir = p.train.seed, Path(p.train.out_dir), Path(p.train.metrics_dir), Path(p.finetune.out_dir)
     grid, tolerance, steps = p.sweep_tau.grid, p.sweep_tau.tolerance, p.sweep_tau.search_steps
     add_log_mean_len, tok_dir = p.sweep_tau.add_log_mean_len, p.train.data_dir
@@ -81,9 +81,9 @@ def run(cfg: DictConfig) -> dict:
 
     dev_bleu = {}
     for variant in VARIANTS:
-        metrics, objects = train(cfg, variant, run_name=f"{variant}-seed{seed}")
+        metrics, objects = train(p, variant, run_name=f"{variant}-seed{seed}")
         dev_bleu[variant] = metrics["dev_bleu"]
-    metrics, objects = train(cfg, FINETUNED, out_dir=str(ft_dir),
+    metrics, objects = train(p, FINETUNED, out_dir=str(ft_dir),
                              epochs=p.finetune.epochs, lr=p.finetune.lr, beta=p.finetune.beta,
                              init_from=models_dir / FINETUNED / "best.ckpt",
                              metrics_file=job_dir / f"{FINETUNED}_ft.json",
@@ -123,7 +123,7 @@ def run(cfg: DictConfig) -> dict:
               "dev_points": [reference, *points], "rows": rows}
     write_json(job_dir / "replicate.json", result)
 
-    tracker = start_run(cfg, "replicate", f"seed{seed}", tags=["seeds", cfg.get("profile")])
+    tracker = start_run(p, "replicate", f"seed{seed}", tags=["seeds", p.profile])
     tracker.table("replicate/rows", ["row", "tau", "bleu", "chrf", "window", "reduction"],
                   [[name, r["tau"], r["bleu"], r["chrf"], r["window"], r["reduction"]] for name, r in rows.items()])
     summary = {"seed": seed, "selected_tau": tau, **{f"dev_bleu/{k}": v for k, v in dev_bleu.items()},

@@ -16,7 +16,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from flexatt import config as C
 from flexatt import figures, schema
@@ -37,8 +37,8 @@ def _dev_point(model, dev: EvalSet, tau: float | None, settings: dict,
     return round(bleu, 2), round(out.mean_window, 3)
 
 
-def run(cfg: DictConfig) -> dict:
-    p = schema.validate(cfg)
+def run(cfg: DictConfig | schema.Params) -> dict:
+    p = schema.params(cfg)
     sg = p.sweep_sigma
     sigmas, base, epochs, lr = sg.grid, p.flexible_variant("sweep_sigma.base_variant"), sg.warm_start_epochs, sg.lr
     out_dir, out_file, curve_file, figure_file = Path(sg.out_dir), sg.out, Path(sg.curve_file), sg.figure
@@ -50,13 +50,13 @@ def run(cfg: DictConfig) -> dict:
 
     points, decoded_by = [], {}
     for sigma in sigmas:
-        run_cfg = cfg.copy()
-        OmegaConf.update(run_cfg, f"variants.{base}.sigma", sigma, force_add=True)
+        run_cfg = schema.as_dict(p)
+        run_cfg.setdefault("variants", {}).setdefault(base, {})["sigma"] = sigma
         # the W&B runs of the sigma points stay in the group of this pipeline run
-        OmegaConf.update(run_cfg, "logger.group", p.logger.group or default_group(cfg))
+        run_cfg.setdefault("logger", {})["group"] = p.logger.group or default_group(p)
         name = f"sigma{sigma:g}"
         print(f"sweep_sigma: sigma = {sigma:g}: {epochs} epoch(s) from {init}", flush=True)
-        metrics, _ = train(run_cfg, base, out_dir=str(out_dir / name), epochs=epochs, lr=lr,
+        metrics, _ = train(schema.validate(run_cfg), base, out_dir=str(out_dir / name), epochs=epochs, lr=lr,
                            init_from=init, metrics_file=out_dir / name / "metrics.json",
                            job_type="sweep_sigma", run_name=f"{base}-{name}")
         model = load_model(out_dir / name / base / "best.ckpt")
@@ -77,7 +77,7 @@ def run(cfg: DictConfig) -> dict:
         writer.writerows(points)
     figure = figures.sigma_curve(points, figure_file)
 
-    tracker = start_run(cfg, "sweep_sigma", "sigma", tags=[base, cfg.get("profile")])
+    tracker = start_run(p, "sweep_sigma", "sigma", tags=[base, p.profile])
     table = tracker.table("sweep_sigma/points", list(points[0]), [list(p.values()) for p in points])
     tracker.line_plot("sweep_sigma/bleu_plot", table, "sigma", "dev_bleu", "dev BLEU vs sigma")
     tracker.image("figures/sigma", figure)

@@ -39,7 +39,7 @@ from flexatt.tracking import start_run
 class Decoder:
     """Decodes (model, split, τ) once and remembers the result."""
 
-    def __init__(self, cfg: DictConfig, sets: dict[str, EvalSet]):
+    def __init__(self, cfg: schema.Params, sets: dict[str, EvalSet]):
         self.cfg, self.sets, self.settings = cfg, sets, decode_settings(cfg)
         self.models: dict[str, object] = {}
         self.memo: dict[tuple[str, str, float], dict] = {}
@@ -63,8 +63,8 @@ class Decoder:
         return self.memo[key]
 
 
-def run(cfg: DictConfig) -> dict:
-    p = schema.validate(cfg)
+def run(cfg: DictConfig | schema.Params) -> dict:
+    p = schema.params(cfg)
     st = p.sweep_tau
     tok_dir, models, grid, tolerance, search_steps = p.train.data_dir, st.models, st.grid, st.tolerance, st.search_steps
     curve_model, curve_taus, curve_splits = st.curve_model, st.curve_taus, st.curve_splits
@@ -79,8 +79,8 @@ def run(cfg: DictConfig) -> dict:
     log_mean = round(math.log(sets["dev"].mean_src_len), 3)
     if add_log_mean_len and log_mean not in grid:
         grid = sorted([*grid, log_mean])
-    decoder = Decoder(cfg, sets)
-    tracker = start_run(cfg, "sweep_tau", "tau", tags=["flexible", cfg.get("profile")])
+    decoder = Decoder(p, sets)
+    tracker = start_run(p, "sweep_tau", "tau", tags=["flexible", p.profile])
 
     print(f"sweep_tau: dev mean source length {sets['dev'].mean_src_len:.2f} (log = {log_mean}); "
           f"grid {grid}; beam {decoder.settings['beam_size']}", flush=True)

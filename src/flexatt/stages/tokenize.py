@@ -156,8 +156,8 @@ def _side_stats(offsets: np.ndarray, unk: int) -> dict:
             "unk_rate": round(unk / max(total, 1), 5)}
 
 
-def run(cfg: DictConfig) -> dict:
-    t = schema.validate(cfg).tokenize
+def run(cfg: DictConfig | schema.Params) -> dict:
+    t = schema.params(cfg).tokenize
     in_dir, out_dir, model_type, joint = Path(t.in_dir), Path(t.out_dir), t.model_type, t.joint
     vocab_size, coverage, threads, seed, metrics_file = t.vocab_size, t.character_coverage, t.threads, t.seed, t.metrics_file
 

@@ -21,9 +21,10 @@ from flexatt import schema
 from flexatt.trainer import train
 
 
-def run(cfg: DictConfig) -> dict:
-    variant = schema.validate(cfg).train.variant
-    metrics, objects = train(cfg, variant)
+def run(cfg: DictConfig | schema.Params) -> dict:
+    p = schema.params(cfg)
+    variant = p.train.variant
+    metrics, objects = train(p, variant)
     if objects["is_global_zero"]:  # one report under DDP
         print(f"train@{variant}: dev BLEU {metrics['dev_bleu']} (epoch {metrics['best_epoch']} of "
               f"{metrics['epochs']}), {metrics['tokens_per_second']} target tokens/s, "
