@@ -10,9 +10,11 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 from conftest import copy_of, run_inprocess, run_module
+from flexatt.decoding import BACKENDS
 from flexatt.evaluation import Translation
 from flexatt.metrics import corpus_bleu, corpus_chrf, moses_tokenize, tokenized_bleu
 from flexatt.stages.evaluate import TABLE_ORDER, reference_row, render_table, score_row
@@ -70,17 +72,20 @@ def test_render_table_shows_interval_dagger_and_footnotes():
         "global": _row(20.0, [19.4, 20.52], None, None, reduction=0.0),
         "local_m": _row(18.0, [17.5, 18.5], 0.001, "global"),
         "flexible": _row(20.1, [19.5, 20.7], 0.3, "global"),
-        "flexible_tau": _row(19.0, [18.4, 19.6], 0.01, "flexible", tau=0.8),
+        "flexible_tau": _row(19.0, [18.4, 19.6], 0.01, "flexible", tau=0.8,
+                             decoded_by={"backend": "kernel", "simd": "AVX2", "torch": "2.13.0"}),
     }
     table = render_table(results, _cfg(), "test", 5, {"n_samples": 1000, "seed": 1234})
     lines = table.splitlines()
     head = next(line for line in lines if line.startswith("| model"))
-    assert head == "| model | window | reduction | BLEU | chrF | tok. BLEU | RIBES | AER | ms/sentence |"
+    assert head == "| model | window | reduction | BLEU | chrF | tok. BLEU | RIBES | AER | ms/sentence (backend) |"
     row = {line.split(" | ")[0][2:]: line for line in lines if line.startswith("| ") and line != head}
     assert "| 20.00 ± 0.56 |" in row["Global"]  # half-width of [19.4, 20.52]
     assert "| 18.00 ± 0.50† |" in row["Local-m (D=10)"]
     assert "| 20.10 ± 0.60 |" in row["Flexible τ=∞"]
     assert "| 19.00 ± 0.60† |" in row["Flexible τ=0.8"]
+    assert row["Flexible τ=0.8"].endswith("| 3.0 (kernel) |")  # the backend that decoded the row
+    assert row["Global"].endswith("| 3.0 |")  # a result that does not say
     assert "| 50.00 |" in row["Global"]  # chrF
     assert "(docs/method.md, Window); reduction against Global." in table
     assert "sacrebleu's paired bootstrap resampling (1000 resamples, seed 1234)" in table
@@ -136,6 +141,9 @@ def test_stage_writes_significance_chrf_and_windows(evaluated):
         assert m["window_step_weighted"] > 0
         assert m["p_value_against"] == reference_row(row, models)
         assert (m["p_value"] is None) == (row == "global")
+        # what decoded the row: the same checkpoint everywhere, so the same backend
+        assert m["decoded_by"] == models["global"]["decoded_by"]
+        assert m["decoded_by"]["torch"] == torch.__version__ and m["decoded_by"]["backend"] in BACKENDS
     # every row decodes the same checkpoint: identical hypotheses, no difference to test
     for row in ("local_m", "flexible", "flexible_ft"):
         assert models[row]["p_value"] == 1.0 and models[row]["bleu_ci"] == models["global"]["bleu_ci"]
@@ -143,6 +151,7 @@ def test_stage_writes_significance_chrf_and_windows(evaluated):
     assert "BLEU confidence intervals and p-values (9 rows, 200 resamples)" in stdout
     table = (path / "ev/table1.md").read_text()
     assert "±" in table and "seed 77" in table and "| chrF |" in table
+    assert f"({models['global']['decoded_by']['backend']}) |" in table
 
 
 def test_stage_refuses_a_zero_seed_before_decoding(evaluated, capsys):
