@@ -145,3 +145,34 @@ def test_an_edited_penalty_is_never_decoded_by_the_kernel(needs_the_kernel, monk
 
     monkeypatch.setattr(kernel, "REFERENCE_DIGESTS", reference.digests())  # the kernel follows
     assert select_backend(model).name == "kernel"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+@pytest.mark.parametrize("attention,tau", [("global", None), ("flexible", None), ("flexible", 0.8),
+                                           ("sact", None), ("flexible_sact", 0.5)])
+def test_a_model_on_a_gpu_decodes_on_the_grouped_backend_as_on_the_eager_one(attention, tau):
+    """On a GPU the kernel (CPU only) is not selected: ``auto`` takes the grouped backend, which
+    gives the eager backend's hypotheses, windows and steps there too, scores within float32
+    rounding (the GPU's matrix products may round by shape, so bit-identity is not asked)."""
+    model = tiny_model(attention, seed=1).cuda()
+    src, src_len = (t.cuda() for t in sources())
+    assert select_backend(model).name == "grouped"
+    reason = "not float32 on the CPU" if attention in ("global", "flexible") else ""
+    with pytest.raises(ConfigError, match=f"kernel does not cover this model: {reason}"):
+        select_backend(model, "kernel")
+    for k in (1, 5, 12):
+        eager = beam_search(model, src, src_len, 10, k, tau=tau, n_best=min(k, 3), backend="eager")
+        grouped = beam_search(model, src, src_len, 10, k, tau=tau, n_best=min(k, 3))
+        assert grouped.backend == "grouped"
+        assert torch.equal(grouped.nbest, eager.nbest)
+        assert torch.equal(grouped.window_sum, eager.window_sum) and torch.equal(grouped.steps, eager.steps)
+        finite = torch.isfinite(eager.scores)
+        assert torch.equal(torch.isfinite(grouped.scores), finite)
+        torch.testing.assert_close(grouped.scores[finite], eager.scores[finite], atol=2e-5, rtol=1e-5)
+    tgt_out = torch.randint(4, 12, (src.size(0), 6), generator=torch.Generator().manual_seed(0)).cuda()
+    tgt_out[:, -1] = 3  # EOS
+    tgt_in = torch.cat([torch.full_like(tgt_out[:, :1], 2), tgt_out[:, :-1]], 1)
+    eager = forced_decode(model, src, src_len, tgt_in, tgt_out, tau, backend="eager")
+    grouped = forced_decode(model, src, src_len, tgt_in, tgt_out, tau)
+    assert torch.equal(grouped.window_sum, eager.window_sum)
+    torch.testing.assert_close(grouped.log_probs, eager.log_probs, atol=2e-5, rtol=1e-5)
