@@ -17,7 +17,8 @@ from conftest import copy_of, run_inprocess, run_module
 from flexatt.decoding import BACKENDS
 from flexatt.evaluation import Translation
 from flexatt.metrics import corpus_bleu, corpus_chrf, moses_tokenize, tokenized_bleu
-from flexatt.stages.evaluate import TABLE_ORDER, reference_row, render_table, score_row
+from flexatt.errors import DataError
+from flexatt.stages.evaluate import TABLE_ORDER, finetuning_effect, reference_row, render_table, score_row, tau_of
 
 HYPS = ["I do know it's here, and I don't care.", "And God saw the light, that it was good."]
 REFS = ["I don't know it's here, and I don't care.", "And God saw the light, that it was good."]
@@ -49,12 +50,46 @@ def test_score_row_fields():
 def test_reference_rows():
     rows = set(TABLE_ORDER)
     want = {"global": None, "local_m": "global", "local_p": "global", "flexible": "global",
-            "flexible_tau": "flexible", "flexible_ft": "flexible", "flexible_ft_tau": "flexible_ft",
+            "flexible_tau": "flexible", "flexible_ft": "flexible_ctl", "flexible_ft_tau": "flexible_ft",
+            "flexible_ctl": "flexible", "flexible_ctl_tau": "flexible_ctl",
             "sact": "global", "flexible_sact": "global", "flexible_sact_tau": "flexible_sact",
-            "flexible_sact_ft": "flexible_sact", "flexible_sact_ft_tau": "flexible_sact_ft"}
+            "flexible_sact_ft": "flexible_sact_ctl", "flexible_sact_ft_tau": "flexible_sact_ft",
+            "flexible_sact_ctl": "flexible_sact", "flexible_sact_ctl_tau": "flexible_sact_ctl"}
     assert {row: reference_row(row, rows) for row in TABLE_ORDER} == want
-    # a fine-tuned model whose base is not evaluated is tested against global
+    # without a control, a fine-tuned model is tested against its base, and without that against global
+    assert reference_row("flexible_ft", {"global", "flexible", "flexible_ft"}) == "flexible"
     assert reference_row("flexible_ft", {"global", "flexible_ft"}) == "global"
+
+
+def test_a_control_decodes_at_its_finetuned_models_tau(tmp_path):
+    selected = {"flexible": 1.5, "flexible_ft": 2.25}
+    assert tau_of("flexible", selected, tmp_path) == 1.5
+    assert tau_of("flexible_ft", selected, tmp_path) == 2.25
+    assert tau_of("flexible_ctl", selected, tmp_path) == 2.25  # the same tau as the fine-tuned model
+    with pytest.raises(DataError, match="no selected tau for flexible_sact_ft"):
+        tau_of("flexible_sact_ctl", selected, tmp_path)
+
+
+def test_finetuning_effect_is_finetuned_minus_control():
+    refs = ["the cat sat on the mat today", "a dog ran in the park at noon", "birds sing in the tall trees"] * 4
+    good, bad = list(refs), ["the cat sat", "a dog", "birds"] * 4
+    results = {"flexible_ft": _row(30.0, None, None, None, g_mean=0.5, window=20.0),
+               "flexible_ctl": _row(29.0, None, None, None, g_mean=0.4, window=20.0),
+               "flexible_ft_tau": _row(28.0, None, None, None, tau=2.0, g_mean=0.5, window=8.0),
+               "flexible_ctl_tau": _row(27.5, None, None, None, tau=2.0, g_mean=0.4, window=9.5),
+               "flexible_sact_ft": _row(1.0, None, None, None, window=5.0)}  # no control
+    hyps = {"flexible_ft": good, "flexible_ctl": bad, "flexible_ft_tau": good, "flexible_ctl_tau": good,
+            "flexible_sact_ft": good}
+    effect = finetuning_effect(results, hyps, refs, n_samples=200, seed=7)
+    assert set(effect) == {"flexible_ft", "flexible_ft_tau"}
+    assert effect["flexible_ft"] == {"control": "flexible_ctl", "tau": None, "bleu": 1.0, "g_mean": 0.1,
+                                     "window": 0.0, "p_value": effect["flexible_ft"]["p_value"]}
+    assert effect["flexible_ft"]["p_value"] < 0.05  # whole sentences against fragments
+    assert effect["flexible_ft_tau"]["window"] == -1.5 and effect["flexible_ft_tau"]["tau"] == 2.0
+    assert effect["flexible_ft_tau"]["p_value"] == 1.0  # identical hypotheses
+    table = render_table({**results, "global": _row(20.0, None, None, None)}, _cfg(), "test", 5, None, effect)
+    assert "## Fine-tuning against its control" in table
+    assert "| + fine-tuning τ=2 | 2 | +0.50 | 1.000 | +0.1000 | -1.50 |" in table
 
 
 def _cfg():
@@ -69,8 +104,10 @@ def _row(bleu, ci, p, against, tau=None, **extra):
 
 def test_render_table_shows_interval_dagger_and_footnotes():
     results = {
-        "global": _row(20.0, [19.4, 20.52], None, None, reduction=0.0),
-        "local_m": _row(18.0, [17.5, 18.5], 0.001, "global"),
+        "global": _row(20.0, [19.4, 20.52], None, None, reduction=0.0,
+                       training={"epochs": 9, "best_epoch": 7, "cap": 30, "stopped": "early stopping"}),
+        "local_m": _row(18.0, [17.5, 18.5], 0.001, "global",
+                        training={"epochs": 30, "best_epoch": 30, "cap": 30, "stopped": "cap"}),
         "flexible": _row(20.1, [19.5, 20.7], 0.3, "global"),
         "flexible_tau": _row(19.0, [18.4, 19.6], 0.01, "flexible", tau=0.8,
                              decoded_by={"backend": "kernel", "simd": "AVX2", "torch": "2.13.0"}),
@@ -78,14 +115,17 @@ def test_render_table_shows_interval_dagger_and_footnotes():
     table = render_table(results, _cfg(), "test", 5, {"n_samples": 1000, "seed": 1234})
     lines = table.splitlines()
     head = next(line for line in lines if line.startswith("| model"))
-    assert head == "| model | window | reduction | BLEU | chrF | tok. BLEU | RIBES | AER | ms/sentence (backend) |"
+    assert head == ("| model | window | reduction | BLEU | chrF | tok. BLEU | RIBES | AER | epochs (best) "
+                    "| ms/sentence (backend) |")
     row = {line.split(" | ")[0][2:]: line for line in lines if line.startswith("| ") and line != head}
     assert "| 20.00 ± 0.56 |" in row["Global"]  # half-width of [19.4, 20.52]
     assert "| 18.00 ± 0.50† |" in row["Local-m (D=10)"]
     assert "| 20.10 ± 0.60 |" in row["Flexible τ=∞"]
     assert "| 19.00 ± 0.60† |" in row["Flexible τ=0.8"]
-    assert row["Flexible τ=0.8"].endswith("| 3.0 (kernel) |")  # the backend that decoded the row
-    assert row["Global"].endswith("| 3.0 |")  # a result that does not say
+    assert row["Global"].endswith("| 9 (7) | 3.0 |")  # a result that does not say which backend
+    assert row["Local-m (D=10)"].endswith("| 30 (30)‡ | 3.0 |")  # stopped at the cap
+    assert row["Flexible τ=0.8"].endswith("| – | 3.0 (kernel) |")  # no training record
+    assert "‡ stopped at the cap" in table and "Every row reached its cap" not in table
     assert "| 50.00 |" in row["Global"]  # chrF
     assert "(docs/method.md, Window); reduction against Global." in table
     assert "sacrebleu's paired bootstrap resampling (1000 resamples, seed 1234)" in table
@@ -123,6 +163,7 @@ NAMES = ("global", "local_m", "local_p", "flexible", "sact", "flexible_sact", "f
 
 def _overrides(out: str) -> list[str]:
     return [*(f"evaluate.checkpoints.{n}=ck/{n}.ckpt" for n in NAMES), "~evaluate.checkpoints.flexible_sact_ft",
+            "~evaluate.checkpoints.flexible_ctl", "~evaluate.checkpoints.flexible_sact_ctl",
             "evaluate.tau_rows=[flexible,flexible_ft]", "sweep_tau.out=tau.json", f"evaluate.out={out}/metrics.json",
             f"evaluate.table={out}/table1.md", f"evaluate.translations_dir={out}/tr",
             f"evaluate.by_length_file={out}/by_length.csv", f"evaluate.figures_dir={out}/fig", "logger.enabled=false"]

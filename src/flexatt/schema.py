@@ -66,6 +66,7 @@ class Synthetic(Group):
     min_len: PositiveInt = 3
     max_len: PositiveInt = 12
     chunk: PositiveInt = 3
+    reverse: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] = 1.0  # share of chunks reversed
     seed: NonNegativeInt = 1
 
     @model_validator(mode="after")
@@ -75,7 +76,7 @@ class Synthetic(Group):
         return self
 
 
-TSV_COLUMNS = ("src", "tgt", "key", "ref2")  # data.columns: the roles of a TSV's columns
+TSV_COLUMNS = ("src", "tgt", "key", "ref2", "split")  # data.columns: the roles of a TSV's columns
 
 
 class Data(Group):
@@ -91,16 +92,37 @@ class Data(Group):
         default_factory=lambda: {"src": "es", "tgt": "en", "key": "key", "ref2": "en_web"})
     tsv_align: Optional[Text] = "data/bible/bible.es-en.kjv.align.gz"
     synthetic: Optional[Synthetic] = None
+    dev_src: Optional[Text] = None   # fixed dev and test sets beside data.src/data.tgt (the training files)
+    dev_tgt: Optional[Text] = None
+    test_src: Optional[Text] = None
+    test_tgt: Optional[Text] = None
 
     @model_validator(mode="after")
     def _one_source(self) -> Data:
         if (self.src is None) != (self.tgt is None):
             raise _error("tgt" if self.tgt is None else "src", "data.src and data.tgt must be given together")
+        for split in ("dev", "test"):
+            src, tgt = getattr(self, f"{split}_src"), getattr(self, f"{split}_tgt")
+            if (src is None) != (tgt is None):
+                raise _error(f"{split}_tgt" if tgt is None else f"{split}_src",
+                             f"data.{split}_src and data.{split}_tgt must be given together")
+        fixed = [key for key in ("dev_src", "test_src") if getattr(self, key) is not None]
+        if fixed:
+            missing = "test_src" if fixed == ["dev_src"] else "dev_src" if fixed == ["test_src"] else None
+            if missing:
+                raise _error(missing, "fixed dev and test files (data.dev_src/dev_tgt, data.test_src/test_tgt) "
+                             "must be given together")
+            if self.src is None:
+                raise _error("dev_src", "fixed dev and test files need data.src and data.tgt (the training files)")
+            for side in ("ref2", "align"):
+                if getattr(self, side) is not None:
+                    raise _error(side, "cannot be combined with fixed dev and test files (data.dev_src, "
+                                 "data.test_src), which have no side files")
         if self.src is None and self.tsv is None and self.synthetic is None:
             raise PydanticCustomError("flexatt", "no input configured: set data.src and data.tgt (two text "
                                       "files), data.tsv (one TSV) or data.synthetic")
         if self.src is None and self.tsv is not None and not {"src", "tgt"} <= set(self.columns):
-            raise _error("columns", f"must map src and tgt (and optionally key, ref2) to column names of "
+            raise _error("columns", f"must map src and tgt (and optionally key, ref2, split) to column names of "
                          f"{self.tsv} (got {dict(self.columns)!r})")
         return self
 
@@ -249,6 +271,33 @@ class Finetune(Group):
     beta: NonNegativeFloat = 0.1
     epochs: PositiveInt = 1
     lr: PositiveFloat = 0.0002
+    control_out_dir: Text = "artifacts/models_ctl"  # control@<variant>: β = 0, the fine-tuning's epochs
+    control_metrics_dir: Text = "results/finetune_control"
+
+
+class SweepBeta(Group):
+    """``conf/sweep_beta``: fine-tuning's β, swept upward (:mod:`flexatt.stages.sweep_beta`)."""
+
+    variant: Text = "flexible"
+    grid: Annotated[list[PositiveFloat], Field(min_length=1)] = Field(
+        default_factory=lambda: [0.1, 1.0, 10.0, 100.0])
+    tau: Tau = 2.0
+    max_drop: NonNegativeFloat = 1.0
+    tolerance: NonNegativeFloat = 0.5
+    out_dir: Text = "artifacts/beta"
+    out: Text = "results/sweep_beta.json"
+    curve_file: Text = "results/plots/beta.csv"
+    figure: Text = "results/figures/beta.png"
+
+    @field_validator("grid")
+    @classmethod
+    def _ascending(cls, value: list[float]) -> list[float]:
+        for i in range(1, len(value)):
+            if value[i] <= value[i - 1]:
+                raise PydanticCustomError("flexatt_item", "must be > sweep_beta.grid[{prev}] = {before}: the sweep "
+                                          "goes upward (got {value})",
+                                          {"index": i, "prev": i - 1, "before": value[i - 1], "value": value[i]})
+        return value
 
 
 class Decode(Group):
@@ -287,8 +336,8 @@ class SweepSigma(Group):
 
 class Evaluate(Group):
     checkpoints: dict[str, Text] = Field(default_factory=dict)  # row name -> checkpoint
-    tau_rows: list[Text] = Field(default_factory=lambda: ["flexible", "flexible_ft", "flexible_sact",
-                                                          "flexible_sact_ft"])
+    tau_rows: list[Text] = Field(default_factory=lambda: ["flexible", "flexible_ft", "flexible_ctl", "flexible_sact",
+                                                          "flexible_sact_ft", "flexible_sact_ctl"])
     split: Literal[SPLITS] = "test"
     length_buckets: Annotated[list[PositiveInt], Field(min_length=1)] = Field(
         default_factory=lambda: [10, 20, 30, 40, 50])
@@ -319,6 +368,21 @@ class Evaluate(Group):
             if row not in self.checkpoints:
                 raise _error(f"tau_rows[{i}]", f"must be one of {', '.join(self.checkpoints)} (got {row!r})")
         return self
+
+
+class Compare(Group):
+    """``conf/compare``: the compare stage (claims, matched windows, Holm; docs/method.md, Claims)."""
+
+    models: list[Text] = Field(default_factory=lambda: ["flexible", "flexible_ft"])  # matched to each fixed window
+    curve_models: list[Text] = Field(default_factory=lambda: ["flexible", "flexible_ft"])  # tau curves on test
+    search_steps: NonNegativeInt = 6  # bisections on log tau per matched window
+    alpha: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.05  # family-wise error rate of the verdicts
+    margin: NonNegativeFloat = 0.5  # BLEU loss that counts as none ("at <= 0.5 BLEU")
+    ar_trials: PositiveInt = 10000  # approximate randomisation trials (sacrebleu's default)
+    out: Text = "results/compare.json"
+    report: Text = "results/compare.md"
+    curve_file: Text = "results/plots/matched_window.csv"
+    figure: Text = "results/figures/matched_window.png"
 
 
 class Logger(Group):
@@ -376,10 +440,12 @@ class Params(BaseModel):
     trainer: Trainer = Field(default_factory=Trainer)
     train: Train = Field(default_factory=Train)
     finetune: Finetune = Field(default_factory=Finetune)
+    sweep_beta: SweepBeta = Field(default_factory=SweepBeta)
     decode: Decode = Field(default_factory=Decode)
     sweep_tau: SweepTau = Field(default_factory=SweepTau)
     sweep_sigma: SweepSigma = Field(default_factory=SweepSigma)
     evaluate: Evaluate = Field(default_factory=Evaluate)
+    compare: Compare = Field(default_factory=Compare)
     logger: Logger = Field(default_factory=Logger)
 
     @model_validator(mode="after")
@@ -389,6 +455,7 @@ class Params(BaseModel):
         variants = list(self.variants)
         for key, name in [("train.variant", self.train.variant), ("finetune.variant", self.finetune.variant),
                           ("sweep_sigma.base_variant", self.sweep_sigma.base_variant),
+                          ("sweep_beta.variant", self.sweep_beta.variant),
                           *((f"finetune.variants[{i}]", v) for i, v in enumerate(self.finetune.variants))]:
             if variants and name not in variants:
                 raise ConfigError(key, f"must be one of {', '.join(variants)} (got {name!r})")
@@ -397,7 +464,8 @@ class Params(BaseModel):
     def flexible_variant(self, key: str) -> str:
         """The variant that the setting ``key`` (``finetune.variant``, ``sweep_sigma.base_variant``)
         names, which must have a penalty strength g_t (flexible or flexible_sact attention)."""
-        name = {"finetune.variant": self.finetune.variant, "sweep_sigma.base_variant": self.sweep_sigma.base_variant}[key]
+        name = {"finetune.variant": self.finetune.variant, "sweep_sigma.base_variant": self.sweep_sigma.base_variant,
+                "sweep_beta.variant": self.sweep_beta.variant}[key]
         if self.model_of(name, key).attention not in FLEXIBLE:
             raise ConfigError(key, f"must name a flexible model ({', '.join(FLEXIBLE)}), not {name!r}: "
                               "the objective needs g_t")

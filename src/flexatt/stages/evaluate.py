@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from flexatt import config as C
 from flexatt import figures, schema
@@ -54,19 +54,25 @@ from flexatt.metrics import (
     tokenized_bleu,
 )
 from flexatt.decoding import forced_decode
+from flexatt.stopping import CAP, run_summary
 from flexatt.tracking import start_run
 
 TABLE_ORDER = ["global", "local_m", "local_p", "flexible", "flexible_tau", "flexible_ft",
-               "flexible_ft_tau", "sact", "flexible_sact", "flexible_sact_tau", "flexible_sact_ft",
-               "flexible_sact_ft_tau"]
+               "flexible_ft_tau", "flexible_ctl", "flexible_ctl_tau", "sact", "flexible_sact",
+               "flexible_sact_tau", "flexible_sact_ft", "flexible_sact_ft_tau", "flexible_sact_ctl",
+               "flexible_sact_ctl_tau"]
 TABLE_LABELS = {
-    "global": "Global", "local_m": "Local-m (D={D})", "local_p": "Local-p (D={D})",
-    "flexible": "Flexible τ=∞", "flexible_tau": "Flexible τ={tau}",
+    "global": "Global", "flexible": "Flexible τ=∞", "flexible_tau": "Flexible τ={tau}",
     "flexible_ft": "+ fine-tuning τ=∞", "flexible_ft_tau": "+ fine-tuning τ={tau}",
+    "flexible_ctl": "+ control (β=0) τ=∞", "flexible_ctl_tau": "+ control (β=0) τ={tau}",
     "sact": "SACT (λ={lam})", "flexible_sact": "Flexible+SACT τ=∞",
     "flexible_sact_tau": "Flexible+SACT τ={tau}", "flexible_sact_ft": "Flexible+SACT + fine-tuning τ=∞",
     "flexible_sact_ft_tau": "Flexible+SACT + fine-tuning τ={tau}",
+    "flexible_sact_ctl": "Flexible+SACT + control (β=0) τ=∞",
+    "flexible_sact_ctl_tau": "Flexible+SACT + control (β=0) τ={tau}",
 }
+#: the label of a row of a local variant (any D): its attention names it
+LOCAL_LABELS = {"local_m": "Local-m (D={D})", "local_p": "Local-p (D={D})"}
 
 
 def _gold(path: Path, n: int) -> list[set[tuple[int, int]]] | None:
@@ -146,15 +152,62 @@ def reference_row(row: str, rows: Collection[str]) -> str | None:
     """The row whose BLEU ``row`` is tested against (the p-value of Table 1).
 
     ``global`` has none; ``<x>_tau`` is tested against ``<x>`` (the same model at τ = ∞); a
-    fine-tuned ``<x>_ft`` against its base ``<x>`` when that row is evaluated; every other row
-    (and a fine-tuned one whose base is absent) against ``global``.
+    fine-tuned ``<x>_ft`` against its control ``<x>_ctl`` (the same parent and extra epochs with
+    β = 0) when that row is evaluated, else against its base ``<x>``; a control ``<x>_ctl``
+    against its base ``<x>``; every other row (and one whose base is absent) against ``global``.
     """
     if row == "global":
         return None
-    for suffix in ("_tau", "_ft"):
+    if row.endswith("_tau") and row[:-4] in rows:
+        return row[:-4]
+    if row.endswith("_ft") and f"{row[:-3]}_ctl" in rows:
+        return f"{row[:-3]}_ctl"
+    for suffix in ("_ft", "_ctl"):
         if row.endswith(suffix) and row[:-len(suffix)] in rows:
             return row[:-len(suffix)]
     return "global"
+
+
+def tau_of(row: str, selected: dict[str, float | None], sweep_file: Path) -> float | None:
+    """The τ of the row ``<row>_tau``: the one ``sweep_tau`` selected for ``row``; a control
+    ``<x>_ctl`` takes its fine-tuned model's (``<x>_ft``), so that the two are compared at the
+    same τ.
+
+    Raises:
+        DataError: ``sweep_file`` has no selected τ for that model.
+    """
+    source = f"{row[:-4]}_ft" if row.endswith("_ctl") else row
+    if source not in selected:
+        raise DataError(sweep_file, f"has no selected tau for {source} (add it to sweep_tau.models)")
+    return selected[source]
+
+
+def finetuning_effect(results: dict[str, dict], hypotheses: dict[str, list[str]], references: list[str],
+                      n_samples: int, seed: int) -> dict[str, dict]:
+    """Fine-tuned minus control, per fine-tuned model ``<x>_ft`` whose control ``<x>_ctl`` is
+    evaluated: at τ = ∞ and, where both have a ``_tau`` row, at the fine-tuned model's selected τ
+    (the control decodes at that same τ, :func:`tau_of`). Per comparison: ``bleu``, ``g_mean``
+    and ``window`` differences and the paired bootstrap p-value of the BLEU difference
+    (:func:`flexatt.metrics.bleu_significance`, the resamples of Table 1)."""
+    pairs = {}
+    for row in results:
+        if row.endswith("_ft") and f"{row[:-3]}_ctl" in results:
+            pairs[row] = f"{row[:-3]}_ctl"
+            if f"{row}_tau" in results and f"{row[:-3]}_ctl_tau" in results:
+                pairs[f"{row}_tau"] = f"{row[:-3]}_ctl_tau"
+    if not pairs:
+        return {}
+    names = [*pairs, *pairs.values()]
+    tests = bleu_significance({n: hypotheses[n] for n in names}, [references],
+                              {**{ft: ctl for ft, ctl in pairs.items()}, **{ctl: None for ctl in pairs.values()}},
+                              n_samples=n_samples, seed=seed)
+    effect = {}
+    for ft, ctl in pairs.items():
+        a, b = results[ft], results[ctl]
+        diff = lambda k: None if a.get(k) is None or b.get(k) is None else round(a[k] - b[k], 4)  # noqa: E731
+        effect[ft] = {"control": ctl, "tau": a["tau"], "bleu": diff("bleu"), "g_mean": diff("g_mean"),
+                      "window": diff("window"), "p_value": tests[ft]["p_value"]}
+    return effect
 
 
 def run(cfg: DictConfig | schema.Params) -> dict:
@@ -171,9 +224,8 @@ def run(cfg: DictConfig | schema.Params) -> dict:
     if not sweep_file.is_file():
         raise DataError(sweep_file, "not found (run the sweep_tau stage first)")
     selected = {name: info["selected_tau"] for name, info in json.loads(sweep_file.read_text())["models"].items()}
-    for name in tau_rows:
-        if name not in selected:
-            raise DataError(sweep_file, f"has no selected tau for {name} (add it to sweep_tau.models)")
+    row_tau = {name: tau_of(name, selected, sweep_file) for name in tau_rows}
+    runs = {name: run_summary(path) for name, path in checkpoints.items()}
 
     data = EvalSet.load(tok_dir, split)
     src_text = read_lines(filter_dir / f"{split}.src")
@@ -183,7 +235,7 @@ def run(cfg: DictConfig | schema.Params) -> dict:
     ref_tok = moses_tokenize(data.references, tgt_lang)  # tok. BLEU and RIBES, every row
 
     rows: list[tuple[str, str, float | None]] = [(name, name, None) for name in checkpoints]
-    rows += [(f"{name}_tau", name, selected[name]) for name in tau_rows]
+    rows += [(f"{name}_tau", name, row_tau[name]) for name in tau_rows]
     results: dict[str, dict] = {}
     outputs: dict[str, Translation] = {}
     histograms: dict[str, np.ndarray] = {}
@@ -196,7 +248,8 @@ def run(cfg: DictConfig | schema.Params) -> dict:
         out = translate_split(model, data.split, data.tgt_vocab, tau=tau, trace_indices=set(samples), **settings)
         outputs[row] = out
         # tau None: every position scored (τ = ∞)
-        metrics = {"tau": tau, **score_row(out, data, tgt_lang, ref_tok), "decoded_by": out.decoded_by}
+        metrics = {"tau": tau, **score_row(out, data, tgt_lang, ref_tok), "decoded_by": out.decoded_by,
+                   "training": runs[name]}
         if gold is not None:
             links, g_values, temperatures = forced_alignments(model, data, tau, settings["batch_size"],
                                                               settings["backend"])
@@ -228,11 +281,13 @@ def run(cfg: DictConfig | schema.Params) -> dict:
           f"resamples) in {time.perf_counter() - started:.1f} s", flush=True)
     bootstrap = {"test": "paired bootstrap resampling (sacrebleu.significance.PairedTest, test_type='bs')",
                  "metric": "bleu", "n_samples": n_samples, "seed": seed, "level": SIGNIFICANCE_LEVEL}
+    effect = finetuning_effect(results, {row: out.hypotheses for row, out in outputs.items()}, data.references,
+                               n_samples, seed)
     report = {"split": split, "beam_size": settings["beam_size"], "selected_tau": selected,
-              "significance": bootstrap,
+              "significance": bootstrap, "finetuning_effect": effect,
               "models": {row: {k: v for k, v in m.items() if k != "bleu_by_length"} for row, m in results.items()}}
     write_json(out_file, report)
-    table = render_table(results, p, split, settings["beam_size"], bootstrap)
+    table = render_table(results, p, split, settings["beam_size"], bootstrap, effect)
     with atomic_path(table_file) as tmp:
         Path(tmp).write_text(table, encoding="utf-8")
     by_length = [{"model": row, **b} for row, m in results.items() for b in m["bleu_by_length"]]
@@ -273,31 +328,54 @@ def _timing(m: dict) -> str:
     return f"{m['decode_ms']:.1f} ({by['backend']})" if by.get("backend") else f"{m['decode_ms']:.1f}"
 
 
-def _row_label(row: str, m: dict, model) -> str:
-    return TABLE_LABELS.get(row, row).format(D=model.local_D, lam=model.sact_lambda,
-                                             tau="∞ (none selected*)" if m["tau"] is None else f"{m['tau']:g}")
+def _row_models(cfg: DictConfig | schema.Params) -> tuple[schema.Model, dict[str, schema.Model]]:
+    """``model`` and the whole model of every variant (``variants`` may be absent from ``cfg``)."""
+    model = schema.group(cfg, "model")
+    has_variants = isinstance(cfg, schema.Params) or (OmegaConf.select(cfg, "variants") if OmegaConf.is_config(cfg)
+                                                      else cfg.get("variants"))
+    variants = schema.group(cfg, "variants") if has_variants else {}
+    return model, {name: schema.Model.model_validate({**model.model_dump(), **o.model_dump(exclude_unset=True)})
+                   for name, o in variants.items()}
+
+
+def _row_label(row: str, m: dict, model: schema.Model, variants: dict[str, schema.Model]) -> str:
+    """The row's label; a variant's own model settings fill it in (D of a local window, λ)."""
+    own = variants.get(row, model)
+    label = TABLE_LABELS.get(row) or LOCAL_LABELS.get(own.attention if row in variants else row, row)
+    return label.format(D=own.local_D, lam=own.sact_lambda,
+                        tau="∞ (none selected*)" if m["tau"] is None else f"{m['tau']:g}")
+
+
+def _training(m: dict) -> str:
+    """The training cell: epochs run (best epoch), ‡ where the run stopped at its cap."""
+    t = m.get("training")
+    if not t:
+        return "–"
+    return f"{t['epochs']} ({t['best_epoch']})" + ("‡" if t["stopped"] == CAP else "")
 
 
 def render_table(results: dict[str, dict], cfg: DictConfig | schema.Params, split: str, beam: int,
-                 significance: dict | None = None) -> str:
+                 significance: dict | None = None, effect: dict | None = None) -> str:
     """Markdown in the layout of the 2017 paper's Table 1, with our extra rows.
 
     BLEU reads ``12.34 ± 0.56``: the score and the half-width of its 95% bootstrap confidence
     interval (``bleu_ci``), with † when its p-value against the row's reference row
     (``p_value_against``) is below :data:`SIGNIFICANCE_LEVEL`; a footnote names the references.
     ``significance`` describes the test (``n_samples``, ``seed``) for that footnote. Rows
-    without ``bleu_ci`` show the plain score.
+    without ``bleu_ci`` show the plain score. The column "epochs (best)" tells how each model's
+    training ended (:func:`flexatt.stopping.run_summary`), ‡ where it stopped at its cap.
+    ``effect`` (:func:`finetuning_effect`) adds the table of fine-tuned minus control.
     """
-    model = schema.group(cfg, "model")
+    model, variants = _row_models(cfg)
     has_multi = any("bleu_multi" in m for m in results.values())
     head = "| model | window | reduction | BLEU | " + ("multi-ref BLEU | " if has_multi else "") + \
-        "chrF | tok. BLEU | RIBES | AER | ms/sentence (backend) |"
+        "chrF | tok. BLEU | RIBES | AER | epochs (best) | ms/sentence (backend) |"
     lines = [f"# Table 1 — {split} set, beam {beam}", "",
              "Window: source positions scored per decoding step, per sentence then averaged over sentences "
              "(docs/method.md, Window); reduction against Global.", "",
              head, "|" + "---|" * (head.count("|") - 1)]
     order = [r for r in TABLE_ORDER if r in results] + [r for r in results if r not in TABLE_ORDER]
-    labels = {row: _row_label(row, results[row], model) for row in order}
+    labels = {row: _row_label(row, results[row], model, variants) for row in order}
     marked: dict[str, list[str]] = {}  # reference row -> rows significantly different from it
     for row in order:
         m = results[row]
@@ -312,12 +390,18 @@ def render_table(results: dict[str, dict], cfg: DictConfig | schema.Params, spli
         if has_multi:
             cells.append(f"{m.get('bleu_multi', float('nan')):.2f}")
         cells += [f"{m['chrf']:.2f}" if "chrf" in m else "–", f"{m['bleu_tok']:.2f}", f"{m['ribes']:.3f}",
-                  "–" if m["aer"] is None else f"{m['aer']:.3f}", _timing(m)]
+                  "–" if m["aer"] is None else f"{m['aer']:.3f}", _training(m), _timing(m)]
         lines.append("| " + " | ".join(cells) + " |")
     first = next(iter(results.values()))
     lines += ["", "Rows `…τ=x` use the τ that `sweep_tau` selected on dev: the smallest mean window whose "
               "dev BLEU stays within the tolerance of the same model at τ = ∞. *None selected: no τ of "
-              "the grid kept dev BLEU within the tolerance, so the row decodes at τ = ∞.",
+              "the grid kept dev BLEU within the tolerance, so the row decodes at τ = ∞. A control "
+              "(β=0: the fine-tuning's parent, epochs and learning rate without the g-term) decodes at its "
+              "fine-tuned model's τ.",
+              "Epochs (best): epochs trained (the epoch of the best dev BLEU, the checkpoint evaluated); for a "
+              "fine-tuned model or a control, the extra epochs. ‡ stopped at the cap on epochs, not by the "
+              "stopping rule: the model may still have been improving."
+              + (" Every row reached its cap." if all(_training(m).endswith("‡") for m in results.values()) else ""),
               f"BLEU: sacrebleu ({first['bleu_signature']})"
               + (f"; chrF: sacrebleu ({first['chrf_signature']})" if "chrf_signature" in first else "")
               + "; tok. BLEU: Moses tokenizer (sacremoses, target language, no escaping), then "
@@ -331,9 +415,20 @@ def render_table(results: dict[str, dict], cfg: DictConfig | schema.Params, spli
         refs = "; ".join(f"{labels.get(ref, ref)} for {', '.join(labels[r] for r in rows)}"
                          for ref, rows in marked.items())
         lines.append(f"BLEU ± half-width of its 95% confidence interval, {test}. † p < {SIGNIFICANCE_LEVEL:g} "
-                     "against the row's reference: Global for the variants, the same model at τ = ∞ for "
-                     "the τ rows, the base model for the fine-tuned ones (Global when the base is not "
-                     "evaluated). " + (f"Marked: {refs}." if refs else "No row is marked."))
+                     "against the row's reference, uncorrected for the number of comparisons: Global for the "
+                     "variants, the same model at τ = ∞ for the τ rows, the control for the fine-tuned ones "
+                     "(the base model where no control is evaluated), the base model for the controls. "
+                     + (f"Marked: {refs}." if refs else "No row is marked."))
+    if effect:
+        lines += ["", "## Fine-tuning against its control", "",
+                  "Fine-tuned minus control (the same parent, extra epochs and learning rate, β = 0) at the "
+                  "same τ: what the g-term of eq. 9 does beyond the extra training.", "",
+                  "| fine-tuned row | τ | Δ BLEU | p | Δ mean g_t | Δ window |", "|---|---|---|---|---|---|"]
+        fmt = lambda v, spec: "–" if v is None else format(v, spec)  # noqa: E731
+        for row, e in effect.items():
+            tau = "∞" if e["tau"] is None else f"{e['tau']:g}"
+            lines.append(f"| {labels.get(row, row)} | {tau} | {fmt(e['bleu'], '+.2f')} | {fmt(e['p_value'], '.3f')} "
+                         f"| {fmt(e['g_mean'], '+.4f')} | {fmt(e['window'], '+.2f')} |")
     return "\n".join(lines) + "\n"
 
 

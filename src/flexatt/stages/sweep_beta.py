@@ -1,0 +1,163 @@
+"""Stage ``sweep_beta``: the weight β of fine-tuning's g-term, swept upward.
+
+Flexible Attention (2017) eq. 9 fine-tunes with J = CE − β·mean g_t. The cross-entropy is summed
+over a sentence (tens to hundreds of nats) while β·mean g_t is at most β, so at the paper's
+β = 0.1 the g-term is about a thousandth of the loss. Whether a larger β narrows the window, and
+what it costs, is measured here:
+
+1. a **β = 0 run**: the fine-tuning's recipe (``finetune.lr``, ``finetune.epochs`` as the cap,
+   the training's stopping rule ``train.early_stopping_patience``) with plain cross-entropy, from
+   ``<finetune.init_dir>/<variant>/best.ckpt``: the reference every β is compared with;
+2. every β of ``sweep_beta.grid`` in ascending order, the same recipe with J: the sweep stops
+   after the first β whose dev BLEU falls more than ``max_drop`` below the β = 0 run's;
+3. each run's best checkpoint on dev: BLEU at τ = ∞ (beam search, ``decode``), mean g_t (teacher
+   forced over the reference tokens), and the mean window and BLEU at the fixed
+   ``sweep_beta.tau``.
+
+Selected: the β with the smallest window at ``tau`` whose dev BLEU (τ = ∞) is within
+``tolerance`` of the β = 0 run's (``null`` when none is). Every run keeps its own epochs under
+the stopping rule; ``epochs`` and ``best_epoch`` are recorded per point.
+
+Writes ``sweep_beta.out`` (JSON), ``curve_file`` (CSV for ``dvc plots``) and ``figure`` (PNG);
+the runs' checkpoints go to ``<out_dir>/beta<β>/<variant>/`` (and resume after an interruption).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import torch
+from omegaconf import DictConfig
+
+from flexatt import config as C
+from flexatt import schema
+from flexatt.data.batching import LengthGroupedBatches, ParallelData, collate
+from flexatt.data.subwords import PAD_ID
+from flexatt.evaluation import EvalSet, decode_settings, load_model, translate_split
+from flexatt.figures import _save, plt
+from flexatt.io import atomic_path, write_json
+from flexatt.metrics import corpus_bleu
+from flexatt.tracking import default_group, start_run
+from flexatt.trainer import train
+
+
+def mean_g(model, data: EvalSet, batch_size: int) -> float:
+    """Mean penalty strength g_t over every reference token of ``data``, teacher forced (the
+    quantity eq. 9's g-term averages).  # g: batch x T"""
+    sampler = LengthGroupedBatches(data.split.src_lengths, data.split.tgt_lengths, batch_size, shuffle=False)
+    items = ParallelData(data.split)
+    total, count = 0.0, 0
+    model.eval()
+    with torch.no_grad():
+        for indices in sampler:
+            batch = collate([items[i] for i in indices])
+            _, aux = model(batch.src, batch.src_len, batch.tgt_in)
+            mask = batch.tgt_out != PAD_ID
+            total += float((aux["g"] * mask).sum())
+            count += int(mask.sum())
+    return total / count
+
+
+def select_beta(points: list[dict], reference_bleu: float, tolerance: float) -> dict | None:
+    """The point with the smallest window at the fixed τ among those whose dev BLEU is at least
+    ``reference_bleu − tolerance``; ties go to the higher BLEU, then the smaller β."""
+    eligible = [p for p in points if p["dev_bleu"] >= reference_bleu - tolerance]
+    if not eligible:
+        return None
+    return min(eligible, key=lambda p: (p["window"], -p["dev_bleu"], p["beta"]))
+
+
+def beta_curve(points: list[dict], reference: dict, tau: float, path: str | Path) -> Path:
+    """Dev BLEU (τ = ∞) and the mean window at ``tau`` against β (log axis), the β = 0 run as
+    dashed lines."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.5))
+    betas = [p["beta"] for p in points]
+    ax.plot(betas, [p["dev_bleu"] for p in points], marker="o", color="tab:blue")
+    ax.axhline(reference["dev_bleu"], color="tab:blue", linestyle="--", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("beta")
+    ax.set_ylabel("dev BLEU (tau = inf)", color="tab:blue")
+    twin = ax.twinx()
+    twin.plot(betas, [p["window"] for p in points], marker="s", color="tab:orange")
+    twin.axhline(reference["window"], color="tab:orange", linestyle="--", linewidth=1)
+    twin.set_ylabel(f"mean dev window at tau = {tau:g}", color="tab:orange")
+    ax.set_title("Fine-tuning weight beta (dashed: beta = 0)")
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def run(cfg: DictConfig | schema.Params) -> dict:
+    p = schema.params(cfg)
+    sb, ft = p.sweep_beta, p.finetune
+    variant = p.flexible_variant("sweep_beta.variant")
+    init = Path(ft.init_dir) / variant / "best.ckpt"
+    out_dir = Path(sb.out_dir)
+    settings = decode_settings(p)
+    dev = EvalSet.load(p.train.data_dir, "dev")
+    tau = None if math.isinf(sb.tau) else sb.tau
+    run_cfg = schema.as_dict(p)
+    run_cfg.setdefault("logger", {})["group"] = p.logger.group or default_group(p)
+    run_params = schema.validate(run_cfg)  # the W&B runs of the points stay in this pipeline run's group
+    decoded_by: dict = {}
+
+    def point(beta: float) -> dict:
+        name = f"beta{beta:g}"
+        print(f"sweep_beta: beta = {beta:g}: fine-tuning {variant} from {init}", flush=True)
+        metrics, _ = train(run_params, variant, out_dir=str(out_dir / name), epochs=ft.epochs, lr=ft.lr, beta=beta,
+                           init_from=init, metrics_file=out_dir / name / "metrics.json",
+                           job_type="sweep_beta", run_name=f"{variant}-{name}")
+        model = load_model(out_dir / name / variant / "best.ckpt")
+        full = translate_split(model, dev.split, dev.tgt_vocab, tau=None, **settings)
+        windowed = translate_split(model, dev.split, dev.tgt_vocab, tau=tau, **settings)
+        decoded_by.update(full.decoded_by)
+        result = {
+            "beta": beta, "epochs": metrics["epochs"], "best_epoch": metrics["best_epoch"],
+            "dev_bleu": round(corpus_bleu(full.hypotheses, [dev.references])[0], 2),
+            "g_mean": round(mean_g(model, dev, settings["batch_size"]), 4),
+            "window": round(windowed.mean_window, 3),
+            "dev_bleu_tau": round(corpus_bleu(windowed.hypotheses, [dev.references])[0], 2),
+        }
+        print(f"sweep_beta: beta = {beta:g}: dev BLEU {result['dev_bleu']}, mean g {result['g_mean']}, window "
+              f"{result['window']} at tau = {sb.tau:g} ({result['epochs']} epochs, best {result['best_epoch']})",
+              flush=True)
+        return result
+
+    reference = point(0.0)
+    points: list[dict] = []
+    for beta in sb.grid:
+        points.append(point(beta))
+        if points[-1]["dev_bleu"] < reference["dev_bleu"] - sb.max_drop:
+            print(f"sweep_beta: dev BLEU fell more than {sb.max_drop:g} below beta = 0: the sweep stops", flush=True)
+            break
+    selected = select_beta(points, reference["dev_bleu"], sb.tolerance)
+    result = {"variant": variant, "tau": sb.tau, "max_drop": sb.max_drop, "tolerance": sb.tolerance,
+              "reference": reference, "points": points,
+              "selected_beta": selected["beta"] if selected else None, "decoded_by": decoded_by}
+    write_json(sb.out, result)
+    rows = [reference, *points]
+    with atomic_path(sb.curve_file) as tmp, open(tmp, "w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    figure = beta_curve(points, reference, sb.tau, sb.figure)
+
+    tracker = start_run(p, "sweep_beta", "beta", tags=[variant, p.profile])
+    table = tracker.table("sweep_beta/points", list(rows[0]), [list(r.values()) for r in rows])
+    tracker.line_plot("sweep_beta/window_plot", table, "beta", "window", f"mean dev window at tau = {sb.tau:g}")
+    tracker.image("figures/beta", figure)
+    tracker.summary({"selected_beta": result["selected_beta"], "reference_dev_bleu": reference["dev_bleu"]})
+    tracker.config({"decoded_by": decoded_by})
+    tracker.finish()
+    print(f"sweep_beta: selected beta = {result['selected_beta']} (beta = 0: dev BLEU {reference['dev_bleu']}, "
+          f"window {reference['window']})")
+    return result
+
+
+def main() -> None:
+    C.run_stage(run)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""How a training run ended: epochs run, best epoch, and why it stopped.
+
+Read from the run's checkpoint folder (:mod:`flexatt.trainer` writes it): ``last.ckpt`` holds
+the number of epochs done, ``best.ckpt`` the epoch of the best dev BLEU, and ``run.json`` the
+cap (``epochs``: the Trainer's ``max_epochs``). A run that did fewer epochs than its cap was
+stopped by early stopping (``train.early_stopping_patience`` epochs without a better dev BLEU);
+one that did all of them reached its cap, which a stopping-rule comparison flags: that model
+may still have been improving.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from flexatt.checkpoints import read_checkpoint
+from flexatt.errors import DataError
+
+#: ``stopped`` values
+EARLY_STOPPING = "early stopping"
+CAP = "cap"
+
+
+def run_summary(checkpoint: str | Path) -> dict | None:
+    """``{"epochs", "best_epoch", "cap", "stopped"}`` of the run whose best checkpoint is
+    ``checkpoint`` (1-based epochs; ``stopped``: :data:`EARLY_STOPPING` or :data:`CAP`), or
+    ``None`` for a checkpoint without its training folder (no ``last.ckpt`` and ``run.json``
+    beside it: copied from elsewhere).
+
+    Raises:
+        DataError: ``run.json`` or a checkpoint is unreadable (names the file).
+    """
+    folder = Path(checkpoint).parent
+    last, run = folder / "last.ckpt", folder / "run.json"
+    if not (last.is_file() and run.is_file()):
+        return None
+    try:
+        cap = json.loads(run.read_text(encoding="utf-8"))["epochs"]
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise DataError(run, f"has no epochs entry ({exc})") from None
+    epochs = int(read_checkpoint(last)["epoch"]) + 1
+    best = int(read_checkpoint(checkpoint)["epoch"]) + 1
+    return {"epochs": epochs, "best_epoch": best, "cap": cap, "stopped": CAP if epochs >= cap else EARLY_STOPPING}

@@ -1,0 +1,37 @@
+"""How a training run ended (flexatt.stopping): epochs, best epoch, cap or early stopping, read
+from a real Lightning run's checkpoint folder."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from flexatt.errors import DataError
+from flexatt.stopping import CAP, EARLY_STOPPING, run_summary
+
+
+def test_a_run_that_did_all_its_epochs_reached_its_cap(smoke_trained, tmp_path):
+    folder = smoke_trained / "m" / "flexible"
+    summary = run_summary(folder / "best.ckpt")
+    cap = json.loads((folder / "run.json").read_text())["epochs"]
+    assert summary["cap"] == cap and summary["epochs"] == cap and summary["stopped"] == CAP
+    assert 1 <= summary["best_epoch"] <= summary["epochs"]
+
+
+def test_fewer_epochs_than_the_cap_is_early_stopping(smoke_trained, tmp_path):
+    folder = tmp_path / "flexible"
+    shutil.copytree(smoke_trained / "m" / "flexible", folder)
+    run = json.loads((folder / "run.json").read_text())
+    (folder / "run.json").write_text(json.dumps({**run, "epochs": run["epochs"] + 5}))
+    assert run_summary(folder / "best.ckpt")["stopped"] == EARLY_STOPPING
+
+
+def test_a_checkpoint_without_its_training_folder_has_no_summary(smoke_trained, tmp_path):
+    shutil.copyfile(smoke_trained / "m" / "flexible" / "best.ckpt", tmp_path / "x.ckpt")
+    assert run_summary(tmp_path / "x.ckpt") is None
+    shutil.copytree(smoke_trained / "m" / "flexible", tmp_path / "bad")
+    (tmp_path / "bad" / "run.json").write_text("{}")
+    with pytest.raises(DataError, match="run.json"):
+        run_summary(tmp_path / "bad" / "best.ckpt")
