@@ -13,10 +13,12 @@ folder into the files ``conf/data/wmt15_de_en.yaml`` names::
     python scripts/fetch_wmt15.py --from DIR          # convert a folder mtdata already wrote (offline)
 
 Writes into ``--out-dir`` (default ``data/wmt15_de_en``): ``train.de``/``train.en`` (the three
-training parts concatenated in the order of ``TRAIN_IDS``: a fixed order, so the filter stage's
-seeded split is the same on every machine; mtdata's own ``--merge`` orders the parts by a set),
-``dev.de``/``dev.en`` (newstest2013), ``test.de``/``test.en`` (newstest2015), UTF-8, one sentence
-per line, each pair of files with the same number of lines; ``fetch_report.json`` (the dataset
+training parts concatenated in the order of ``TRAIN_IDS``: a fixed order, so the filter stage
+meets the same corpus on every machine, which decides which copy of a duplicate it keeps and
+what SentencePiece samples; mtdata's own ``--merge`` orders the parts by a set),
+``dev.de``/``dev.en`` (newstest2013) and ``test.de``/``test.en`` (newstest2015), which the data
+config reads as the pipeline's fixed dev and test sets (``data.dev_src`` ... ``data.test_tgt``),
+UTF-8, one sentence per line, each pair of files with the same number of lines; ``fetch_report.json`` (the dataset
 IDs, the lines of every part, mtdata's signature); mtdata's ``references.bib`` (how to cite each
 corpus); a ``.gitignore`` that keeps the fetched files out of git.
 

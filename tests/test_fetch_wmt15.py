@@ -187,21 +187,34 @@ def test_the_config_composes_with_the_paper_profile_and_names_the_scripts_files(
     data = params.data
     assert (data.name, data.src_lang, data.tgt_lang) == ("wmt15_de_en", "de", "en")
     assert (data.src, data.tgt) == (str(fetch.DEFAULT_OUT / "train.de"), str(fetch.DEFAULT_OUT / "train.en"))
+    assert (data.dev_src, data.dev_tgt) == (str(fetch.DEFAULT_OUT / "dev.de"), str(fetch.DEFAULT_OUT / "dev.en"))
+    assert (data.test_src, data.test_tgt) == (str(fetch.DEFAULT_OUT / "test.de"), str(fetch.DEFAULT_OUT / "test.en"))
     assert data.tsv is None and data.synthetic is None and data.align is None and data.ref2 is None
-    assert {f"data/wmt15_de_en/{name}" for name in fetch.OUTPUTS} >= {data.src, data.tgt}
+    assert {f"data/wmt15_de_en/{name}" for name in fetch.OUTPUTS} == {
+        data.src, data.tgt, data.dev_src, data.dev_tgt, data.test_src, data.test_tgt}
 
 
 def test_the_filter_stage_reads_what_the_script_writes(work, tmp_path, capsys):
-    """The converted folder at the config's own (relative) paths is the pipeline's input."""
+    """The converted folder at the config's own (relative) paths is the pipeline's input:
+    newstest2013 is the dev set and newstest2015 the test set, whole, whatever filter.dev_size
+    and filter.test_size say."""
     run_dir = tmp_path / "run"
     compose_params(run_dir, "data=wmt15_de_en", "profile=paper", test_precision=False)
     assert run(capsys, "--from", work, "--out-dir", run_dir / fetch.DEFAULT_OUT)[0] == 0
     code, err = run_inprocess("filter", ["filter.dev_size=1", "filter.test_size=1"], capsys, cwd=run_dir)
     assert code == 0, err
     report = json.loads((run_dir / "artifacts/filter/report.json").read_text(encoding="utf-8"))
-    assert report["source"] == {"kind": "text", "src": "data/wmt15_de_en/train.de", "tgt": "data/wmt15_de_en/train.en"}
-    assert report["read"] == 5 and report["kept"] == 5
-    assert {split: v["pairs"] for split, v in report["splits"].items()} == {"train": 3, "dev": 1, "test": 1}
+    folder = "data/wmt15_de_en"
+    assert report["source"] == {"kind": "text", "src": f"{folder}/train.de", "tgt": f"{folder}/train.en",
+                                "dev_src": f"{folder}/dev.de", "dev_tgt": f"{folder}/dev.en",
+                                "test_src": f"{folder}/test.de", "test_tgt": f"{folder}/test.en"}
+    assert report["split_by"] == "fixed (files data.dev_src, data.test_src)"
+    assert report["read"] == 8 and report["kept"] == 8
+    assert {split: v["pairs"] for split, v in report["splits"].items()} == {"train": 5, "dev": 1, "test": 2}
+    for split, lines in (("dev", DEV), ("test", TEST)):
+        for side, ext in ((0, "src"), (1, "tgt")):
+            written = (run_dir / f"artifacts/filter/{split}.{ext}").read_text(encoding="utf-8").splitlines()
+            assert written == lines[side], (split, ext)
 
 
 def test_the_ids_and_file_names_are_mtdatas(tmp_path, monkeypatch):

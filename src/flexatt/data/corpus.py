@@ -14,6 +14,13 @@ Policies for broken lines (``on_invalid``):
   ``error``  refuse the corpus at the first invalid line (the message names file and line);
   ``skip``   drop the pair and count it (``invalid`` in the filter report).
 Mismatched line counts are always refused: no pairing can be trusted after them.
+
+Fixed splits: a corpus may say which pairs are training, dev and test pairs, either in a TSV
+column (the ``split`` role of ``data.columns``, :func:`iter_tsv`) or as separate dev and test
+files beside the training files (:func:`iter_split_files`); the pair then carries its split
+(:attr:`RawPair.split`). A split value other than ``train``, ``dev`` or ``test`` is always
+refused, naming the file and line (whatever ``on_invalid`` says: it is not a broken line but a
+corpus that says something the filter cannot follow).
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from flexatt.io import UTF8_BOM, decode_line, open_bytes
 
 log = logging.getLogger(__name__)
 
+SPLITS = ("train", "dev", "test")  # the splits the filter writes; the values of a split column
 
 
 @dataclass
@@ -36,13 +44,16 @@ class RawPair:
     """One sentence pair as read, before cleaning.
 
     ``line`` is the 1-based line of the pair in its source file(s) (for a TSV, the line in the
-    file, counting the header as line 1). ``sides`` holds the named side fields.
+    file, counting the header as line 1). ``sides`` holds the named side fields. ``split`` is
+    the split the corpus fixes for the pair (one of :data:`SPLITS`), ``None`` where the filter
+    draws it.
     """
 
     line: int
     src: str
     tgt: str
     sides: dict[str, str] = field(default_factory=dict)
+    split: str | None = None
 
 
 @dataclass
@@ -164,12 +175,12 @@ def _decode(raw: bytes, path: Path, line_no: int, on_invalid: str, problems: lis
 
 def iter_text_files(src: str | os.PathLike, tgt: str | os.PathLike,
                     sides: Mapping[str, str | os.PathLike] | None = None,
-                    on_invalid: str = "error", invalid: list[str] | InvalidLines | None = None
-                    ) -> Iterator[RawPair]:
+                    on_invalid: str = "error", invalid: list[str] | InvalidLines | None = None,
+                    split: str | None = None) -> Iterator[RawPair]:
     """Stream the pairs of two line-aligned text files and optional side files.
 
     Under ``on_invalid="skip"``, the message of each skipped pair (its first broken file) is
-    appended to ``invalid``.
+    appended to ``invalid``. ``split`` is given to every pair (:attr:`RawPair.split`).
 
     Raises:
         DataError: a file is missing or empty, the line counts differ (both counts are named;
@@ -177,12 +188,7 @@ def iter_text_files(src: str | os.PathLike, tgt: str | os.PathLike,
             valid UTF-8.
     """
     paths = {"src": Path(src), "tgt": Path(tgt), **{k: Path(v) for k, v in (sides or {}).items()}}
-    counts = {name: count_lines(path) for name, path in paths.items()}
-    n_src = counts["src"]
-    for name, count in counts.items():
-        if count != n_src:
-            raise DataError(paths[name], f"has {count} lines but {paths['src']} has {n_src}: "
-                            "the files are not line-aligned")
+    check_aligned(paths)
     side_names = [name for name in paths if name not in ("src", "tgt")]
     for i, raws in _lockstep({name: (path, iter_raw_lines(path)) for name, path in paths.items()}):
         problems: list[str] = []
@@ -191,7 +197,44 @@ def iter_text_files(src: str | os.PathLike, tgt: str | os.PathLike,
             if invalid is not None:
                 invalid.append(problems[0])
             continue
-        yield RawPair(i + 1, text["src"], text["tgt"], {name: text[name] for name in side_names})
+        yield RawPair(i + 1, text["src"], text["tgt"], {name: text[name] for name in side_names}, split)
+
+
+def check_aligned(files: Mapping[str, str | os.PathLike]) -> dict[str, int]:
+    """The line count of each of ``files`` (name -> path), all of which must have the same.
+
+    Raises:
+        DataError: a file is missing or empty, or has another line count than the first one
+            (both counts named).
+    """
+    paths = {name: Path(path) for name, path in files.items()}
+    counts = {name: count_lines(path) for name, path in paths.items()}
+    first = next(iter(paths))
+    for name, count in counts.items():
+        if count != counts[first]:
+            raise DataError(paths[name], f"has {count} lines but {paths[first]} has {counts[first]}: "
+                            "the files are not line-aligned")
+    return counts
+
+
+def iter_split_files(files: Mapping[str, tuple[str | os.PathLike, str | os.PathLike]],
+                     sides: Mapping[str, str | os.PathLike] | None = None, on_invalid: str = "error",
+                     invalid: list[str] | InvalidLines | None = None) -> Iterator[RawPair]:
+    """Stream a corpus whose splits are fixed by its files: ``files`` maps each of ``train``,
+    ``dev`` and ``test`` to its (source, target) pair of line-aligned files; each pair carries
+    its split, and its line in its own files. ``sides`` are side files of the training files.
+    The dev and test files' line counts are checked before the first pair (the training files'
+    as :func:`iter_text_files` checks them).
+
+    Raises:
+        DataError: as :func:`iter_text_files`, for any of the files.
+    """
+    for name in SPLITS:
+        if name != "train":
+            check_aligned({"src": files[name][0], "tgt": files[name][1]})
+    for name in SPLITS:
+        src, tgt = files[name]
+        yield from iter_text_files(src, tgt, sides if name == "train" else None, on_invalid, invalid, name)
 
 
 def read_text_files(src: str | os.PathLike, tgt: str | os.PathLike,
@@ -213,7 +256,13 @@ def iter_tsv(path: str | os.PathLike, columns: Mapping[str, str],
              invalid: list[str] | InvalidLines | None = None) -> Iterator[RawPair]:
     """Stream the rows of a TSV whose first line names its columns (see :func:`read_tsv`);
     the header, the columns and the alignment file's line count are checked before the first
-    pair. Skipped pairs' messages are appended to ``invalid``."""
+    pair. Skipped pairs' messages are appended to ``invalid``. The column given for ``split``
+    fixes each pair's split (:attr:`RawPair.split`).
+
+    Raises:
+        DataError: see :func:`read_tsv`; a split value other than ``train``, ``dev``, ``test``
+            (always refused, naming the file and line).
+    """
     path = Path(path)
     n_rows = count_lines(path) - 1
     lines = iter_raw_lines(path)
@@ -257,10 +306,16 @@ def iter_tsv(path: str | os.PathLike, columns: Mapping[str, str],
             if invalid is not None:
                 invalid.append(problems[0])
             continue
-        sides = {name: fields[j] for name, j in index.items() if name not in ("src", "tgt")}
+        sides = {name: fields[j] for name, j in index.items() if name not in ("src", "tgt", "split")}
         if align_text is not None:
             sides["align"] = align_text
-        yield RawPair(i + 2, fields[index["src"]], fields[index["tgt"]], sides)
+        split = None
+        if "split" in index:
+            split = fields[index["split"]]
+            if split not in SPLITS:
+                raise DataError(path, f"split {split!r} (column '{columns['split']}', data.columns.split) "
+                                f"must be one of {', '.join(SPLITS)}", i + 2)
+        yield RawPair(i + 2, fields[index["src"]], fields[index["tgt"]], sides, split)
 
 
 def read_tsv(path: str | os.PathLike, columns: Mapping[str, str],
@@ -269,7 +324,8 @@ def read_tsv(path: str | os.PathLike, columns: Mapping[str, str],
 
     Args:
         columns: maps our field names to the TSV's column names; ``src`` and ``tgt`` are
-            required, every other entry (``key``, ``ref2``, …) becomes a side field.
+            required, ``split`` fixes each pair's split, every other entry (``key``, ``ref2``,
+            …) becomes a side field.
         align: optional file of gold alignments, one line per TSV data row (no header line).
 
     Raises:

@@ -29,6 +29,15 @@ applies the length rules and hands it to a writer. The result is exactly what
 during the first pass (the hashes) and one byte per pair during the second, whatever the
 sentences' length.
 
+**Fixed splits.** Where the corpus fixes each pair's split (:attr:`RawPair.split`: a TSV's
+``split`` column, or dev and test files beside the training files), :func:`plan_split` with
+``fixed=True`` takes it instead of drawing one: ``dev_size``, ``test_size`` and ``seed`` do not
+apply. Dev and test are then kept as given, duplicates included (a fixed test set is scored
+whole); the training pairs are deduplicated among themselves as above, and a training pair that
+is also a dev or test pair is dropped as a ``duplicate`` too (found in the second pass, against
+the dev and test pairs' hashes), so that still no pair is both a training and a test pair. The
+length rules apply as above.
+
 Text is cleaned by turning every whitespace character into a plain space and collapsing runs,
 so tokens are exactly ``text.split(" ")``. Gold alignments (``align`` side field) index those
 tokens; a link outside the cleaned sentence means the alignment file is out of line with the
@@ -46,11 +55,10 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from flexatt.data.corpus import RawPair, parse_alignment
+from flexatt.data.corpus import SPLITS, RawPair, parse_alignment
 from flexatt.errors import DataError
 
 DROP_REASONS = ("control", "empty", "too_long", "ratio", "duplicate", "too_long_eval")
-SPLITS = ("train", "dev", "test")
 
 
 @dataclass
@@ -152,7 +160,7 @@ def check_pair(pair: RawPair, max_len: int | None, max_ratio: float | None, seen
                                 f"({n_src} source and {n_tgt} target words): the alignment "
                                 "file is not in line with the corpus")
         sides["align"] = " ".join(f"{i}-{j}" for i, j in sorted(links))
-    return RawPair(pair.line, src, tgt, sides)
+    return RawPair(pair.line, src, tgt, sides, pair.split)
 
 
 def filter_and_split(pairs: Sequence[RawPair], dev_size: int, test_size: int, seed: int,
@@ -224,7 +232,9 @@ class SplitPlan:
     """What the first pass (:func:`plan_split`) learnt: the integrity drops (counts and first
     lines), which pairs survived them (one byte per pair read, in reading order), the dev and
     test positions among the survivors, their side fields, and a hash of the survivors in order
-    (the second pass must meet the same pairs)."""
+    (the second pass must meet the same pairs). With ``fixed`` splits, ``dev`` and ``test`` are
+    empty (each pair carries its split) and ``held_out`` holds the hashes of the dev and test
+    pairs, which no training pair may repeat."""
 
     read: int
     integrity: FilterResult
@@ -234,6 +244,8 @@ class SplitPlan:
     test: set[int]
     side_keys: list[str]
     chain: bytes
+    fixed: bool = False
+    held_out: set[bytes] = field(default_factory=set)
 
 
 @dataclass
@@ -254,22 +266,30 @@ class StreamResult:
 
 
 def plan_split(pairs: Iterable[RawPair], dev_size: int, test_size: int, seed: int,
-               align_source: str = "alignments") -> SplitPlan:
+               align_source: str = "alignments", fixed: bool = False) -> SplitPlan:
     """The first pass: the integrity rules on every pair (deduplicating by :func:`pair_digest`),
-    then the seeded split of the survivors (:func:`split_indices`).
+    then the seeded split of the survivors (:func:`split_indices`); with ``fixed``, the split
+    each pair carries (see the module docstring), and ``dev_size``, ``test_size`` and ``seed``
+    are not used.
 
     Raises:
         ValueError: ``dev_size + test_size`` leaves no training pair, or the pairs do not all
-            carry the same side fields.
+            carry the same side fields; with ``fixed``, a pair without a split, or a split
+            left without pairs.
         DataError: a bad gold alignment (see :func:`filter_pairs`).
     """
     integrity = FilterResult(kept=[])
     seen: set[bytes] = set()
+    held_out: set[bytes] = set()
+    per_split = dict.fromkeys(SPLITS, 0)
     kept = bytearray()
     chain = hashlib.blake2b(digest_size=16)
     side_keys: list[str] | None = None
     for pair in pairs:
-        cleaned = check_pair(pair, None, None, seen, align_source)
+        if fixed and pair.split not in SPLITS:
+            raise ValueError(f"the pair of line {pair.line} has no split (got {pair.split!r})")
+        # fixed dev and test pairs are kept as given: not deduplicated
+        cleaned = check_pair(pair, None, None, seen if not fixed or pair.split == "train" else None, align_source)
         if isinstance(cleaned, str):
             integrity.drop(cleaned, pair.line)
             kept.append(0)
@@ -280,7 +300,19 @@ def plan_split(pairs: Iterable[RawPair], dev_size: int, test_size: int, seed: in
             raise ValueError(f"the pair of line {pair.line} has the side fields {sorted(cleaned.sides)}, "
                              f"the first pair {sorted(side_keys)}")
         kept.append(1)
-        chain.update(pair_digest(cleaned.src, cleaned.tgt))
+        digest = pair_digest(cleaned.src, cleaned.tgt)
+        chain.update(digest)
+        if fixed:
+            per_split[pair.split] += 1
+            if pair.split != "train":
+                held_out.add(digest)
+    if fixed:
+        del seen
+        for name, count in per_split.items():
+            if not count:
+                raise ValueError(f"the corpus fixes no {name} pairs (of {len(kept)} read)")
+        return SplitPlan(len(kept), integrity, kept, sum(per_split.values()), set(), set(), side_keys or [],
+                         chain.digest(), True, held_out)
     n_kept = len(seen)
     del seen
     dev, test = split_indices(n_kept, dev_size, test_size, seed)
@@ -293,7 +325,8 @@ def apply_split(plan: SplitPlan, pairs: Iterable[RawPair], write: Callable[[str,
     """The second pass, over the same pairs as :func:`plan_split`'s: clean each kept pair again,
     assign its split, apply the length rules (training: ``max_len`` and ``max_ratio``; dev and
     test: ``eval_max_len``) and call ``write(split, pair)`` for each pair that passes, each
-    split's pairs in input order (the splits interleaved).
+    split's pairs in input order (the splits interleaved). With a plan of fixed splits, a
+    training pair that repeats a dev or test pair is dropped as a ``duplicate``.
 
     Raises:
         DataError: the pairs are not those of the first pass (the corpus, named ``corpus`` in
@@ -315,11 +348,18 @@ def apply_split(plan: SplitPlan, pairs: Iterable[RawPair], write: Callable[[str,
         if isinstance(cleaned, str):
             changed = True
             break
-        chain.update(pair_digest(cleaned.src, cleaned.tgt))
-        name = "dev" if position in plan.dev else "test" if position in plan.test else "train"
+        digest = pair_digest(cleaned.src, cleaned.tgt)
+        chain.update(digest)
+        if plan.fixed:
+            name = cleaned.split
+        else:
+            name = "dev" if position in plan.dev else "test" if position in plan.test else "train"
         position += 1
         src, tgt = cleaned.src, cleaned.tgt
         n_src, n_tgt = src.count(" ") + 1, tgt.count(" ") + 1
+        if plan.fixed and name == "train" and digest in plan.held_out:
+            per_split[name].drop("duplicate", cleaned.line)
+            continue
         if name == "train":
             if n_src > max_len or n_tgt > max_len:
                 per_split[name].drop("too_long", cleaned.line)
@@ -351,9 +391,9 @@ def apply_split(plan: SplitPlan, pairs: Iterable[RawPair], write: Callable[[str,
 def stream_filter_and_split(open_pairs: Callable[[], Iterable[RawPair]], write: Callable[[str, RawPair], None],
                             dev_size: int, test_size: int, seed: int, max_len: int, max_ratio: float,
                             eval_max_len: int | None, align_source: str = "alignments",
-                            corpus: str = "corpus") -> StreamResult:
+                            corpus: str = "corpus", fixed: bool = False) -> StreamResult:
     """:func:`filter_and_split` over a corpus read twice: ``open_pairs()`` must give the same
-    pairs each time (e.g. a reader of the same files). See :func:`plan_split` and
-    :func:`apply_split`."""
-    plan = plan_split(open_pairs(), dev_size, test_size, seed, align_source)
+    pairs each time (e.g. a reader of the same files). See :func:`plan_split` (``fixed``: the
+    splits the pairs carry) and :func:`apply_split`."""
+    plan = plan_split(open_pairs(), dev_size, test_size, seed, align_source, fixed)
     return apply_split(plan, open_pairs(), write, max_len, max_ratio, eval_max_len, align_source, corpus)

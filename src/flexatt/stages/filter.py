@@ -12,6 +12,12 @@ side files split with their pairs (``.key``, ``.ref2``, ``.align`` where the cor
 reason; for a corpus with gold alignments, how much they reorder, :mod:`flexatt.data.reordering`,
 over the kept pairs); the report's counts also go to ``filter.metrics_file`` (a DVC metric kept
 in git).
+
+The split is drawn at random with ``filter.seed`` (``filter.dev_size`` and ``filter.test_size``
+pairs), unless the corpus fixes it: a TSV's ``split`` column (``data.columns.split``) or dev and
+test files beside the training files (``data.dev_src``/``dev_tgt``, ``data.test_src``/``test_tgt``).
+Then the sizes do not apply, and the report and metrics say where the splits came from
+(``split_by``, e.g. ``"fixed (column split)"``).
 The output directory is replaced atomically: a failed run leaves the previous one intact.
 
 The corpus is streamed and read twice (:mod:`flexatt.data.filtering`: :func:`plan_split`, then
@@ -33,11 +39,11 @@ from omegaconf import DictConfig
 
 from flexatt import config as C
 from flexatt import schema
-from flexatt.data.corpus import InvalidLines, RawPair, iter_text_files, iter_tsv
+from flexatt.data.corpus import InvalidLines, RawPair, iter_split_files, iter_text_files, iter_tsv
 from flexatt.data.filtering import DROP_REASONS, SPLITS, apply_split, plan_split
 from flexatt.data.reordering import Reordering, parse_pharaoh
 from flexatt.data.synthetic import iter_synthetic
-from flexatt.errors import ConfigError
+from flexatt.errors import ConfigError, DataError
 from flexatt.io import atomic_path, write_json
 
 log = logging.getLogger("flexatt.filter")
@@ -49,7 +55,8 @@ def read_corpus(cfg: DictConfig) -> tuple[Callable[[InvalidLines], Iterator[RawP
     Returns a function that opens the stream (each call reads the corpus anew, counting skipped
     broken lines in the ``InvalidLines`` it is given), a description of the source for the report, and the name of the file that
     holds the gold alignments (for error messages). The first kind configured is used: two text
-    files (``data.src`` + ``data.tgt``), else a TSV (``data.tsv``), else ``data.synthetic``.
+    files (``data.src`` + ``data.tgt``, with ``data.dev_*`` and ``data.test_*`` the fixed dev
+    and test files), else a TSV (``data.tsv``), else ``data.synthetic``.
     """
     p = schema.params(cfg)
     data, on_invalid = p.data, p.filter.on_invalid
@@ -59,9 +66,18 @@ def read_corpus(cfg: DictConfig) -> tuple[Callable[[InvalidLines], Iterator[RawP
         sides = {k: v for k, v in sides.items() if v is not None}
         if data.tsv:
             log.info("reading the text files data.src/data.tgt; data.tsv and its side files are not used")
-        def result(invalid: InvalidLines) -> Iterator[RawPair]:
-            return iter_text_files(src, tgt, sides, on_invalid, invalid)
         source = {"kind": "text", "src": str(src), "tgt": str(tgt), **{k: str(v) for k, v in sides.items()}}
+        if data.dev_src is not None:  # the schema has checked that all four are given
+            files = {"train": (src, tgt), **{split: tuple(C.require_file(f"data.{split}_{side}",
+                                                                         getattr(data, f"{split}_{side}"))
+                                                          for side in ("src", "tgt")) for split in ("dev", "test")}}
+            source.update({f"{split}_{side}": str(files[split][i]) for split in ("dev", "test")
+                           for i, side in enumerate(("src", "tgt"))})
+            def result(invalid: InvalidLines) -> Iterator[RawPair]:
+                return iter_split_files(files, sides, on_invalid, invalid)
+        else:
+            def result(invalid: InvalidLines) -> Iterator[RawPair]:
+                return iter_text_files(src, tgt, sides, on_invalid, invalid)
         return result, source, str(sides.get("align", "alignments"))
     if data.tsv is not None:
         tsv, columns = C.require_file("data.tsv", data.tsv), dict(data.columns)
@@ -72,6 +88,18 @@ def read_corpus(cfg: DictConfig) -> tuple[Callable[[InvalidLines], Iterator[RawP
         return result, source, str(align)
     spec = data.synthetic.model_dump()
     return lambda invalid: iter_synthetic(spec), {"kind": "synthetic", **spec}, "synthetic"
+
+
+def fixed_splits(p: schema.Params) -> str | None:
+    """Where the corpus that ``p.data`` describes fixes its splits (``None``: it does not, the
+    filter draws them): ``"fixed (column <name>)"`` for a TSV's split column, ``"fixed (files
+    data.dev_src, data.test_src)"`` for dev and test files."""
+    data = p.data
+    if data.src is not None:
+        return "fixed (files data.dev_src, data.test_src)" if data.dev_src is not None else None
+    if data.tsv is not None and "split" in data.columns:
+        return f"fixed (column {data.columns['split']})"
+    return None
 
 
 def _mean(total: int, n: int) -> float:
@@ -87,10 +115,16 @@ def run(cfg: DictConfig | schema.Params) -> dict:
     max_len, max_ratio, eval_max_len = f.max_len, f.max_ratio, f.eval_max_len
 
     open_pairs, source, align_name = read_corpus(p)
+    split_by = fixed_splits(p)
+    if split_by:
+        log.info("splits %s: filter.dev_size and filter.test_size do not apply", split_by)
+    corpus = source.get("src") or source.get("tsv") or source["kind"]
     invalid = InvalidLines(keep=20)
     try:
-        plan = plan_split(open_pairs(invalid), dev_size, test_size, seed, align_name)
+        plan = plan_split(open_pairs(invalid), dev_size, test_size, seed, align_name, fixed=split_by is not None)
     except ValueError as exc:
+        if split_by:
+            raise DataError(corpus, str(exc)) from exc
         raise ConfigError("filter.dev_size", str(exc)) from exc
     with atomic_path(out_dir) as tmp:
         tmp.mkdir(parents=True)
@@ -99,7 +133,6 @@ def run(cfg: DictConfig | schema.Params) -> dict:
             for split in SPLITS:  # every split has its .src and .tgt, even when it is empty
                 for name in ("src", "tgt"):
                     writer.file(f"{split}.{name}")
-            corpus = source.get("src") or source.get("tsv") or source["kind"]
             filtered = apply_split(plan, open_pairs(InvalidLines(keep=0)), writer, max_len, max_ratio,
                                    eval_max_len, align_name, corpus)
             for split in SPLITS:  # and every side file the kept pairs have
@@ -119,6 +152,8 @@ def run(cfg: DictConfig | schema.Params) -> dict:
                 for split in SPLITS
             },
         }
+        if split_by:
+            counts["split_by"] = split_by
         if "align" in filtered.side_names:
             counts["reordering"] = writer.reordering.summary()
         report = {"source": source, **counts, "side_files": filtered.side_names,
@@ -130,7 +165,7 @@ def run(cfg: DictConfig | schema.Params) -> dict:
     dropped = ", ".join(f"{r} {n}" for r, n in counts["dropped"].items() if n) or "none"
     print(f"filter: read {counts['read']} pairs, invalid {counts['invalid']}, dropped: {dropped}; "
           f"kept {counts['kept']} -> " + ", ".join(f"{s} {filtered.pairs[s]}" for s in SPLITS)
-          + f" (in {out_dir})")
+          + (f", splits {split_by}" if split_by else "") + f" (in {out_dir})")
     return report
 
 
