@@ -10,6 +10,13 @@ So the correct attention moves forward chunk by chunk and backwards inside a chu
 which a small window suffices, and whose gold word alignment is known exactly (it is returned as
 the ``align`` side field, in Pharaoh format). Used by the tests and the ``smoke`` profile.
 
+``reverse`` sets how much the task reorders: the share of chunks that are reversed (the others
+are translated in order). At 1.0 (the default) every chunk is reversed and the generator draws
+exactly what it always drew; at 0.0 none is, a monotone task; in between, each chunk is reversed
+with probability ``reverse``, drawn from the generator's seeded RNG right after the pair's words
+(so the pairs differ from those of other levels from the first draw on, with the same
+distribution of words and lengths).
+
 Run ``python -m flexatt.data.synthetic PREFIX`` to write ``PREFIX.src``, ``PREFIX.tgt`` and
 ``PREFIX.align``.
 """
@@ -18,7 +25,7 @@ from __future__ import annotations
 
 import argparse
 import random
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from flexatt.data.corpus import RawPair, ReadResult
@@ -32,24 +39,34 @@ def _word(index: int) -> str:
     return f"{_SYLLABLES[index % len(_SYLLABLES)]}-{index}"
 
 
-def reorder_permutation(length: int, chunk: int) -> list[int]:
-    """Target position j reads source position ``perm[j]``: each chunk of ``chunk`` reversed."""
+def reorder_permutation(length: int, chunk: int, flips: Sequence[bool] | None = None) -> list[int]:
+    """Target position j reads source position ``perm[j]``: each chunk of ``chunk`` reversed, or
+    (``flips`` given, one flag per chunk) the chunks whose flag is true."""
     perm: list[int] = []
-    for start in range(0, length, chunk):
-        perm.extend(reversed(range(start, min(start + chunk, length))))
+    for k, start in enumerate(range(0, length, chunk)):
+        positions = range(start, min(start + chunk, length))
+        perm.extend(reversed(positions) if flips is None or flips[k] else positions)
     return perm
 
 
 def iter_generate(n_pairs: int, vocab_size: int = 40, min_len: int = 3, max_len: int = 12,
-                  chunk: int = 3, seed: int = 1) -> Iterator[tuple[str, str, str]]:
+                  chunk: int = 3, seed: int = 1, reverse: float = 1.0) -> Iterator[tuple[str, str, str]]:
     """Yield ``n_pairs`` (source, target, Pharaoh alignment) triples, deterministically, one at
-    a time (:func:`generate` collects them)."""
-    if not (0 < min_len <= max_len) or vocab_size < 2 or chunk < 1 or n_pairs < 1:
-        raise ValueError("need n_pairs >= 1, vocab_size >= 2, chunk >= 1, 0 < min_len <= max_len")
+    a time (:func:`generate` collects them); ``reverse``: the share of chunks reversed."""
+    if not (0 < min_len <= max_len) or vocab_size < 2 or chunk < 1 or n_pairs < 1 or not 0.0 <= reverse <= 1.0:
+        raise ValueError("need n_pairs >= 1, vocab_size >= 2, chunk >= 1, 0 < min_len <= max_len, "
+                         "0 <= reverse <= 1")
     rng = random.Random(seed)
     for _ in range(n_pairs):
         words = [rng.randrange(vocab_size) for _ in range(rng.randint(min_len, max_len))]
-        perm = reorder_permutation(len(words), chunk)
+        n_chunks = -(-len(words) // chunk)
+        if reverse >= 1.0:  # every chunk: nothing drawn, the generator's stream as it always was
+            flips = None
+        elif reverse <= 0.0:
+            flips = [False] * n_chunks
+        else:
+            flips = [rng.random() < reverse for _ in range(n_chunks)]
+        perm = reorder_permutation(len(words), chunk, flips)
         src = " ".join(_word(w) for w in words)
         tgt = " ".join(_word(words[s]).upper() for s in perm)
         align = " ".join(f"{s}-{j}" for j, s in sorted(enumerate(perm), key=lambda js: js[1]))
@@ -57,15 +74,16 @@ def iter_generate(n_pairs: int, vocab_size: int = 40, min_len: int = 3, max_len:
 
 
 def generate(n_pairs: int, vocab_size: int = 40, min_len: int = 3, max_len: int = 12,
-             chunk: int = 3, seed: int = 1) -> list[tuple[str, str, str]]:
+             chunk: int = 3, seed: int = 1, reverse: float = 1.0) -> list[tuple[str, str, str]]:
     """Generate ``n_pairs`` (source, target, Pharaoh alignment) triples, deterministically."""
-    return list(iter_generate(n_pairs, vocab_size, min_len, max_len, chunk, seed))
+    return list(iter_generate(n_pairs, vocab_size, min_len, max_len, chunk, seed, reverse))
 
 
 def iter_synthetic(spec: Mapping) -> Iterator[RawPair]:
     """The synthetic corpus described by ``data.synthetic`` as :class:`RawPair` records, streamed."""
     triples = iter_generate(int(spec["n_pairs"]), int(spec["vocab_size"]), int(spec["min_len"]),
-                            int(spec["max_len"]), int(spec["chunk"]), int(spec["seed"]))
+                            int(spec["max_len"]), int(spec["chunk"]), int(spec["seed"]),
+                            float(spec.get("reverse", 1.0)))
     for i, (s, t, a) in enumerate(triples):
         yield RawPair(i + 1, s, t, {"align": a})
 
@@ -84,8 +102,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-len", type=int, default=12)
     parser.add_argument("--chunk", type=int, default=3)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--reverse", type=float, default=1.0, help="the share of chunks reversed (default: all)")
     args = parser.parse_args(argv)
-    triples = generate(args.n_pairs, args.vocab_size, args.min_len, args.max_len, args.chunk, args.seed)
+    triples = generate(args.n_pairs, args.vocab_size, args.min_len, args.max_len, args.chunk, args.seed,
+                       args.reverse)
     for i, suffix in enumerate(("src", "tgt", "align")):
         write_lines(f"{args.prefix}.{suffix}", (t[i] for t in triples))
 
