@@ -152,3 +152,18 @@ def test_plan_split_needs_every_pair_to_carry_a_split():
     pairs = [RawPair(1, "a", "b", {}, "train"), RawPair(2, "c", "d", {}, None)]
     with pytest.raises(ValueError, match="line 2 has no split"):
         plan_split(iter(pairs), 1, 1, 0, fixed=True)
+
+
+def test_the_grc_profile_trains_on_the_greek_corpus_under_the_converged_stopping_rule(tmp_path):
+    params = schema.validate(OmegaConf.load(compose_params(tmp_path, "profile=grc", test_precision=False)))
+    assert params.profile == "grc" and params.data.name == "nt_grc_en" and params.data.columns["split"] == "split"
+    assert list(params.variants) == ["global", "local_m", "flexible"] and params.finetune.variants == ["flexible"]
+    assert {"global", "local_m", "flexible", "flexible_ft"} <= set(params.evaluate.checkpoints)
+    assert (params.train.epochs, params.train.early_stopping_patience, params.finetune.epochs) == (30, 2, 30)
+    converged = ROOT / "conf/profile/converged.yaml"
+    if converged.is_file():  # the stopping rule is converged's: keep the two profiles equal
+        rule = OmegaConf.load(converged)
+        assert params.train.epochs == rule.train.epochs
+        assert params.train.early_stopping_patience == rule.train.early_stopping_patience
+        assert params.train.lr_schedule == rule.train.get("lr_schedule", params.train.lr_schedule)
+        assert params.finetune.epochs == rule.finetune.epochs
