@@ -18,7 +18,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # W&B stays offline unless you have configured an API key.
 export WANDB_MODE ?= $(if $(WANDB_API_KEY),online,offline)
 
-.PHONY: help venv test test-slow test-all repro smoke char params bench bench-scale bench-pipeline clean report push pull
+.PHONY: help venv test test-slow test-all repro smoke char converged grc reordering params bench bench-scale bench-pipeline clean report push pull
 
 help:
 	@echo "make repro      create .venv and run the pipeline (dvc repro) on the default corpus"
@@ -27,6 +27,9 @@ help:
 	@echo "make test-all   every test, fast and slow (what CI runs, besides other precisions and SIMD levels)"
 	@echo "make smoke      run the pipeline on the tiny synthetic 'smoke' profile in a scratch copy"
 	@echo "make char       the character-level 'char' profile up to Table 1, kept in artifacts/char (hours)"
+	@echo "make grc        the Koine Greek -> English 'grc' profile up to Table 1, kept in artifacts/grc (hours)"
+	@echo "make reordering flexible's window against how much the data reorders: smoke runs at 4 levels (~25 min)"
+	@echo "make converged  every model to convergence, controls, beta sweep (about 11 h on 2 cores; resumes)"
 	@echo "make params     recompose params.yaml from conf/ (PROFILE=smoke|default|paper)"
 	@echo "make bench      run the benchmarks (after make repro and make char: they use their models)"
 	@echo "make bench-scale  filter + tokenize at 1M and 4.5M generated pairs: wall time and peak memory (run alone)"
@@ -102,6 +105,24 @@ smoke: $(STAMP)
 # the char profile's models are what the benchmarks' character level measures; a second run resumes
 char: $(STAMP)
 	$(BIN)/python scripts/profile_run.py char --keep artifacts/char --targets evaluate --results results/char
+
+# the second corpus (data/nt_grc_en), trained to convergence; a second run resumes
+grc: $(STAMP)
+	$(BIN)/python scripts/profile_run.py grc --keep artifacts/grc --targets evaluate --results results/grc
+
+# the synthetic task at reordering levels 0, 0.25, 0.5, 1 (copies kept in artifacts/reordering/),
+# with the real corpora whose results exist -> results/reordering/summary.json, the plot and figure
+reordering: $(STAMP)
+	$(BIN)/python scripts/reordering_sweep.py
+
+# converged models under one stopping rule (conf/profile/converged.yaml): the copy and the DVC
+# cache may live on a volume that outlives the machine; started again, the run resumes; results
+# are copied to results/converged/ after every stage
+CONVERGED_DIR ?= artifacts/converged
+DVC_CACHE ?= $(HOME)/.cache/flexatt/dvc
+converged: $(STAMP)
+	$(BIN)/python scripts/profile_run.py converged --keep $(CONVERGED_DIR) --cache $(DVC_CACHE) \
+		--results results/converged --stepwise --beta-from-sweep
 
 clean:
 	rm -rf artifacts multirun outputs .pytest_cache

@@ -3,6 +3,8 @@
     python scripts/profile_run.py smoke                       # = make smoke: a temporary copy, removed afterwards
     python scripts/profile_run.py smoke --keep /tmp/s         # keep the copy (and its outputs) in /tmp/s
     python scripts/profile_run.py char --keep artifacts/char --targets evaluate --results results/char
+    python scripts/profile_run.py converged --keep RUN_DIR --cache CACHE_DIR --results results/converged \
+        --stepwise --beta-from-sweep                          # = make converged
 
 The copy holds the files git tracks (plus uncommitted edits to them), gets a fresh git
 repository (DVC needs one; a kept copy of the same profile is refreshed with this tree's files
@@ -12,12 +14,22 @@ training resumes from its last checkpoint), and its ``params.yaml`` is recompose
 [TARGETS]`` runs there, its output streamed. Your working tree, its params.yaml and its DVC
 cache are never touched; ``--results DIR`` copies the run's results (the outputs under
 ``results/`` of the stages it ran) and its ``dvc.lock`` (which code, data and params made them)
-into ``DIR`` of this working tree.
+into ``DIR`` of this working tree, with ``provenance.json`` (the commit of this working tree
+that the run's code came from, whether the tree had uncommitted edits, the profile, overrides and
+the stages done).
+
+For runs of many hours: ``--cache DIR`` keeps the copy's DVC cache in ``DIR`` (outside the work
+tree, e.g. on a volume that outlives the machine), ``--stepwise`` runs the stages one at a time
+and copies the results after each one (so that what is done can be committed while the rest
+runs), and ``--beta-from-sweep`` runs ``sweep_beta`` first and fine-tunes with the β it selected
+on dev. Started again with the same ``--keep`` and ``--cache``, a run resumes: completed stages
+are skipped, a training resumes from its last epoch-end checkpoint.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -77,6 +89,32 @@ def run_dvc(dest: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([dvc, *args], cwd=dest, env=env, text=True, capture_output=True)
 
 
+def provenance(profile: str, overrides: list[str], stages: list[str]) -> dict:
+    """Where a run's code came from: this working tree's commit and whether it had edits."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
+                           capture_output=True, text=True).stdout.strip()
+    return {"commit": head or None, "uncommitted_edits": bool(dirty), "profile": profile,
+            "overrides": overrides, "stages_done": stages}
+
+
+def stage_names(copy: Path) -> list[str]:
+    """The copy's stages in dvc.yaml order (foreach stages expanded), which is an order that
+    runs every stage after the ones it depends on."""
+    result = run_dvc(copy, "stage", "list", "--name-only")
+    if result.returncode != 0:
+        sys.exit(f"error: dvc stage list failed in {copy}: {result.stderr.strip()}")
+    return [line.strip() for line in result.stdout.splitlines() if line.strip()]
+
+
+def selected_beta(copy: Path) -> float | None:
+    """The β the copy's ``sweep_beta`` stage selected on dev (``None``: none within tolerance)."""
+    import yaml
+
+    out = yaml.safe_load((copy / "params.yaml").read_text(encoding="utf-8"))["sweep_beta"]["out"]
+    return json.loads((copy / out).read_text(encoding="utf-8"))["selected_beta"]
+
+
 def copy_results(copy: Path, dest: Path) -> list[str]:
     """Replace ``dest`` with the copy's ``dvc.lock`` and the outputs under ``results/`` of the
     stages it lists (what this run made; files of stages it did not run are left out).
@@ -107,6 +145,11 @@ def main(argv: list[str] | None = None, profile: str | None = None) -> int:
     parser.add_argument("--targets", nargs="+", default=[], metavar="STAGE",
                         help="run only these stages and what they need (dvc repro STAGE ...)")
     parser.add_argument("--results", type=Path, help="copy the run's results/ and dvc.lock here")
+    parser.add_argument("--cache", type=Path, help="the copy's DVC cache (default: inside the copy)")
+    parser.add_argument("--stepwise", action="store_true",
+                        help="run the stages one at a time, copying the results (--results) after each")
+    parser.add_argument("--beta-from-sweep", action="store_true",
+                        help="run sweep_beta first, then fine-tune with the beta it selected on dev")
     parser.add_argument("overrides", nargs="*", default=[], help="extra Hydra overrides")
     args = parser.parse_args(argv)
     profile = profile or args.profile
@@ -115,23 +158,99 @@ def main(argv: list[str] | None = None, profile: str | None = None) -> int:
     dest = args.keep or Path(tempfile.mkdtemp(prefix=f"flexatt-{profile}-"))
     if dest.exists() and any(dest.iterdir()) and profile_of(dest) != profile:
         sys.exit(f"error: {dest} is not empty (and not a kept copy of the {profile} profile)")
+    overrides = [f"profile={profile}", *args.overrides]
     try:
-        make_copy(dest, [f"profile={profile}", *args.overrides], results=False)
+        make_copy(dest, overrides, results=False)
+        if args.cache:
+            args.cache.mkdir(parents=True, exist_ok=True)
+            result = run_dvc(dest, "cache", "dir", "--local", str(args.cache.resolve()))
+            if result.returncode != 0:
+                sys.exit(f"error: dvc cache dir {args.cache}: {result.stderr.strip()}")
+        if args.results and not (dest / "dvc.lock").is_file():
+            restore(dest, args.results)
         dvc, env = dvc_env()
-        sys.stdout.flush()
-        returncode = subprocess.run([dvc, "repro", *args.targets], cwd=dest, env=env).returncode
+        done: list[str] = []
+
+        def repro(targets: list[str]) -> int:
+            sys.stdout.flush()
+            if not args.stepwise:
+                code = subprocess.run([dvc, "repro", *targets], cwd=dest, env=env).returncode
+                done.extend(targets or ["all"])
+                return code
+            needed = needed_stages(dest, targets) if targets else None
+            for name in stage_names(dest):
+                if needed is not None and name not in needed:
+                    continue
+                code = subprocess.run([dvc, "repro", "--single-item", name], cwd=dest, env=env).returncode
+                if code != 0:
+                    return code
+                done.append(name)
+                if args.results:
+                    copy_results(dest, args.results)
+                    write_provenance(args.results, profile, overrides, done)
+            return 0
+
+        if args.beta_from_sweep:
+            returncode = repro(["sweep_beta"])
+            if returncode != 0:
+                return returncode
+            beta = selected_beta(dest)
+            if beta is None:
+                print("sweep_beta selected no beta (none within the tolerance of beta = 0): fine-tuning keeps "
+                      "finetune.beta of the profile")
+            else:
+                print(f"sweep_beta selected beta = {beta:g}: fine-tuning with it")
+                overrides.append(f"finetune.beta={beta!r}")
+                make_copy(dest, overrides, results=False)
+        returncode = repro(args.targets)
         if returncode == 0:  # what make repro shows: Table 1 and where the rest is
-            print((dest / "results/table1.md").read_text(encoding="utf-8"), end="")
+            table = dest / "results/table1.md"
+            if table.is_file():
+                print(table.read_text(encoding="utf-8"), end="")
             where = dest if args.keep else "the copy (removed; --keep DIR keeps it)"
             print(f"Figures: {where}/results/figures/; metrics: results/*.json (dvc metrics show); "
                   f"W&B runs: {where}/wandb/")
             if args.results:
                 copied = copy_results(dest, args.results)
+                write_provenance(args.results, profile, overrides, done)
                 print(f"{len(copied)} result files and dvc.lock copied to {args.results}")
         return returncode
     finally:
         if args.keep is None:
             shutil.rmtree(dest, ignore_errors=True)
+
+
+def restore(copy: Path, results: Path) -> None:
+    """Start a new copy where an earlier run of it stopped: its ``dvc.lock`` and results from
+    ``results`` (what :func:`copy_results` saved, e.g. committed), and the outputs of its
+    completed stages checked out of the DVC cache (``--cache``). Stages whose outputs the cache
+    does not hold run again."""
+    lock = results / "dvc.lock"
+    if not lock.is_file():
+        return
+    for f in results.rglob("*"):
+        if f.is_file() and f.name not in ("dvc.lock", "provenance.json"):
+            target = copy / "results" / f.relative_to(results)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, target)
+    shutil.copy2(lock, copy / "dvc.lock")
+    checkout = run_dvc(copy, "checkout")
+    print(f"resuming from {lock}: dvc checkout {'restored the completed stages' if checkout.returncode == 0 else 'restored what the cache holds'}")
+
+
+def needed_stages(copy: Path, targets: list[str]) -> set[str]:
+    """``targets`` and every stage they depend on (the nodes of ``dvc dag --dot TARGETS``)."""
+    import re
+
+    result = run_dvc(copy, "dag", "--dot", *targets)
+    if result.returncode != 0:
+        sys.exit(f"error: dvc dag {' '.join(targets)} failed in {copy}: {result.stderr.strip()}")
+    return set(re.findall(r'^"([^"]+)";$', result.stdout, flags=re.M))
+
+
+def write_provenance(dest: Path, profile: str, overrides: list[str], stages: list[str]) -> None:
+    (dest / "provenance.json").write_text(json.dumps(provenance(profile, overrides, stages), indent=2) + "\n",
+                                          encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -75,3 +76,28 @@ def test_help(script):
     result = subprocess.run([sys.executable, str(ROOT / "scripts" / script), "--help"], capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 0 and "--keep" in result.stdout and "--targets" in result.stdout
+
+
+@pytest.mark.slow
+def test_a_stepwise_run_hands_back_each_stage_and_resumes_from_the_cache(tmp_path):
+    """--stepwise --results copies the results and the provenance after every stage; a new copy
+    (the old one lost with its machine) with the same --cache and --results skips what was done."""
+    run = [sys.executable, str(ROOT / "scripts/profile_run.py"), "smoke", "--cache", str(tmp_path / "cache"),
+           "--results", str(tmp_path / "r"), "--stepwise", "--targets", "train@global"]
+    first = subprocess.run([*run, "--keep", str(tmp_path / "c1")], capture_output=True, text=True, timeout=900)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    provenance = json.loads((tmp_path / "r/provenance.json").read_text())
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    assert provenance["commit"] == head and provenance["profile"] == "smoke"
+    assert provenance["stages_done"] == ["filter", "tokenize", "train@global"]
+    trained = (tmp_path / "r/train/global.json").read_text()
+    assert set(yaml.safe_load((tmp_path / "r/dvc.lock").read_text())["stages"]) == {"filter", "tokenize",
+                                                                                     "train@global"}
+    assert any((tmp_path / "cache").rglob("*")) and not (tmp_path / "c1/.dvc/cache").exists()
+
+    second = subprocess.run([*run, "--keep", str(tmp_path / "c2")], capture_output=True, text=True, timeout=900)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
+    assert "resuming from" in second.stdout
+    assert "Running stage" not in second.stdout + second.stderr  # nothing ran again
+    assert (tmp_path / "r/train/global.json").read_text() == trained
+    assert (tmp_path / "c2/artifacts/models/global/best.ckpt").is_file()  # checked out of the cache
