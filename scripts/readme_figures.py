@@ -14,6 +14,8 @@ so the prose never quotes a figure of an earlier run:
 * ``seeds`` (README): mean ± sd of the seed sweep (``results/seeds/summary.csv``), if committed;
 * ``char`` (README): the char profile's run (``results/char/``: dev BLEU of training, Table 1's
   window and BLEU), if committed;
+* ``claims`` (README): the verdict, effect, interval and Holm-adjusted p of every claim of the
+  compare stage (``results/compare.json``), if committed;
 * ``pipeline`` (README and ``benchmarks/README.md``): minutes per stage of the last timed
   ``dvc repro`` and the machine it ran on (``benchmarks/results/pipeline.json``).
 
@@ -136,6 +138,37 @@ def char_block(run: Path) -> str:
     return textwrap.fill(text, width=100, break_on_hyphens=False)
 
 
+#: the README's short name of each claim of ``results/compare.json`` (its own text otherwise)
+CLAIM_LABELS = {"a": "Flexible τ=∞ ≥ Global", "b": "τ cuts 56–64% of positions at ≤ 0.5 BLEU",
+                "c": "fine-tuning narrows the window (vs a control)", "c+sact": "the same, Flexible+SACT",
+                "d": "Local-p > Global", "e": "SACT > Global", "f": "Flexible > a fixed window of equal size"}
+
+
+def claims_block(path: Path) -> str:
+    """The papers' claims as the compare stage judged them (``results/compare.json``): per claim
+    its verdict and, where measured, Δ BLEU with its 95% interval and the Holm-adjusted p."""
+    if not path.is_file():
+        return ""
+    report = _json(path)
+
+    def num(x: float) -> str:
+        return f"{x:+.2f}".replace("-", "−")
+
+    def item(c: dict) -> str:
+        text = f"{c['id']}. {CLAIM_LABELS.get(c['id'], c['claim'])}: **{c['verdict']}**"
+        if c.get("effect") is not None:
+            lo, hi = c["ci"]
+            text += f" ({num(c['effect'])} [{num(lo)}, {num(hi)}], p {c['p']:.3f})"
+        elif c["id"] == "f" and c.get("outcomes"):
+            o = c["outcomes"]
+            text += f" ({o['better']} better, {o['equal']} equal, {o['worse']} worse)"
+        return text
+
+    text = (f"**Claims** ({report['split']} set, `results/compare.md`; Δ BLEU [95% CI], Holm-adjusted p; "
+            "[rules](docs/method.md#claims)): " + "; ".join(item(c) for c in report["claims"]) + ".")
+    return textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False)
+
+
 def _machine(pipe: dict) -> str:
     m = pipe.get("machine")
     if not m:
@@ -180,6 +213,7 @@ def blocks_of(path: Path) -> dict[str, str]:
         "results": results_block((ROOT / "results" / "table1.md").read_text(encoding="utf-8"), filt, metrics),
         "seeds": seeds_block(ROOT / "results" / "seeds" / "summary.csv"),
         "char": char_block(ROOT / "results" / "char"),
+        "claims": claims_block(ROOT / "results" / "compare.json"),
         "pipeline": pipeline_table(pipe),
     }
 

@@ -205,15 +205,30 @@ def search_points(point, grid: list[float], reference_bleu: float, tolerance: fl
     if passing:
         hi = min(passing)
         failing = [p["tau"] for p in points if not passes(p) and 0 < p["tau"] < hi]
-        lo = max(failing) if failing else None
-        for _ in range(steps if lo is not None else 0):
-            mid = round(math.exp(0.5 * (math.log(lo) + math.log(hi))), 4)
-            if not lo < mid < hi:
-                break
-            p = {**point(mid), "source": "search"}
-            points.append(p)
-            if passes(p):
-                hi = mid
-            else:
-                lo = mid
+        if failing:
+            points += bisect_log_tau(point, max(failing), hi, passes, steps)
     return sorted(points, key=lambda p: p["tau"])
+
+
+def bisect_log_tau(point, lo: float, hi: float, passes, steps: int) -> list[dict]:
+    """``steps`` bisections on log τ between ``lo`` (a τ that fails ``passes``) and ``hi`` (one
+    that passes), for a property that holds from some τ on (window and BLEU both grow with τ).
+
+    Each step decodes ``point(mid)`` at the geometric mean of the bracket, rounded to 4 decimals,
+    and moves the bound it falls on; it stops early when the rounded mean is no longer strictly
+    inside the bracket. Used by :func:`search_points` (``passes``: BLEU within the tolerance) and
+    by the compare stage's matched windows (``passes``: the window reaches a target).
+    Returns the new points, each marked ``"source": "search"``.
+    """
+    points = []
+    for _ in range(steps):
+        mid = round(math.exp(0.5 * (math.log(lo) + math.log(hi))), 4)
+        if not lo < mid < hi:
+            break
+        p = {**point(mid), "source": "search"}
+        points.append(p)
+        if passes(p):
+            hi = mid
+        else:
+            lo = mid
+    return points

@@ -5,7 +5,8 @@
 * :func:`step_curves` — g_t (Fig. 5) or SACT's temperature per decoding step;
 * :func:`attention_heatmap` — attention weights with the scored window outlined;
 * :func:`bleu_by_length` — BLEU per source-length bucket (Luong et al. 2015, Fig. 6);
-* :func:`sigma_curve` — dev BLEU and window against σ.
+* :func:`sigma_curve` — dev BLEU and window against σ;
+* :func:`matched_window` — test BLEU with its 95% interval against the window, every model.
 
 Every function writes one PNG atomically and returns its path.
 """
@@ -136,4 +137,37 @@ def sigma_curve(points: list[dict], path: str | os.PathLike) -> Path:
     twin.set_ylabel("mean window at the reference tau", color="tab:orange")
     ax.set_title("Penalty width sigma")
     ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+def matched_window(curves: dict[str, list[dict]], points: dict[str, dict], path: str | os.PathLike,
+                   title: str = "Test BLEU (95% CI) against mean window") -> Path:
+    """BLEU with its 95% confidence interval against the mean window (the compare stage).
+
+    ``curves``: label → points drawn as a line (a flexible model over τ); ``points``: label → one
+    point drawn as a marker (a fixed window, Global, SACT, a flexible model at a matched τ).
+    Each point is a dict with ``window``, ``bleu`` and ``ci`` (``[low, high]``, or ``None``: no
+    error bar) and, on a curve, ``tau`` (annotated)."""
+    def bars(ps: list[dict]) -> np.ndarray:
+        return np.array([[max(p["bleu"] - p["ci"][0], 0.0), max(p["ci"][1] - p["bleu"], 0.0)]
+                         if p.get("ci") else [0.0, 0.0] for p in ps]).T.reshape(2, -1)
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, ps in curves.items():
+        ps = sorted(ps, key=lambda p: p["window"])
+        ax.errorbar([p["window"] for p in ps], [p["bleu"] for p in ps], yerr=bars(ps), marker="o",
+                    markersize=4, capsize=2, label=label)
+        for p in ps:
+            if p.get("tau") is not None:
+                ax.annotate(f"{p['tau']:g}", (p["window"], p["bleu"]), textcoords="offset points",
+                            xytext=(3, 4), fontsize=6)
+    markers = "s^vDP*Xph"
+    for k, (label, p) in enumerate(points.items()):
+        ax.errorbar([p["window"]], [p["bleu"]], yerr=bars([p]), marker=markers[k % len(markers)],
+                    markersize=7, capsize=3, linestyle="none", label=label)
+    ax.set_xlabel("mean window (positions scored per step)")
+    ax.set_ylabel("BLEU")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
     return _save(fig, path)

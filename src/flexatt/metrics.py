@@ -275,7 +275,7 @@ def _sacrebleu_seed(seed: int) -> Iterator[None]:
 def bleu_significance(hypotheses: Mapping[str, Sequence[str]],
                       references: Sequence[Sequence[str]] | Sequence[str],
                       against: Mapping[str, str | None], *, n_samples: int = BOOTSTRAP_SAMPLES,
-                      seed: int = BOOTSTRAP_SEED) -> dict[str, dict[str, Any]]:
+                      seed: int = BOOTSTRAP_SEED, test: str = "bs") -> dict[str, dict[str, Any]]:
     """95% confidence interval of each system's BLEU and its p-value against a reference system.
 
     Source: sacrebleu's paired bootstrap resampling, ``sacrebleu.significance.PairedTest``
@@ -296,6 +296,14 @@ def bleu_significance(hypotheses: Mapping[str, Sequence[str]],
       i.e. "significant".
     * ``p_value_against``: the reference's name, or ``None``.
 
+    ``test="ar"`` runs sacrebleu's paired approximate randomisation instead
+    (``PairedTest(test_type="ar")``; Riezler & Maxwell 2005, after multeval's
+    ``StratifiedApproximateRandomizationTest``): each of ``n_samples`` trials swaps the two
+    systems' sentences at random, and ``p_value`` is the share of trials whose absolute BLEU
+    difference exceeds the observed one (with sacrebleu's +1 correction; sacrebleu's default is
+    10,000 trials). It estimates no interval: ``bleu_ci`` is ``None``. The exception for equal
+    BLEU applies as above (sacrebleu's AR count is the same strict ``>``).
+
     Determinism: every ``PairedTest`` draws its resamples from ``numpy.random.default_rng(seed)``
     (sacrebleu reads the seed from the ``SACREBLEU_SEED`` environment variable, which is set
     for the call and restored after), so all systems are resampled with the same test-set
@@ -308,6 +316,7 @@ def bleu_significance(hypotheses: Mapping[str, Sequence[str]],
             system of ``hypotheses``.
         n_samples: bootstrap resamples (>= 1).
         seed: the RNG seed (>= 1: sacrebleu treats 0 as "unseeded" for the compared systems).
+        test: ``"bs"`` (paired bootstrap resampling) or ``"ar"`` (approximate randomisation).
 
     Returns:
         ``{name: {"bleu_ci": [low, high], "p_value": float | None, "p_value_against": str | None}}``
@@ -316,8 +325,10 @@ def bleu_significance(hypotheses: Mapping[str, Sequence[str]],
     Raises:
         ValueError: no systems, ``against`` does not name every system (and only them), a
             reference that is not a system or is the system itself, a length mismatch, or a
-            bad ``n_samples`` / ``seed``.
+            bad ``n_samples`` / ``seed`` / ``test``.
     """
+    if test not in ("bs", "ar"):
+        raise ValueError(f"test must be 'bs' (paired bootstrap) or 'ar' (approximate randomisation) (got {test!r})")
     names = list(hypotheses)
     if not names:
         raise ValueError("no systems")
@@ -354,15 +365,17 @@ def bleu_significance(hypotheses: Mapping[str, Sequence[str]],
 
     out: dict[str, dict[str, Any]] = {}
 
-    def interval(result: Any) -> list[float]:
+    def interval(result: Any) -> list[float] | None:
+        if result.mean is None:  # approximate randomisation: no interval
+            return None
         return [round(float(result.mean - result.ci), 2), round(float(result.mean + result.ci), 2)]
 
     with _sacrebleu_seed(seed):
         for baseline, systems in groups.items():
-            test = PairedTest([(baseline, list(hypotheses[baseline]))]
-                              + [(s, list(hypotheses[s])) for s in systems],
-                              {"BLEU": BLEU()}, refs, test_type="bs", n_samples=n_samples)
-            _, scores = test()
+            paired = PairedTest([(baseline, list(hypotheses[baseline]))]
+                                + [(s, list(hypotheses[s])) for s in systems],
+                                {"BLEU": BLEU()}, refs, test_type=test, n_samples=n_samples)
+            _, scores = paired()
             (results,) = [v for k, v in scores.items() if k != "System"]
             baseline_score = results[0].score
             for name, result in zip(scores["System"], results):

@@ -37,24 +37,28 @@ from flexatt.tracking import start_run
 
 
 class Decoder:
-    """Decodes (model, split, τ) once and remembers the result."""
+    """Decodes (model, split, τ) once and remembers the result (``memo``: window, BLEU, time;
+    ``hypotheses``: the translations). ``key`` names the setting that lists the models (in the
+    error about a model that is not a row of ``evaluate.checkpoints``)."""
 
-    def __init__(self, cfg: schema.Params, sets: dict[str, EvalSet]):
-        self.cfg, self.sets, self.settings = cfg, sets, decode_settings(cfg)
+    def __init__(self, cfg: schema.Params, sets: dict[str, EvalSet], key: str = "sweep_tau.models"):
+        self.cfg, self.sets, self.settings, self.key = cfg, sets, decode_settings(cfg), key
         self.models: dict[str, object] = {}
         self.memo: dict[tuple[str, str, float], dict] = {}
+        self.hypotheses: dict[tuple[str, str, float], list[str]] = {}
         self.decoded_by: dict[str, dict] = {}  # model -> backend, simd, torch
 
     def point(self, name: str, split: str, tau: float) -> dict:
         key = (name, split, tau)
         if key not in self.memo:
             if name not in self.models:
-                self.models[name] = load_model(checkpoint_of(self.cfg, name, "sweep_tau.models"))
+                self.models[name] = load_model(checkpoint_of(self.cfg, name, self.key))
             data = self.sets[split]
             out = translate_split(self.models[name], data.split, data.tgt_vocab,
                                   tau=None if math.isinf(tau) else tau, **self.settings)
             self.decoded_by[name] = out.decoded_by
             bleu, _ = corpus_bleu(out.hypotheses, [data.references])
+            self.hypotheses[key] = out.hypotheses
             self.memo[key] = {"tau": None if math.isinf(tau) else tau, "window": round(out.mean_window, 3), "bleu": round(bleu, 2),
                               "ms_per_sentence": round(out.ms_per_sentence, 2)}
             p = self.memo[key]

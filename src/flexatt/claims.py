@@ -1,0 +1,394 @@
+"""The papers' claims, tested on our runs (docs/method.md, Claims): the paired tests of a BLEU
+difference, the Holm–Bonferroni correction over a family of tests, the verdict rules, the claims
+table and the matched-window search. Pure functions; ``flexatt.stages.compare`` runs them.
+
+Every comparison is of two systems A and B translating the same test sentences against the same
+reference: Δ = BLEU(A) − BLEU(B) (sacrebleu, :func:`flexatt.metrics.corpus_bleu`), its 95%
+paired-bootstrap interval (:func:`bleu_difference`), and two two-sided p-values of H0 "Δ = 0":
+sacrebleu's paired bootstrap resampling (Koehn 2004; the test of Table 1) and sacrebleu's
+approximate randomisation (Riezler & Maxwell 2005), both through
+:func:`flexatt.metrics.bleu_significance`. Each p-value is Holm-adjusted within its family
+(:func:`holm`, :func:`adjust`); verdicts read the adjusted bootstrap p (the AR p is reported
+beside it, with whether it agrees).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+from sacrebleu.metrics import BLEU
+
+from flexatt.evaluation import bisect_log_tau
+from flexatt.metrics import BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED, bleu_significance, corpus_bleu
+
+__all__ = ["ALPHA", "MARGIN", "CLAIMS", "LOCAL_ATTENTIONS", "adjust", "bleu_difference", "claims_table",
+           "compare_pair", "holm", "match_window", "outcome", "verdict_better", "verdict_not_worse",
+           "verdict_within"]
+
+K = TypeVar("K", bound=Hashable)
+
+#: the family-wise error rate of every verdict (``compare.alpha``)
+ALPHA = 0.05
+#: the BLEU loss that counts as "no loss" (``compare.margin``): the 2017 paper's τ tolerance (§5.2)
+MARGIN = 0.5
+#: attention variants with a fixed window of 2D+1 positions (Luong et al. 2015 §3.2)
+LOCAL_ATTENTIONS = ("local_m", "local_p")
+#: the share of positions the 2017 paper's selected τ removes (§5.2: 56–64%)
+PAPER_REDUCTION = (0.56, 0.64)
+
+HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED = "holds", "fails", "inconclusive", "not measured"
+
+
+# --------------------------------------------------------------------------------------------
+# Multiple testing
+
+
+def holm(p_values: Mapping[K, float]) -> dict[K, float]:
+    """Holm–Bonferroni step-down adjusted p-values of one family of m tests (Holm 1979, "A simple
+    sequentially rejective multiple test procedure", Scand. J. Statist. 6:65–70).
+
+    With the p-values sorted, p_(1) ≤ … ≤ p_(m), the adjusted value of the i-th is
+
+        p̃_(i) = min(1, max_{j ≤ i} (m − j + 1) · p_(j)),
+
+    so rejecting every test with p̃ < α controls the family-wise error rate at α under any
+    dependence between the tests, and rejects exactly what Holm's sequential procedure rejects.
+    Ties keep the order given (their adjusted values are equal anyway). Returns the adjusted
+    values under the same keys, in the order given; an empty family gives ``{}``.
+
+    Hand-written because no dependency of the project provides it: scipy is not a dependency
+    (nor installed), and its ``scipy.stats.false_discovery_control`` offers only the
+    Benjamini–Hochberg/–Yekutieli FDR procedures, not a family-wise correction; statsmodels'
+    ``multipletests`` has Holm but is deliberately not added for one formula; sacrebleu has none.
+
+    Raises:
+        ValueError: a p-value that is not a number in [0, 1] (naming its key).
+    """
+    for key, p in p_values.items():
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
+            raise ValueError(f"p-value of {key!r} must be a number in [0, 1] (got {p!r})")
+    order = sorted(p_values, key=lambda k: p_values[k])
+    m, running, adjusted = len(order), 0.0, {}
+    for i, key in enumerate(order):
+        running = max(running, (m - i) * float(p_values[key]))
+        adjusted[key] = min(1.0, running)
+    return {key: adjusted[key] for key in p_values}
+
+
+def adjust(comparisons: Sequence[dict], alpha: float = ALPHA) -> None:
+    """Holm-adjust, in place, the ``p_bs`` and ``p_ar`` of ``comparisons`` within each family
+    (the ``family`` key of each): adds ``p_bs_holm``, ``p_ar_holm`` (4 decimals) and
+    ``family_size``, and ``ar_agrees`` (both adjusted p-values on the same side of ``alpha``).
+    A comparison whose p-value is ``None`` is left out of its family and gets ``None``."""
+    families: dict[str, list[int]] = {}
+    for i, c in enumerate(comparisons):
+        families.setdefault(c["family"], []).append(i)
+    for members in families.values():
+        for test in ("p_bs", "p_ar"):
+            given = {i: comparisons[i][test] for i in members if comparisons[i].get(test) is not None}
+            adjusted = holm(given)
+            for i in members:
+                comparisons[i][f"{test}_holm"] = round(adjusted[i], 4) if i in adjusted else None
+        for i in members:
+            c = comparisons[i]
+            c["family_size"] = sum(1 for j in members if comparisons[j].get("p_bs") is not None)
+            c["ar_agrees"] = (None if c["p_bs_holm"] is None or c["p_ar_holm"] is None
+                              else (c["p_bs_holm"] < alpha) == (c["p_ar_holm"] < alpha))
+
+
+# --------------------------------------------------------------------------------------------
+# Paired tests
+
+
+def _stats(metric: BLEU, hypotheses: Sequence[str], references: Sequence[str]) -> np.ndarray:
+    """Per-sentence BLEU sufficient statistics (the n-gram matches and totals, the lengths)."""
+    return np.asarray(metric._extract_corpus_statistics(list(hypotheses), [list(references)]), dtype=np.float64)
+
+
+def bleu_difference(hyp_a: Sequence[str], hyp_b: Sequence[str], references: Sequence[str], *,
+                    n_samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED) -> dict[str, Any]:
+    """Δ = BLEU(A) − BLEU(B) on the same sentences and its 95% paired-bootstrap interval.
+
+    Each of ``n_samples`` resamples draws n sentence indices with replacement and rescores both
+    systems on them from their per-sentence sufficient statistics; the interval is the percentile
+    interval of the resampled differences Δ*_b, with sacrebleu's percentile indices
+    (``sacrebleu.significance.estimate_ci``: the ⌊B/40⌋-th and the (B − ⌊B/40⌋ − 1)-th of the
+    sorted values). The indices are those of sacrebleu's paired bootstrap test for the same seed
+    (``numpy.random.default_rng(seed).choice(n, (B, n))``, as ``_paired_bs_test`` draws them), so
+    the interval and that test's p-value (:func:`flexatt.metrics.bleu_significance`) come from
+    the same resampled test sets (Koehn 2004).
+
+    Hand-written because sacrebleu reports an interval per system (``mean ± ci``), never one of
+    a difference; the statistics and the score come from sacrebleu's own ``BLEU`` (its
+    ``_extract_corpus_statistics`` and ``_compute_score_from_stats``, the methods its
+    ``PairedTest`` uses), so Δ is exactly the difference of :func:`~flexatt.metrics.corpus_bleu`.
+
+    Returns:
+        ``{"delta": Δ, "ci": [low, high]}`` (BLEU points, 2 decimals).
+
+    Raises:
+        ValueError: the three lists differ in length, are empty, or a bad ``n_samples``/``seed``.
+    """
+    n = len(references)
+    if not n or len(hyp_a) != n or len(hyp_b) != n:
+        raise ValueError(f"bleu_difference needs as many hypotheses of A ({len(hyp_a)}) and B ({len(hyp_b)}) "
+                         f"as references ({n}), at least one")
+    if isinstance(n_samples, bool) or not isinstance(n_samples, int) or n_samples < 1:
+        raise ValueError(f"n_samples must be an integer >= 1 (got {n_samples!r})")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be an integer >= 0 (got {seed!r})")
+    metric = BLEU()
+    a, b = _stats(metric, hyp_a, references), _stats(metric, hyp_b, references)
+    score = lambda s: metric._compute_score_from_stats(list(s)).score  # noqa: E731
+    delta = score(a.sum(0)) - score(b.sum(0))
+    idx = np.random.default_rng(seed).choice(n, size=(n_samples, n), replace=True)
+    diffs = np.sort([score(a[i].sum(0)) - score(b[i].sum(0)) for i in idx])
+    low = n_samples // 40
+    return {"delta": round(float(delta), 2), "ci": [round(float(diffs[low]), 2),
+                                                    round(float(diffs[n_samples - low - 1]), 2)]}
+
+
+def compare_pair(hyp_a: Sequence[str], hyp_b: Sequence[str], references: Sequence[str], *,
+                 n_samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED,
+                 ar_trials: int = 10000) -> dict[str, Any]:
+    """Every number of one comparison A vs B: ``bleu_a``, ``bleu_b``, their 95% intervals
+    ``ci_a``, ``ci_b`` (sacrebleu's per-system bootstrap interval, as Table 1), ``delta`` and its
+    interval ``ci`` (:func:`bleu_difference`), ``p_bs`` (paired bootstrap, ``n_samples``
+    resamples) and ``p_ar`` (approximate randomisation, ``ar_trials`` trials), both two-sided,
+    unadjusted, from :func:`flexatt.metrics.bleu_significance` with the same ``seed``."""
+    systems, against = {"A": list(hyp_a), "B": list(hyp_b)}, {"A": "B", "B": None}
+    bs = bleu_significance(systems, [list(references)], against, n_samples=n_samples, seed=seed)
+    ar = bleu_significance(systems, [list(references)], against, n_samples=ar_trials, seed=seed, test="ar")
+    return {"bleu_a": round(corpus_bleu(hyp_a, [list(references)])[0], 2),
+            "bleu_b": round(corpus_bleu(hyp_b, [list(references)])[0], 2),
+            "ci_a": bs["A"]["bleu_ci"], "ci_b": bs["B"]["bleu_ci"],
+            **bleu_difference(hyp_a, hyp_b, references, n_samples=n_samples, seed=seed),
+            "p_bs": bs["A"]["p_value"], "p_ar": ar["A"]["p_value"]}
+
+
+# --------------------------------------------------------------------------------------------
+# Verdicts
+
+
+def verdict_better(delta: float, p: float, alpha: float = ALPHA) -> str:
+    """"A > B": holds when Δ > 0 and the adjusted p < α; fails when Δ < 0 and p < α (B is
+    significantly better); inconclusive otherwise (no significant difference)."""
+    if p < alpha and delta != 0:
+        return HOLDS if delta > 0 else FAILS
+    return INCONCLUSIVE
+
+
+def verdict_not_worse(delta: float, p: float, alpha: float = ALPHA) -> str:
+    """"A ≥ B": fails when Δ < 0 and the adjusted p < α (A is significantly worse); holds when
+    Δ ≥ 0 (the data agree with the claim and do not contradict it); inconclusive when Δ < 0
+    without a significant difference."""
+    if delta < 0:
+        return FAILS if p < alpha else INCONCLUSIVE
+    return HOLDS
+
+
+def verdict_within(ci: Sequence[float], margin: float = MARGIN) -> str:
+    """"A loses at most ``margin`` BLEU against B" (non-inferiority): holds when the 95% interval
+    of Δ lies above −margin (low ≥ −margin), fails when it lies below (high < −margin),
+    inconclusive when it contains −margin."""
+    low, high = ci
+    if low >= -margin:
+        return HOLDS
+    return FAILS if high < -margin else INCONCLUSIVE
+
+
+def outcome(delta: float, p: float, alpha: float = ALPHA) -> str:
+    """A matched-window pair from A's side: ``better`` / ``worse`` (Δ > 0 / Δ < 0 with the
+    adjusted p < α), else ``equal`` (no significant difference)."""
+    if p < alpha and delta != 0:
+        return "better" if delta > 0 else "worse"
+    return "equal"
+
+
+#: the claims (docs/method.md, Claims): id, statement, source, the rows it compares (A, B) and
+#: the rule of its verdict; "c" and "f" are built from several comparisons
+CLAIMS = (
+    {"id": "a", "claim": "Flexible τ=∞ ≥ Global", "source": "Shu & Nakayama 2017, Table 1",
+     "a": "flexible", "b": "global", "rule": "not_worse"},
+    {"id": "b", "claim": "the selected τ cuts 56–64% of positions at ≤ 0.5 BLEU (fine-tuned flexible, τ vs τ=∞)",
+     "source": "Shu & Nakayama 2017, §5.2", "a": "flexible_ft_tau", "b": "flexible_ft", "rule": "within+reduction"},
+    {"id": "c", "claim": "fine-tuning narrows the window (fine-tuned vs control at the same τ)",
+     "source": "Shu & Nakayama 2017, §4 (eq. 9)", "a": "flexible_ft_tau", "b": "flexible_ctl_tau",
+     "rule": "narrower+within", "at_inf": ("flexible_ft", "flexible_ctl")},
+    {"id": "c+sact", "claim": "fine-tuning narrows the window, Flexible+SACT (fine-tuned vs control at the same τ)",
+     "source": "Shu & Nakayama 2017, §4 (eq. 9)", "a": "flexible_sact_ft_tau", "b": "flexible_sact_ctl_tau",
+     "rule": "narrower+within", "at_inf": ("flexible_sact_ft", "flexible_sact_ctl")},
+    {"id": "d", "claim": "Local-p > Global", "source": "Luong et al. 2015, Table 1", "a": "local_p", "b": "global",
+     "rule": "better"},
+    {"id": "e", "claim": "SACT > Global (+2 BLEU)", "source": "Lin et al. 2018", "a": "sact", "b": "global",
+     "rule": "better", "paper_effect": 2.0},
+    {"id": "f", "claim": "Flexible beats a fixed window of equal size (matched windows)",
+     "source": "Shu & Nakayama 2017, §5", "rule": "matched"},
+)
+
+
+def _find(comparisons: Sequence[dict], a: str, b: str) -> dict | None:
+    return next((c for c in comparisons if c["a"] == a and c["b"] == b), None)
+
+
+def claims_table(rows: Mapping[str, dict], comparisons: Sequence[dict], matched: Sequence[dict] = (), *,
+                 alpha: float = ALPHA, margin: float = MARGIN) -> list[dict]:
+    """One entry per claim of :data:`CLAIMS`: its ``effect`` (Δ BLEU of A − B), ``ci`` (95%),
+    ``p`` (Holm-adjusted paired bootstrap), ``p_ar`` (Holm-adjusted AR), ``verdict`` and
+    ``detail``. ``rows``: the test rows of ``results/metrics.json`` (``window``, ``bleu``,
+    ``g_mean``, ``tau``); ``comparisons``: the results of :func:`compare_pair` with ``a``, ``b``
+    and the adjusted p-values (:func:`adjust`); ``matched``: the matched-window pairs (``model``,
+    ``local``, ``comparison`` naming A and B, ``outcome``).
+
+    Verdict rules (α = ``alpha``, δ = ``margin``, p the adjusted bootstrap p):
+
+    * a (``not_worse``): :func:`verdict_not_worse`;
+    * b (``within+reduction``): holds when the window reduction 1 − window(A)/window(B) is at
+      least 56% (the paper's lower bound) and :func:`verdict_within` holds; fails when the
+      reduction is below 56% or :func:`verdict_within` fails; inconclusive otherwise;
+    * c (``narrower+within``), per flexible model with a control: holds when the fine-tuned
+      model's window at its τ is smaller than the control's at the same τ and
+      :func:`verdict_within` holds for their BLEU; fails when the window is not smaller or
+      :func:`verdict_within` fails; inconclusive otherwise. The means of g_t and the pair at
+      τ = ∞ (fine-tuned vs control) are reported in ``detail``;
+    * d, e (``better``): :func:`verdict_better`; e also shows the paper's effect (+2 BLEU);
+    * f (``matched``): over every matched pair (:func:`outcome`), holds when every pair is
+      ``better``, fails when any pair is ``worse``, inconclusive otherwise.
+
+    A claim whose rows (or comparisons) are missing is ``not measured``, with ``missing``.
+    """
+    out = []
+    for spec in CLAIMS:
+        entry = {k: spec[k] for k in ("id", "claim", "source", "rule")}
+        if spec["rule"] == "matched":
+            out.append({**entry, **_matched_claim(matched, comparisons)})
+            continue
+        a, b = spec["a"], spec["b"]
+        c = _find(comparisons, a, b)
+        missing = [r for r in (a, b) if r not in rows] or ([] if c else [f"{a} vs {b}"])
+        if missing:
+            out.append({**entry, "a": a, "b": b, "verdict": NOT_MEASURED, "missing": missing})
+            continue
+        ra, rb = rows[a], rows[b]
+        entry.update({"a": a, "b": b, "effect": c["delta"], "ci": c["ci"], "p": c["p_bs_holm"],
+                      "p_ar": c["p_ar_holm"], "ar_agrees": c.get("ar_agrees"), "family": c["family"]})
+        rule = spec["rule"]
+        if rule == "not_worse":
+            entry["verdict"] = verdict_not_worse(c["delta"], c["p_bs_holm"], alpha)
+            entry["detail"] = f"BLEU {ra['bleu']:.2f} vs {rb['bleu']:.2f}"
+        elif rule == "better":
+            entry["verdict"] = verdict_better(c["delta"], c["p_bs_holm"], alpha)
+            entry["detail"] = f"BLEU {ra['bleu']:.2f} vs {rb['bleu']:.2f}"
+            if "paper_effect" in spec:
+                lo, hi = c["ci"]
+                entry["paper_effect"] = spec["paper_effect"]
+                entry["detail"] += (f"; paper +{spec['paper_effect']:g} BLEU "
+                                    f"{'inside' if lo <= spec['paper_effect'] <= hi else 'outside'} the CI")
+        elif rule == "within+reduction":
+            reduction = 1.0 - ra["window"] / rb["window"]
+            within = verdict_within(c["ci"], margin)
+            entry["reduction"] = round(reduction, 4)
+            entry["verdict"] = (FAILS if reduction < PAPER_REDUCTION[0] or within == FAILS
+                                else HOLDS if within == HOLDS else INCONCLUSIVE)
+            tau = "∞" if ra.get("tau") is None else f"{ra['tau']:g}"
+            entry["detail"] = (f"τ={tau}: window {ra['window']:.1f} vs {rb['window']:.1f} (−{100 * reduction:.0f}%, "
+                               f"paper 56–64%); BLEU {ra['bleu']:.2f} vs {rb['bleu']:.2f}, margin {margin:g}")
+        elif rule == "narrower+within":
+            narrower = ra["window"] < rb["window"]
+            within = verdict_within(c["ci"], margin)
+            entry["verdict"] = (FAILS if not narrower or within == FAILS
+                                else HOLDS if within == HOLDS else INCONCLUSIVE)
+            entry["window"] = [ra["window"], rb["window"]]
+            entry["g_mean"] = [ra.get("g_mean"), rb.get("g_mean")]
+            g = lambda v: "–" if v is None else f"{v:.3f}"  # noqa: E731
+            tau = "∞" if ra.get("tau") is None else f"{ra['tau']:g}"
+            entry["detail"] = (f"τ={tau}: window {ra['window']:.1f} vs {rb['window']:.1f}; mean g_t "
+                               f"{g(ra.get('g_mean'))} vs {g(rb.get('g_mean'))}; BLEU {ra['bleu']:.2f} vs "
+                               f"{rb['bleu']:.2f}, margin {margin:g}")
+            inf = _find(comparisons, *spec["at_inf"])
+            if inf is not None:
+                entry["at_inf"] = {"a": inf["a"], "b": inf["b"], "effect": inf["delta"], "ci": inf["ci"],
+                                   "p": inf["p_bs_holm"], "p_ar": inf["p_ar_holm"]}
+                entry["detail"] += (f"; τ=∞: Δ BLEU {inf['delta']:+.2f} [{inf['ci'][0]:+.2f}, {inf['ci'][1]:+.2f}], "
+                                    f"p {inf['p_bs_holm']:.4f}")
+        out.append(entry)
+    return out
+
+
+def _matched_claim(matched: Sequence[dict], comparisons: Sequence[dict]) -> dict:
+    if not matched:
+        return {"verdict": NOT_MEASURED, "missing": ["matched-window pairs (no local row or flexible model)"]}
+    outcomes = [m["outcome"] for m in matched]
+    verdict = (HOLDS if all(o == "better" for o in outcomes) else FAILS if "worse" in outcomes else INCONCLUSIVE)
+    counts = {o: outcomes.count(o) for o in ("better", "equal", "worse")}
+    pairs = [f"{m['model']} vs {m['local']}: {m['outcome']}" for m in matched]
+    return {"verdict": verdict, "pairs": len(matched), "outcomes": counts,
+            "detail": f"{counts['better']} better, {counts['equal']} equal, {counts['worse']} worse: " + "; ".join(pairs)}
+
+
+# --------------------------------------------------------------------------------------------
+# Matched windows
+
+
+def match_window(point: Callable[[float], dict], known: Sequence[dict], target: float, steps: int, *,
+                 factor: float = 4.0, max_expand: int = 6) -> tuple[dict, list[dict]]:
+    """The τ at which a flexible model's mean dev window equals ``target`` (a fixed window's
+    mean dev window), by bisection on log τ (:func:`flexatt.evaluation.bisect_log_tau`, the
+    τ search's bisection; the window grows with τ).
+
+    ``point(tau) -> {"tau", "window", ...}`` decodes dev at ``tau``; ``known``: points already
+    decoded (the sweep_tau stage's, ``tau`` ``None`` for τ = ∞), used to bracket first. The
+    bracket is the largest τ whose window is below ``target`` and the smallest τ above it whose
+    window reaches it; where no known τ reaches (or stays below) the target, τ is multiplied
+    (divided) by ``factor`` up to ``max_expand`` times. Then ``steps`` bisections. The match is
+    the point with the window nearest ``target`` among all known and new points (ties: the
+    smaller window, then the smaller τ), τ = ∞ included.
+
+    Returns:
+        ``(match, new)``: the matched point and the points decoded here, in order.
+    """
+    def tau_of(p: dict) -> float:
+        return math.inf if p["tau"] is None else float(p["tau"])
+
+    def reaches(p: dict) -> bool:
+        return p["window"] >= target
+
+    points, new = [dict(p) for p in known], []
+
+    def decode(tau: float) -> dict:
+        p = dict(point(tau))
+        points.append(p)
+        new.append(p)
+        return p
+
+    finite = lambda: [p for p in points if 0 < tau_of(p) < math.inf]  # noqa: E731
+    hi = min((tau_of(p) for p in finite() if reaches(p)), default=None)
+    if hi is None:
+        tau = max((tau_of(p) for p in finite()), default=1.0)
+        for _ in range(max_expand):
+            tau = round(tau * factor, 4)
+            if reaches(decode(tau)):
+                hi = tau
+                break
+    lo = None
+    if hi is not None:
+        lo = max((tau_of(p) for p in finite() if not reaches(p) and tau_of(p) < hi), default=None)
+        tau = hi
+        for _ in range(max_expand if lo is None else 0):
+            tau = round(tau / factor, 4)
+            if tau <= 0:
+                break
+            if reaches(decode(tau)):
+                hi = tau
+            else:
+                lo = tau
+                break
+    if lo is not None and hi is not None:
+        for p in bisect_log_tau(lambda t: dict(point(t)), lo, hi, reaches, steps):
+            points.append(p)
+            new.append(p)
+    match = min(points, key=lambda p: (abs(p["window"] - target), p["window"], tau_of(p)))
+    return match, new

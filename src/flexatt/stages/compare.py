@@ -1,0 +1,351 @@
+"""Stage ``compare``: the papers' claims tested on our test set, flexible attention against fixed
+windows of the same size, and the multiple-testing correction of every comparison.
+
+1. **Matched windows.** For every fixed-window row of ``results/metrics.json`` (attention
+   ``local_m`` or ``local_p``, whatever its ``model.local_D``, read from the params by
+   :meth:`flexatt.schema.Params.model_of`) and every flexible model of ``compare.models``: the τ at
+   which the flexible model's mean window on **dev** equals the fixed window's mean dev window
+   (:func:`flexatt.claims.match_window`: bisection on log τ, bracketed by the dev points that
+   ``sweep_tau`` already decoded), then the flexible model decoded on **test** at that τ and
+   compared with the fixed-window row on test.
+2. **τ curves on test** of every model of ``compare.curve_models`` at ``sweep_tau.curve_taus``
+   (the ``sweep_tau`` stage's test curve is reused for its ``curve_model``; those points carry no
+   interval, since that stage keeps no translations).
+3. **Comparisons** (:func:`flexatt.claims.compare_pair`): Δ BLEU with its 95% paired-bootstrap
+   interval, the paired bootstrap p (``evaluate.bootstrap_samples``, ``evaluate.bootstrap_seed``:
+   the resamples of Table 1) and the approximate-randomisation p (``compare.ar_trials``), for two
+   families, each Holm-adjusted (:func:`flexatt.claims.adjust`): ``table1``, every comparison
+   Table 1 marks (each row against its reference row), and ``compare``, the comparisons this
+   stage adds (fine-tuned vs control, flexible at a matched τ vs the fixed window, any claim's
+   pair that Table 1 does not test).
+4. **Claims** (:func:`flexatt.claims.claims_table`): effect, interval, adjusted p and a verdict
+   (holds / fails / inconclusive / not measured) per claim; docs/method.md, Claims.
+
+Reads ``evaluate.out``, the translations of every row (``evaluate.translations_dir``),
+``sweep_tau.out`` and the checkpoints it decodes. Rows that a profile does not evaluate (the
+controls, other window sizes) are left out: their claims are "not measured".
+
+Writes ``compare.out`` (JSON), ``compare.report`` (Markdown: the claims, the matched windows, the
+Holm-adjusted p of Table 1), ``compare.curve_file`` (CSV for ``dvc plots``) and
+``compare.figure`` (test BLEU with its 95% interval against the mean window, every model); logs
+them to W&B.
+
+Usage::
+
+    python -m flexatt.stages.compare
+    python -m flexatt.stages.compare compare.models=[flexible_ft] compare.search_steps=8
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+import math
+import time
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from flexatt import config as C
+from flexatt import figures, schema
+from flexatt.claims import (CLAIMS, LOCAL_ATTENTIONS, NOT_MEASURED, adjust, claims_table, compare_pair,
+                            match_window, outcome)
+from flexatt.errors import DataError
+from flexatt.evaluation import EvalSet
+from flexatt.io import atomic_path, write_json
+from flexatt.metrics import bleu_significance, corpus_bleu
+from flexatt.stages.sweep_tau import Decoder
+from flexatt.tracking import start_run
+
+#: rows drawn at their full window in the figure, beside the fixed windows
+FULL_WINDOW_ROWS = ("global", "sact")
+CSV_FIELDS = ["model", "kind", "split", "tau", "window", "bleu", "ci_low", "ci_high"]
+
+
+def _read_json(path: Path, stage: str) -> dict:
+    if not path.is_file():
+        raise DataError(path, f"not found (run the {stage} stage first)")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataError(path, f"is not valid JSON ({exc})") from None
+
+
+def read_translations(rows: dict[str, dict], directory: Path, split: str, references: list[str]) -> dict[str, list[str]]:
+    """The test translations of every row (``<directory>/<row>.<split>.txt``), checked against
+    ``results/metrics.json``: as many lines as references and the BLEU it reports (a file that
+    scores otherwise is stale: evaluate has to run again)."""
+    out = {}
+    for row, m in rows.items():
+        path = directory / f"{row}.{split}.txt"
+        if not path.is_file():
+            raise DataError(path, "not found (run the evaluate stage first)")
+        lines = path.read_text(encoding="utf-8").split("\n")[:-1]
+        if len(lines) != len(references):
+            raise DataError(path, f"has {len(lines)} lines for {len(references)} {split} references")
+        bleu = round(corpus_bleu(lines, [references])[0], 2)
+        if abs(bleu - m["bleu"]) > 0.011:
+            raise DataError(path, f"scores {bleu:.2f} BLEU where results/metrics.json has {m['bleu']:.2f} for "
+                            f"{row} (stale translations: run the evaluate stage again)")
+        out[row] = lines
+    return out
+
+
+def local_rows(p: schema.Params, rows: dict[str, dict]) -> dict[str, dict]:
+    """The fixed-window rows: every evaluated row that is a trained variant whose attention is
+    local-m or local-p, with its ``attention`` and ``D`` (``model.local_D`` after the variant's
+    overrides), in the order of ``rows``."""
+    out = {}
+    for row in rows:
+        if row in p.variants:
+            model = p.model_of(row, "variants")
+            if model.attention in LOCAL_ATTENTIONS:
+                out[row] = {"attention": model.attention, "D": model.local_D}
+    return out
+
+
+def run(cfg: DictConfig | schema.Params) -> dict:
+    p = schema.params(cfg)
+    cp, ev = p.compare, p.evaluate
+    logging.getLogger("sacrebleu").setLevel(logging.WARNING)  # not a line per test of each comparison
+    split, tok_dir = ev.split, Path(p.train.data_dir)
+    metrics_file, sweep_file = Path(ev.out), Path(p.sweep_tau.out)
+    metrics, sweep = _read_json(metrics_file, "evaluate"), _read_json(sweep_file, "sweep_tau")
+    rows: dict[str, dict] = metrics.get("models") or {}
+    if "global" not in rows:
+        raise DataError(metrics_file, "has no global row (run the evaluate stage with evaluate.checkpoints.global)")
+    seed, n_samples, trials, alpha, margin = ev.bootstrap_seed, ev.bootstrap_samples, cp.ar_trials, cp.alpha, cp.margin
+
+    sets = {"dev": EvalSet.load(tok_dir, "dev")}
+    sets[split] = sets["dev"] if split == "dev" else EvalSet.load(tok_dir, split)
+    references = sets[split].references
+    hyps = read_translations(rows, Path(ev.translations_dir), split, references)
+    decoder = Decoder(p, sets, key="compare.models")
+    tracker = start_run(p, "compare", split, tags=[p.profile])
+    started = time.perf_counter()
+
+    locals_ = local_rows(p, rows)
+    flexible = [m for m in cp.models if m in ev.checkpoints]
+    for m in cp.models:
+        if m not in ev.checkpoints:
+            print(f"compare: {m} is not a row of evaluate.checkpoints here; no matched window for it", flush=True)
+    matched: list[dict] = []
+    for local, info in locals_.items():
+        target = decoder.point(local, "dev", math.inf)["window"]
+        for model in flexible:
+            known = []
+            if model in sweep.get("models", {}):
+                known = [sweep["models"][model]["inf"], *sweep["models"][model]["points"]]
+            known += [v for (name, s, _), v in decoder.memo.items() if name == model and s == "dev"]
+            match, new = match_window(lambda tau, model=model: decoder.point(model, "dev", tau), known, target,
+                                      cp.search_steps)
+            tau = math.inf if match["tau"] is None else match["tau"]
+            test = decoder.point(model, split, tau)
+            name = f"{model}@{local}"
+            hyps[name] = decoder.hypotheses[(model, split, tau)]
+            matched.append({"model": model, "local": local, **info, "name": name, "tau": match["tau"],
+                            "dev": {"target": target, "window": match["window"], "bleu": match["bleu"],
+                                    "decoded": len(new)},
+                            "test": {"window": test["window"], "window_local": rows[local]["window"],
+                                     "bleu": test["bleu"], "bleu_local": rows[local]["bleu"]}})
+            print(f"compare: {model} matches {local} (D={info['D']}, dev window {target:.2f}) at tau={tau:g}: "
+                  f"dev window {match['window']:.2f} ({len(new)} new dev decodes); test window "
+                  f"{test['window']:.2f} vs {rows[local]['window']:.2f}", flush=True)
+
+    curves = tau_curves(p, decoder, sweep, split, seed, n_samples)
+
+    comparisons: list[dict] = []
+
+    def add(a: str, b: str, family: str) -> None:
+        if a in hyps and b in hyps and not any(c["a"] == a and c["b"] == b for c in comparisons):
+            comparisons.append({"a": a, "b": b, "family": family,
+                                **compare_pair(hyps[a], hyps[b], references, n_samples=n_samples, seed=seed,
+                                               ar_trials=trials)})
+
+    for row, m in rows.items():
+        if m.get("p_value_against"):
+            add(row, m["p_value_against"], "table1")
+    for spec in CLAIMS:
+        for a, b in [(spec.get("a"), spec.get("b")), spec.get("at_inf", (None, None))]:
+            if a and b:
+                add(a, b, "compare")
+    for m in matched:
+        add(m["name"], m["local"], "compare")
+    adjust(comparisons, alpha)
+    by_pair = {(c["a"], c["b"]): c for c in comparisons}
+    for m in matched:
+        c = by_pair[(m["name"], m["local"])]
+        m.update({"delta": c["delta"], "ci": c["ci"], "ci_flexible": c["ci_a"], "p": c["p_bs_holm"],
+                  "p_ar": c["p_ar_holm"], "outcome": outcome(c["delta"], c["p_bs_holm"], alpha)})
+    claims = claims_table(rows, comparisons, matched, alpha=alpha, margin=margin)
+    table1 = {c["a"]: {"against": c["b"], "p_value": rows[c["a"]].get("p_value"), "p_bs": c["p_bs"],
+                       "p_bs_holm": c["p_bs_holm"], "p_ar": c["p_ar"], "p_ar_holm": c["p_ar_holm"],
+                       "family_size": c["family_size"]}
+              for c in comparisons if c["family"] == "table1"}
+    for row, t in table1.items():
+        if t["p_value"] is not None and t["p_value"] != t["p_bs"]:
+            print(f"compare: warning: {row}: bootstrap p {t['p_bs']} here, {t['p_value']} in {metrics_file} "
+                  "(evaluate ran with other bootstrap settings?)", flush=True)
+    print(f"compare: {len(comparisons)} comparisons ({n_samples} resamples, {trials} AR trials) in "
+          f"{time.perf_counter() - started:.1f} s", flush=True)
+
+    points = plot_points(rows, locals_, matched)
+    report = {"split": split, "alpha": alpha, "margin": margin,
+              "bootstrap": {"test": "paired bootstrap resampling (sacrebleu PairedTest, test_type='bs')",
+                            "n_samples": n_samples, "seed": seed},
+              "ar": {"test": "approximate randomisation (sacrebleu PairedTest, test_type='ar')",
+                     "n_trials": trials, "seed": seed},
+              "correction": "Holm-Bonferroni within each family (table1, compare)",
+              "verdicts": {c["id"]: c["verdict"] for c in claims},
+              "claims": claims, "matched": matched, "table1": table1, "comparisons": comparisons,
+              "curves": curves, "decoded_by": decoder.decoded_by}
+    write_json(cp.out, report)
+    with atomic_path(cp.report) as tmp:
+        Path(tmp).write_text(render(report), encoding="utf-8")
+    csv_rows = [{"model": label, "kind": "curve", "split": split, "tau": pt["tau"], "window": pt["window"],
+                 "bleu": pt["bleu"], "ci_low": (pt.get("ci") or [None, None])[0],
+                 "ci_high": (pt.get("ci") or [None, None])[1]} for label, pts in curves.items() for pt in pts]
+    csv_rows += [{"model": label, "kind": pt["kind"], "split": split, "tau": pt.get("tau"), "window": pt["window"],
+                  "bleu": pt["bleu"], "ci_low": (pt.get("ci") or [None, None])[0],
+                  "ci_high": (pt.get("ci") or [None, None])[1]} for label, pt in points.items()]
+    with atomic_path(cp.curve_file) as tmp, open(tmp, "w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=CSV_FIELDS)
+        writer.writeheader()
+        writer.writerows(csv_rows)
+    figure = figures.matched_window(curves, points, cp.figure,
+                                    f"{split} BLEU (95% CI) against mean window; τ marked on the curves")
+
+    tracker.table("compare/claims", ["id", "claim", "source", "a", "b", "effect", "ci_low", "ci_high", "p_holm",
+                                     "p_ar_holm", "verdict", "detail"],
+                  [[c["id"], c["claim"], c["source"], c.get("a"), c.get("b"), c.get("effect"),
+                    (c.get("ci") or [None, None])[0], (c.get("ci") or [None, None])[1], c.get("p"), c.get("p_ar"),
+                    c["verdict"], c.get("detail", ", ".join(c.get("missing", [])))] for c in claims])
+    tracker.table("compare/matched", ["model", "local", "D", "tau", "dev_target", "dev_window", "test_window",
+                                      "test_window_local", "bleu", "bleu_local", "delta", "p_holm", "p_ar_holm",
+                                      "outcome"],
+                  [[m["model"], m["local"], m["D"], m["tau"], m["dev"]["target"], m["dev"]["window"],
+                    m["test"]["window"], m["test"]["window_local"], m["test"]["bleu"], m["test"]["bleu_local"],
+                    m["delta"], m["p"], m["p_ar"], m["outcome"]] for m in matched])
+    tracker.table("compare/table1_holm", ["row", "against", "p_value", "p_holm", "p_ar", "p_ar_holm"],
+                  [[r, t["against"], t["p_value"], t["p_bs_holm"], t["p_ar"], t["p_ar_holm"]] for r, t in table1.items()])
+    tracker.table("compare/points", CSV_FIELDS, [[r[k] for k in CSV_FIELDS] for r in csv_rows])
+    tracker.image("figures/matched_window", figure, "Test BLEU (95% CI) against mean window")
+    tracker.summary({f"claims/{c['id']}": c["verdict"] for c in claims})
+    tracker.config({"decoded_by": decoder.decoded_by})
+    tracker.finish()
+    print(render(report))
+    return report
+
+
+def tau_curves(p: schema.Params, decoder: Decoder, sweep: dict, split: str, seed: int,
+                n_samples: int) -> dict[str, list[dict]]:
+    """Every model of ``compare.curve_models`` on ``split`` at ``sweep_tau.curve_taus``: label →
+    points (``tau``, ``window``, ``bleu``, ``ci``). The sweep_tau stage's curve is reused for its
+    ``curve_model`` (no interval: that stage keeps no translations); other models are decoded
+    here, with sacrebleu's bootstrap interval of each point."""
+    curves = {}
+    for model in p.compare.curve_models:
+        if model not in p.evaluate.checkpoints:
+            continue
+        reused = [r for r in sweep.get("curve", []) if r["model"] == model and r["split"] == split]
+        if model == p.sweep_tau.curve_model and reused:
+            curves[model] = [{"tau": r["tau"], "window": r["window"], "bleu": r["bleu"], "ci": None,
+                              "source": "sweep_tau"} for r in reused]
+            continue
+        taus = list(p.sweep_tau.curve_taus)
+        pts = [decoder.point(model, split, tau) for tau in taus]
+        names = [f"tau={tau:g}" for tau in taus]
+        ci = bleu_significance({n: decoder.hypotheses[(model, split, tau)] for n, tau in zip(names, taus)},
+                               [decoder.sets[split].references], {n: None for n in names},
+                               n_samples=n_samples, seed=seed)
+        curves[model] = [{"tau": pt["tau"], "window": pt["window"], "bleu": pt["bleu"], "ci": ci[n]["bleu_ci"],
+                          "source": "compare"} for n, pt in zip(names, pts)]
+    return curves
+
+
+def plot_points(rows: dict[str, dict], locals_: dict[str, dict], matched: list[dict]) -> dict[str, dict]:
+    """The single points of the figure: every fixed window, Global and SACT at their full window,
+    every flexible model at a matched τ."""
+    points = {}
+    for row, info in locals_.items():
+        m = rows[row]
+        points[f"{row} (D={info['D']})"] = {"kind": "fixed", "window": m["window"], "bleu": m["bleu"],
+                                            "ci": m.get("bleu_ci")}
+    for row in FULL_WINDOW_ROWS:
+        if row in rows:
+            m = rows[row]
+            points[row] = {"kind": "full", "window": m["window"], "bleu": m["bleu"], "ci": m.get("bleu_ci")}
+    for m in matched:
+        points[f"{m['name']} (τ={'∞' if m['tau'] is None else format(m['tau'], 'g')})"] = {
+            "kind": "matched", "tau": m["tau"], "window": m["test"]["window"], "bleu": m["test"]["bleu"],
+            "ci": m.get("ci_flexible")}
+    return points
+
+
+def _p(value) -> str:
+    return "–" if value is None else f"{value:.4f}"
+
+
+def _ci(ci) -> str:
+    return "–" if not ci else f"[{ci[0]:+.2f}, {ci[1]:+.2f}]"
+
+
+def render(report: dict) -> str:
+    """``compare.report``: the claims table, the matched-window table and the Holm-adjusted p of
+    every Table 1 comparison, with the rules under each."""
+    alpha, margin = report["alpha"], report["margin"]
+    bs, ar = report["bootstrap"], report["ar"]
+    lines = [f"# Claims and matched windows — {report['split']} set", "",
+             "## Claims", "",
+             "| claim | source | A vs B | effect (Δ BLEU) | 95% CI | p (Holm) | p AR (Holm) | verdict | detail |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for c in report["claims"]:
+        pair = f"{c['a']} vs {c['b']}" if c.get("a") else "matched pairs"
+        if c["verdict"] == NOT_MEASURED:
+            lines.append(f"| {c['id']}. {c['claim']} | {c['source']} | {pair} | – | – | – | – | not measured | "
+                         f"missing: {', '.join(c.get('missing', []))} |")
+            continue
+        effect = "–" if c.get("effect") is None else f"{c['effect']:+.2f}"
+        lines.append(f"| {c['id']}. {c['claim']} | {c['source']} | {pair} | {effect} | {_ci(c.get('ci'))} | "
+                     f"{_p(c.get('p'))} | {_p(c.get('p_ar'))} | **{c['verdict']}** | {c.get('detail', '')} |")
+    lines += ["", f"Δ = BLEU(A) − BLEU(B) on the same sentences; 95% CI: paired bootstrap percentile interval "
+              f"({bs['n_samples']} resamples, seed {bs['seed']}); p: two-sided paired bootstrap (sacrebleu), "
+              f"Holm-adjusted within its family; p AR: approximate randomisation ({ar['n_trials']} trials), "
+              f"Holm-adjusted likewise. Verdicts (α = {alpha:g}, margin δ = {margin:g} BLEU; docs/method.md, "
+              "Claims): A > B holds when Δ > 0 and p < α, fails when Δ < 0 and p < α; A ≥ B fails when Δ < 0 "
+              "and p < α, holds when Δ ≥ 0; \"at ≤ δ BLEU\" holds when the CI's low end ≥ −δ, fails when its "
+              "high end < −δ; otherwise inconclusive. b also needs a reduction ≥ 56%; c a smaller window than "
+              "the control at the same τ; f holds when every matched pair is better, fails when any is worse."]
+    lines += ["", "## Matched windows", "",
+              "| flexible | fixed window | τ (matched on dev) | dev window flex / fixed | test window flex / fixed | "
+              "test BLEU flex / fixed | Δ BLEU [95% CI] | p (Holm) | p AR (Holm) | outcome |",
+              "|---|---|---|---|---|---|---|---|---|---|"]
+    for m in report["matched"]:
+        tau = "∞" if m["tau"] is None else f"{m['tau']:g}"
+        lines.append(f"| {m['model']} | {m['local']} (D={m['D']}) | {tau} | {m['dev']['window']:.2f} / "
+                     f"{m['dev']['target']:.2f} | {m['test']['window']:.2f} / {m['test']['window_local']:.2f} | "
+                     f"{m['test']['bleu']:.2f} / {m['test']['bleu_local']:.2f} | {m['delta']:+.2f} {_ci(m['ci'])} | "
+                     f"{_p(m['p'])} | {_p(m['p_ar'])} | {m['outcome']} |")
+    if not report["matched"]:
+        lines.append("| – | no fixed-window row or flexible model evaluated | | | | | | | | |")
+    lines += ["", "τ: the threshold at which the flexible model's mean dev window is nearest the fixed window's "
+              f"(bisection on log τ); outcome: better / worse when p (Holm) < {alpha:g}, else equal."]
+    lines += ["", "## Table 1 comparisons, Holm-adjusted", "",
+              "| row | against | p (Table 1) | p (Holm) | p AR | p AR (Holm) |", "|---|---|---|---|---|---|"]
+    for row, t in report["table1"].items():
+        lines.append(f"| {row} | {t['against']} | {_p(t['p_value'])} | {_p(t['p_bs_holm'])}"
+                     f"{'†' if t['p_bs_holm'] is not None and t['p_bs_holm'] < alpha else ''} | {_p(t['p_ar'])} | "
+                     f"{_p(t['p_ar_holm'])} |")
+    size = next(iter(report["table1"].values()), {}).get("family_size", 0)
+    lines += ["", f"One family of {size} tests (every row against its Table 1 reference); † Holm-adjusted p < "
+              f"{alpha:g}."]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    C.run_stage(run)
+
+
+if __name__ == "__main__":
+    main()

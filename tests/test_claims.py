@@ -1,0 +1,343 @@
+"""The compare stage's statistics (flexatt.claims): Holm's correction against hand-computed values,
+the paired bootstrap interval of a BLEU difference and the approximate randomisation test on tiny
+inputs, the verdict rules on synthetic results, the matched-window search (on a synthetic curve
+and on a tiny model), and the stage itself on the smoke pipeline (slow)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from flexatt import claims
+from flexatt.claims import (adjust, bleu_difference, claims_table, compare_pair, holm, match_window, outcome,
+                            verdict_better, verdict_not_worse, verdict_within)
+from flexatt.metrics import bleu_significance, corpus_bleu
+
+REFS = ["the cat sat on the mat", "a dog ran in the park", "she reads a book at night",
+        "we walk to the old town", "the sun is warm today", "he plays the piano well",
+        "they drink tea in the morning", "birds sing in the tall trees"]
+GOOD = list(REFS[:6]) + ["they drink coffee in the morning", "birds sing in tall trees"]
+BAD = ["the cat sat", "a dog ran", "she reads", "we walk to town", "the sun", "he plays well",
+       "they drink tea", "birds sing"]
+
+
+# --------------------------------------------------------------------------------------------
+# Holm
+
+
+def test_holm_matches_hand_computed_values():
+    # sorted: 0.005·4 = 0.02, 0.01·3 = 0.03, 0.03·2 = 0.06, 0.04·1 = 0.04 → max(0.06, 0.04) = 0.06
+    got = holm({"a": 0.01, "b": 0.04, "c": 0.03, "d": 0.005})
+    assert list(got) == ["a", "b", "c", "d"]
+    assert got == pytest.approx({"a": 0.03, "b": 0.06, "c": 0.06, "d": 0.02})
+    # capped at 1 and monotone: 0.01·3 = 0.03, 0.5·2 = 1.0, 0.6·1 = 0.6 → 1.0
+    assert holm({"x": 0.5, "y": 0.6, "z": 0.01}) == pytest.approx({"x": 1.0, "y": 1.0, "z": 0.03})
+    assert holm({"p": 0.02, "q": 0.02}) == pytest.approx({"p": 0.04, "q": 0.04})  # ties
+    assert holm({"only": 0.03}) == {"only": 0.03}  # a family of one: unchanged
+    assert holm({}) == {}
+
+
+@pytest.mark.parametrize("bad", [1.5, -0.1, float("nan"), None, True])
+def test_holm_refuses_a_p_value_outside_0_1_naming_it(bad):
+    with pytest.raises(ValueError, match="p-value of 'row7'"):
+        holm({"ok": 0.1, "row7": bad})
+
+
+def test_adjust_corrects_within_each_family_only():
+    comps = [{"family": "t1", "p_bs": 0.01, "p_ar": 0.02}, {"family": "t1", "p_bs": 0.04, "p_ar": 0.03},
+             {"family": "cmp", "p_bs": 0.04, "p_ar": 0.2}, {"family": "cmp", "p_bs": None, "p_ar": None}]
+    adjust(comps, alpha=0.05)
+    assert [c["p_bs_holm"] for c in comps] == [0.02, 0.04, 0.04, None]
+    assert [c["p_ar_holm"] for c in comps] == [0.04, 0.04, 0.2, None]
+    assert [c["family_size"] for c in comps] == [2, 2, 1, 1]
+    assert [c["ar_agrees"] for c in comps] == [True, True, False, None]
+
+
+# --------------------------------------------------------------------------------------------
+# Paired tests
+
+
+def test_bleu_difference_is_the_difference_of_corpus_bleu_with_a_seeded_interval():
+    d = bleu_difference(GOOD, BAD, REFS, n_samples=200, seed=7)
+    expected = corpus_bleu(GOOD, [REFS])[0] - corpus_bleu(BAD, [REFS])[0]
+    assert d["delta"] == pytest.approx(expected, abs=0.006)
+    low, high = d["ci"]
+    assert low <= d["delta"] <= high and low > 0  # GOOD is better on every resample
+    assert bleu_difference(GOOD, BAD, REFS, n_samples=200, seed=7) == d  # seeded
+    assert bleu_difference(GOOD, GOOD, REFS, n_samples=50, seed=7) == {"delta": 0.0, "ci": [0.0, 0.0]}
+    swapped = bleu_difference(BAD, GOOD, REFS, n_samples=200, seed=7)
+    assert swapped["delta"] == -d["delta"] and swapped["ci"] == [-high, -low]
+
+
+def test_bleu_difference_uses_the_resamples_of_sacrebleus_paired_bootstrap():
+    """The same indices as sacrebleu's paired bootstrap for the same seed: A's resampled scores
+    (recomputed from the same draw) give sacrebleu's interval of A."""
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import estimate_ci
+
+    metric = BLEU()
+    stats = np.asarray(metric._extract_corpus_statistics(GOOD, [REFS]), dtype=np.float64)
+    idx = np.random.default_rng(11).choice(len(REFS), size=(300, len(REFS)), replace=True)
+    mean, ci = estimate_ci(np.array([metric._compute_score_from_stats(list(stats[i].sum(0))).score for i in idx]))
+    sig = bleu_significance({"A": GOOD, "B": BAD}, REFS, {"A": "B", "B": None}, n_samples=300, seed=11)
+    assert sig["A"]["bleu_ci"] == [round(mean - ci, 2), round(mean + ci, 2)]
+
+
+def test_bleu_difference_names_a_length_mismatch():
+    with pytest.raises(ValueError, match=r"hypotheses of A \(7\) and B \(8\) as references \(8\)"):
+        bleu_difference(GOOD[:7], BAD, REFS)
+
+
+def test_approximate_randomisation_is_sacrebleus_with_the_seed_restored(monkeypatch):
+    from sacrebleu.metrics import BLEU
+    from sacrebleu.significance import PairedTest
+
+    monkeypatch.setenv("SACREBLEU_SEED", "99")
+    got = bleu_significance({"A": GOOD, "B": BAD}, REFS, {"A": "B", "B": None}, n_samples=500, seed=5, test="ar")
+    assert os.environ["SACREBLEU_SEED"] == "99"
+    monkeypatch.setenv("SACREBLEU_SEED", "5")
+    _, scores = PairedTest([("B", BAD), ("A", GOOD)], {"BLEU": BLEU()}, [REFS], test_type="ar", n_samples=500)()
+    assert got["A"]["p_value"] == round(scores["BLEU"][1].p_value, 4)
+    assert got["A"]["p_value_against"] == "B" and got["A"]["bleu_ci"] is None and got["B"]["bleu_ci"] is None
+    same = bleu_significance({"A": GOOD, "B": GOOD}, REFS, {"A": "B", "B": None}, n_samples=100, test="ar")
+    assert same["A"]["p_value"] == 1.0  # equal BLEU: no evidence of a difference
+    with pytest.raises(ValueError, match="test must be 'bs'"):
+        bleu_significance({"A": GOOD}, REFS, {"A": None}, test="t")
+
+
+def test_compare_pair_reports_both_tests_and_both_intervals():
+    c = compare_pair(GOOD, BAD, REFS, n_samples=200, seed=3, ar_trials=300)
+    assert set(c) == {"bleu_a", "bleu_b", "ci_a", "ci_b", "delta", "ci", "p_bs", "p_ar"}
+    assert c["bleu_a"] > c["bleu_b"] and c["delta"] > 0
+    assert 0 < c["p_bs"] <= 1 and 0 < c["p_ar"] <= 1
+    assert c["ci_a"][0] <= c["ci_a"][1] and c["ci_b"][0] <= c["ci_b"][1]
+
+
+# --------------------------------------------------------------------------------------------
+# Verdicts
+
+
+@pytest.mark.parametrize("delta, p, better, not_worse, pair", [
+    (1.0, 0.01, "holds", "holds", "better"),
+    (1.0, 0.20, "inconclusive", "holds", "equal"),
+    (-1.0, 0.01, "fails", "fails", "worse"),
+    (-1.0, 0.20, "inconclusive", "inconclusive", "equal"),
+    (0.0, 0.01, "inconclusive", "holds", "equal"),
+])
+def test_the_verdict_rules(delta, p, better, not_worse, pair):
+    assert verdict_better(delta, p, 0.05) == better
+    assert verdict_not_worse(delta, p, 0.05) == not_worse
+    assert outcome(delta, p, 0.05) == pair
+
+
+@pytest.mark.parametrize("ci, verdict", [([-0.4, 0.3], "holds"), ([-0.5, 0.3], "holds"),
+                                         ([-0.9, -0.1], "inconclusive"), ([-1.2, -0.6], "fails")])
+def test_within_margin_reads_the_interval(ci, verdict):
+    assert verdict_within(ci, 0.5) == verdict
+
+
+def _row(window, bleu, tau=None, g=None):
+    return {"window": window, "bleu": bleu, "tau": tau, "g_mean": g}
+
+
+def _comp(a, b, delta, ci, p, family="table1"):
+    return {"a": a, "b": b, "family": family, "delta": delta, "ci": ci, "p_bs_holm": p, "p_ar_holm": p,
+            "ar_agrees": True}
+
+
+ROWS = {"global": _row(35.0, 17.0), "flexible": _row(35.0, 18.3), "local_p": _row(17.0, 12.1),
+        "sact": _row(35.0, 17.6), "flexible_ft": _row(35.0, 19.1, g=0.30),
+        "flexible_ft_tau": _row(10.5, 18.6, tau=2.4, g=0.31), "flexible_ctl": _row(35.0, 19.0, g=0.20),
+        "flexible_ctl_tau": _row(16.0, 18.9, tau=2.4, g=0.21)}
+COMPS = [_comp("flexible", "global", 1.3, [0.6, 2.0], 0.004),
+         _comp("flexible_ft_tau", "flexible_ft", -0.5, [-0.9, -0.1], 0.02),
+         _comp("local_p", "global", -5.1, [-5.9, -4.3], 0.004),
+         _comp("sact", "global", 0.6, [-0.1, 1.3], 0.09),
+         _comp("flexible_ft_tau", "flexible_ctl_tau", -0.3, [-0.45, -0.1], 0.04, "compare"),
+         _comp("flexible_ft", "flexible_ctl", 0.1, [-0.2, 0.4], 0.6, "compare"),
+         _comp("flexible@local_m", "local_m", 1.0, [0.2, 1.8], 0.01, "compare")]
+MATCHED = [{"model": "flexible", "local": "local_m", "outcome": "better"},
+           {"model": "flexible_ft", "local": "local_m", "outcome": "equal"}]
+
+
+def test_the_claims_table_on_synthetic_results():
+    table = {c["id"]: c for c in claims_table(ROWS, COMPS, MATCHED, alpha=0.05, margin=0.5)}
+    assert [c["id"] for c in claims.CLAIMS] == list(table)
+    assert table["a"]["verdict"] == "holds" and table["a"]["effect"] == 1.3 and table["a"]["p"] == 0.004
+    # 70% fewer positions, but the loss's interval reaches past 0.5 BLEU
+    assert table["b"]["verdict"] == "inconclusive" and table["b"]["reduction"] == pytest.approx(0.7)
+    assert table["c"]["verdict"] == "holds"  # narrower than its control, within 0.5 BLEU
+    assert table["c"]["at_inf"]["effect"] == 0.1 and "mean g_t 0.310 vs 0.210" in table["c"]["detail"]
+    assert table["c+sact"]["verdict"] == "not measured"
+    assert set(table["c+sact"]["missing"]) == {"flexible_sact_ft_tau", "flexible_sact_ctl_tau"}
+    assert table["d"]["verdict"] == "fails"  # local-p significantly below Global
+    assert table["e"]["verdict"] == "inconclusive" and "outside the CI" in table["e"]["detail"]
+    assert table["f"]["verdict"] == "inconclusive" and table["f"]["outcomes"] == {"better": 1, "equal": 1, "worse": 0}
+
+
+def test_claim_verdicts_move_with_the_evidence():
+    rows = {**ROWS, "flexible_ft_tau": _row(20.0, 18.6, tau=2.4), "flexible_ctl_tau": _row(18.0, 18.9, tau=2.4)}
+    comps = [_comp("flexible", "global", -0.8, [-1.4, -0.2], 0.01), _comp("sact", "global", 2.1, [1.2, 3.0], 0.001),
+             _comp("flexible_ft_tau", "flexible_ft", -0.2, [-0.4, 0.1], 0.3),
+             _comp("flexible_ft_tau", "flexible_ctl_tau", -0.3, [-0.4, -0.1], 0.04, "compare")]
+    table = {c["id"]: c for c in claims_table(rows, comps, [], alpha=0.05, margin=0.5)}
+    assert table["a"]["verdict"] == "fails"  # flexible significantly below Global
+    assert table["b"]["verdict"] == "fails"  # only 43% fewer positions
+    assert table["c"]["verdict"] == "fails"  # wider than the control
+    assert table["d"]["verdict"] == "not measured"  # no comparison of local_p
+    assert table["e"]["verdict"] == "holds" and "inside the CI" in table["e"]["detail"]
+    assert table["f"]["verdict"] == "not measured"
+    worse = [*MATCHED, {"model": "flexible", "local": "local_p", "outcome": "worse"}]
+    assert {c["id"]: c for c in claims_table(rows, comps, worse)}["f"]["verdict"] == "fails"
+    better = [{**m, "outcome": "better"} for m in MATCHED]
+    assert {c["id"]: c for c in claims_table(rows, comps, better)}["f"]["verdict"] == "holds"
+
+
+def test_nothing_measured_is_not_an_error():
+    table = claims_table({"global": _row(30.0, 15.0)}, [], [])
+    assert {c["verdict"] for c in table} == {"not measured"}
+
+
+# --------------------------------------------------------------------------------------------
+# Matched windows
+
+
+def test_match_window_bisects_inside_the_known_bracket():
+    calls = []
+
+    def point(tau):  # window grows with τ: 3·sqrt(τ) + 1
+        calls.append(tau)
+        return {"tau": tau, "window": round(3 * math.sqrt(tau) + 1, 4), "bleu": 10.0}
+
+    known = [{"tau": t, "window": 3 * math.sqrt(t) + 1, "bleu": 10.0} for t in (0.8, 1.0, 1.2, 1.6)]
+    known.append({"tau": None, "window": 30.0, "bleu": 11.0})
+    target = 3 * math.sqrt(1.1) + 1
+    match, new = match_window(point, known, target, steps=8)
+    assert all(1.0 < t < 1.2 for t in calls) and len(calls) == len(new) <= 8
+    assert match["window"] == pytest.approx(target, abs=0.01)
+
+
+def test_match_window_widens_the_bracket_both_ways():
+    point = lambda tau: {"tau": tau, "window": 2 * tau + 1, "bleu": 0.0}  # noqa: E731
+    known = [{"tau": 1.0, "window": 3.0, "bleu": 0.0}]
+    low, new = match_window(point, known, 1.5, steps=10)  # below every known window: τ / 4 first
+    assert new[0]["tau"] == 0.25 and low["window"] == pytest.approx(1.5, abs=0.02)
+    high, new = match_window(point, known, 20.0, steps=10)  # above: τ · 4 until reached
+    assert [p["tau"] for p in new[:2]] == [4.0, 16.0] and high["window"] == pytest.approx(20.0, abs=0.1)
+    inf, new = match_window(point, [{"tau": None, "window": 5.0, "bleu": 0.0}], 5.0, steps=0)
+    assert inf["tau"] is None  # τ = ∞ already has the window
+
+
+def test_match_window_on_a_tiny_model_matches_a_fixed_window(single_thread):
+    """A tiny flexible model decoded for real: the τ found gives the mean window of a local-m
+    model with D = 1 on the same sentences, within the resolution of the bisection."""
+    from flexatt.data.subwords import EncodedSplit
+    from flexatt.evaluation import translate_split
+    from flexatt.model import build_model
+
+    class Ids:
+        def decode(self, rows):
+            return [" ".join(map(str, r)) for r in rows]
+
+    rng = np.random.default_rng(0)
+    src = [rng.integers(4, 16, rng.integers(6, 14)).tolist() for _ in range(12)]
+    split = EncodedSplit.from_lists(src, [[5]] * len(src))
+    sizes = {"emb_size": 8, "hidden_size": 8, "att_size": 8, "readout_size": 8, "dropout": 0.0}
+    torch.manual_seed(0)
+    local = build_model({**sizes, "attention": "local_m", "local_D": 1}, 16, 16).eval()
+    target = translate_split(local, split, Ids(), max_len_ratio=1.0, backend="eager").mean_window
+    torch.manual_seed(0)
+    flexible = build_model({**sizes, "attention": "flexible"}, 16, 16).eval()
+
+    def point(tau):
+        out = translate_split(flexible, split, Ids(), tau=tau, max_len_ratio=1.0)
+        return {"tau": None if math.isinf(tau) else tau, "window": out.mean_window, "bleu": 0.0}
+
+    known = [point(t) for t in (0.8, 1.6, math.inf)]
+    match, new = match_window(point, known, target, steps=10)
+    assert 2.0 < target < 3.0  # 2D + 1 = 3 positions, fewer at the sentence ends
+    assert match["window"] == pytest.approx(target, abs=0.1), (target, match, new)
+    assert point(match["tau"])["window"] == match["window"]  # the same decode again
+
+
+# --------------------------------------------------------------------------------------------
+# The stage
+
+
+def test_local_rows_read_D_from_the_params_not_the_name(root):
+    from flexatt import schema
+    from flexatt.config import compose
+    from flexatt.stages.compare import local_rows
+
+    p = schema.validate(compose(["+variants.local_m_d2={attention: local_m, local_D: 2}",
+                                 "+variants.wide={attention: local_p, local_D: 25}"], config_dir=root / "conf"))
+    rows = {name: {} for name in ("global", "local_m", "local_p", "local_m_d2", "wide", "flexible_ft", "local_m_tau")}
+    assert local_rows(p, rows) == {"local_m": {"attention": "local_m", "D": 10},
+                                   "local_p": {"attention": "local_p", "D": 10},
+                                   "local_m_d2": {"attention": "local_m", "D": 2},
+                                   "wide": {"attention": "local_p", "D": 25}}
+
+
+def test_stale_or_missing_translations_are_refused_naming_the_file(tmp_path):
+    from flexatt.errors import DataError
+    from flexatt.stages.compare import read_translations
+
+    (tmp_path / "good.test.txt").write_text("\n".join(GOOD) + "\n", encoding="utf-8")
+    bleu = round(corpus_bleu(GOOD, [REFS])[0], 2)
+    assert read_translations({"good": {"bleu": bleu}}, tmp_path, "test", REFS) == {"good": GOOD}
+    with pytest.raises(DataError, match=r"good\.test\.txt: scores .* where results/metrics\.json has 1\.00"):
+        read_translations({"good": {"bleu": 1.0}}, tmp_path, "test", REFS)
+    with pytest.raises(DataError, match=r"other\.test\.txt: not found \(run the evaluate stage first\)"):
+        read_translations({"other": {"bleu": 1.0}}, tmp_path, "test", REFS)
+    with pytest.raises(DataError, match=r"good\.test\.txt: has 8 lines for 7 test references"):
+        read_translations({"good": {"bleu": bleu}}, tmp_path, "test", REFS[:7])
+
+
+def test_the_stage_names_a_missing_metrics_file(smoke_dir, capsys):
+    from conftest import run_inprocess
+
+    code, err = run_inprocess("compare", ["logger.enabled=false"], capsys, cwd=smoke_dir)
+    assert code == 2 and err.strip() == "error: results/metrics.json: not found (run the evaluate stage first)"
+
+
+def check_compare_outputs(copy) -> None:
+    """What the compare stage leaves in a pipeline run of the smoke profile (``copy``)."""
+    report = json.loads((copy / "results/compare.json").read_text())
+    verdicts = report["verdicts"]
+    assert set(verdicts) == {c["id"] for c in claims.CLAIMS}
+    assert set(verdicts.values()) <= {"holds", "fails", "inconclusive", "not measured"}
+    assert {"a", "d", "e"} <= {k for k, v in verdicts.items() if v != "not measured"}
+    pairs = {(m["model"], m["local"]) for m in report["matched"]}
+    assert pairs == {(f, l) for f in ("flexible", "flexible_ft") for l in ("local_m", "local_p")}
+    for m in report["matched"]:
+        assert m["D"] == 3  # the smoke profile's model.local_D
+        assert abs(m["dev"]["window"] - m["dev"]["target"]) < 0.5
+        assert m["outcome"] in ("better", "equal", "worse") and 0 < m["p"] <= 1 and 0 < m["p_ar"] <= 1
+    table1 = report["table1"]
+    metrics = json.loads((copy / "results/metrics.json").read_text())["models"]
+    assert set(table1) == {r for r, m in metrics.items() if m.get("p_value_against")}
+    for row, t in table1.items():
+        assert t["p_bs"] == metrics[row]["p_value"]  # the resamples of Table 1
+        assert t["p_value"] <= t["p_bs_holm"] <= 1 and t["family_size"] == len(table1)
+    curve = (copy / "results/plots/matched_window.csv").read_text().splitlines()
+    assert curve[0] == "model,kind,split,tau,window,bleu,ci_low,ci_high"
+    assert any(line.startswith("flexible,curve,") for line in curve) and any(",fixed," in line for line in curve)
+    assert (copy / "results/figures/matched_window.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = (copy / "results/compare.md").read_text()
+    for heading in ("## Claims", "## Matched windows", "## Table 1 comparisons, Holm-adjusted"):
+        assert heading in md
+    from wandb_records import find_runs
+
+    runs = [r for r in find_runs(copy / "wandb") if r["run"].job_type == "compare"]
+    assert any({f"claims/{k}": v for k, v in verdicts.items()}.items() <= r["summary"].items() for r in runs)
+
+
+@pytest.mark.slow
+def test_the_compare_stage_on_the_smoke_pipeline(smoke_copy):
+    copy, _ = smoke_copy
+    check_compare_outputs(copy)
