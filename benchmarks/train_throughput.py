@@ -2,6 +2,7 @@
 
     python benchmarks/train_throughput.py                 # params.yaml's model sizes, real data
     python benchmarks/train_throughput.py --batches 20 --rounds 5 --threads 2
+    python benchmarks/train_throughput.py --variants global flexible --batch-sizes 64 128 256
 
 Measures target tokens per second of full training steps (teacher-forced forward, backward,
 gradient clipping, Adam) on real batches of the encoded training split (``train.data_dir``), the
@@ -13,6 +14,10 @@ precision's share of the speed shows in the same run. All are measured side by s
 times every contender once, in a rotating order, so that load from elsewhere on the machine spreads over all
 of them; the figures are the median over rounds and the spread (min–max). Minutes per epoch
 are extrapolated from the median to the split's full token count.
+
+``--batch-sizes`` measures the variants at several batch sizes instead (at the resolved
+precision), each on as many pairs as ``--batches`` batches of ``train.batch_size`` hold, side by
+side in rotating rounds: how much of an epoch's time a larger batch saves on this CPU.
 """
 
 from __future__ import annotations
@@ -45,7 +50,11 @@ def main() -> None:
     parser.add_argument("--precision", help="default: trainer.precision of --params")
     parser.add_argument("--fp32-variants", nargs="*", default=["global", "flexible"],
                         help="also time these at 32-true (none: skip)")
+    parser.add_argument("--batch-sizes", nargs="*", type=int,
+                        help="measure these batch sizes (same pairs per measurement) instead of precisions")
     args = parser.parse_args()
+    if args.batch_sizes:
+        return batch_size_scaling(args)
 
     torch.set_num_threads(args.threads)
     cfg = load_params(args.params)
@@ -97,6 +106,51 @@ def main() -> None:
             paired = [a / b for a, b in zip(rates[v, precision], rates[v, "32-true"])]
             print(f"{v}: {precision} / 32-true = {statistics.median(rates[v, precision]) / statistics.median(rates[v, '32-true']):.2f}x "
                   f"(per-round ratios {min(paired):.2f}–{max(paired):.2f})")
+
+
+def batch_size_scaling(args: argparse.Namespace) -> None:
+    """Tokens per second of every variant at every batch size of ``--batch-sizes``."""
+    torch.set_num_threads(args.threads)
+    cfg = load_params(args.params)
+    tok_dir = Path(cfg.train.data_dir)
+    split = EncodedSplit.load(tok_dir / "train.npz")
+    vocab_size = len(Vocab(tok_dir / "src.model")), len(Vocab(tok_dir / "tgt.model"))
+    data = ParallelData(split)
+    epoch_tokens = int(split.tgt_lengths.sum()) + len(split)
+    precision = str(resolve_precision(args.precision or cfg.trainer.precision, str(cfg.trainer.accelerator))[0])
+    pairs = args.batches * cfg.train.batch_size
+    variants = args.variants or list(cfg.variants)
+    setups = {}
+    for bs in args.batch_sizes:
+        sampler = LengthGroupedBatches(split.src_lengths, split.tgt_lengths, bs, seed=0)
+        batches = [collate([data[i] for i in idx]) for idx in list(sampler)[:max(1, pairs // bs)]]
+        for v in variants:
+            torch.manual_seed(0)
+            model = build_model(model_config(cfg, v), *vocab_size, PAD_ID).train()
+            setups[v, bs] = (model, torch.optim.Adam(model.parameters(), lr=1e-3), batches,
+                             sum(b.n_tgt_tokens for b in batches))
+
+    def step(c: tuple[str, int]) -> float:
+        model, opt, batches, tokens = setups[c]
+        return tokens / training_round(model, opt, batches, float(cfg.trainer.gradient_clip_val), precision)
+
+    contenders = list(setups)
+    for c in contenders:  # warm-up
+        step(c)
+    rates: dict[tuple[str, int], list[float]] = {c: [] for c in contenders}
+    for r in range(args.rounds):
+        for c in contenders[r % len(contenders):] + contenders[:r % len(contenders)]:
+            rates[c].append(step(c))
+    print(f"train_throughput --batch-sizes: {pairs} pairs per measurement, {args.rounds} rounds, {args.threads} "
+          f"threads, precision {precision}")
+    print(f"{'variant':15s} {'batch':>6s} {'tokens/s':>10s} {'spread':>17s} {'min/epoch':>10s} "
+          f"{'vs batch ' + str(args.batch_sizes[0]):>14s}")
+    for v in variants:
+        base = statistics.median(rates[v, args.batch_sizes[0]])
+        for bs in args.batch_sizes:
+            med = statistics.median(rates[v, bs])
+            print(f"{v:15s} {bs:6d} {med:10.0f} {min(rates[v, bs]):8.0f}–{max(rates[v, bs]):<8.0f} "
+                  f"{epoch_tokens / med / 60:10.2f} {med / base:13.2f}x")
 
 
 if __name__ == "__main__":

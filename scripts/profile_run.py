@@ -62,7 +62,8 @@ def make_copy(dest: Path, overrides: list[str], results: bool = True) -> None:
     subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
     subprocess.run(["git", "add", "-A"], cwd=dest, check=True)
     subprocess.run(["git", "commit", "-qm", "scratch copy", "--allow-empty"], cwd=dest, check=True, env=env)
-    subprocess.run([sys.executable, "-m", "flexatt.cli", "params", *overrides], cwd=dest, check=True)
+    subprocess.run([sys.executable, "-m", "flexatt.cli", "params", *overrides], cwd=dest, check=True,
+                   env=dvc_env(dest)[1])
 
 
 def profile_of(copy: Path) -> str | None:
@@ -75,17 +76,22 @@ def profile_of(copy: Path) -> str | None:
     return (yaml.safe_load(params.read_text(encoding="utf-8")) or {}).get("profile")
 
 
-def dvc_env() -> tuple[str, dict[str, str]]:
-    """The ``dvc`` next to this interpreter, and an environment with its bin first on PATH."""
+def dvc_env(copy: Path) -> tuple[str, dict[str, str]]:
+    """The ``dvc`` next to this interpreter, and an environment with its bin first on PATH and the
+    copy's ``src`` first on ``PYTHONPATH``: the stages run the copy's snapshot of the code (the
+    code its ``dvc.lock`` records), not an editable install of a working tree that may change
+    while a long run goes on."""
     bin_dir = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(Path(copy).resolve() / "src"),
+                                                       os.environ.get("PYTHONPATH")])),
            "WANDB_MODE": os.environ.get("WANDB_MODE", "offline")}
     return os.path.join(bin_dir, "dvc"), env
 
 
 def run_dvc(dest: Path, *args: str) -> subprocess.CompletedProcess:
     """Run ``dvc ARGS`` in ``dest``; its output is captured."""
-    dvc, env = dvc_env()
+    dvc, env = dvc_env(dest)
     return subprocess.run([dvc, *args], cwd=dest, env=env, text=True, capture_output=True)
 
 
@@ -168,7 +174,7 @@ def main(argv: list[str] | None = None, profile: str | None = None) -> int:
                 sys.exit(f"error: dvc cache dir {args.cache}: {result.stderr.strip()}")
         if args.results and not (dest / "dvc.lock").is_file():
             restore(dest, args.results)
-        dvc, env = dvc_env()
+        dvc, env = dvc_env(dest)
         done: list[str] = []
 
         def repro(targets: list[str]) -> int:

@@ -129,7 +129,7 @@ def test_render_table_shows_interval_dagger_and_footnotes():
     assert "| 50.00 |" in row["Global"]  # chrF
     assert "(docs/method.md, Window); reduction against Global." in table
     assert "sacrebleu's paired bootstrap resampling (1000 resamples, seed 1234)" in table
-    assert "† p < 0.05" in table
+    assert "† Holm-adjusted p < 0.05 (Holm–Bonferroni over the table's 3 comparisons)" in table
     assert "Marked: Global for Local-m (D=10); Flexible τ=∞ for Flexible τ=0.8." in table
     assert "chrF: sacrebleu (nrefs:1|nc:6)" in table and "Moses tokenizer" in table
 

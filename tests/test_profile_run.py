@@ -101,3 +101,13 @@ def test_a_stepwise_run_hands_back_each_stage_and_resumes_from_the_cache(tmp_pat
     assert "Running stage" not in second.stdout + second.stderr  # nothing ran again
     assert (tmp_path / "r/train/global.json").read_text() == trained
     assert (tmp_path / "c2/artifacts/models/global/best.ckpt").is_file()  # checked out of the cache
+
+
+def test_the_copy_runs_its_own_snapshot_of_the_code(tmp_path):
+    """A stage in the copy imports the copy's src/, not the editable install's working tree."""
+    copy = tmp_path / "c"
+    profile_run.make_copy(copy, ["profile=smoke"], results=False)
+    _, env = profile_run.dvc_env(copy)
+    where = subprocess.run([sys.executable, "-c", "import flexatt; print(flexatt.__file__)"], cwd=copy, env=env,
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert where == str((copy / "src/flexatt/__init__.py").resolve())

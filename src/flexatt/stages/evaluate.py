@@ -54,6 +54,7 @@ from flexatt.metrics import (
     tokenized_bleu,
 )
 from flexatt.decoding import forced_decode
+from flexatt.claims import holm
 from flexatt.stopping import CAP, run_summary
 from flexatt.tracking import start_run
 
@@ -277,6 +278,8 @@ def run(cfg: DictConfig | schema.Params) -> dict:
                                      [data.references], against, n_samples=n_samples, seed=seed)
     for row, fields in significance.items():
         results[row].update(fields)
+    for row, p_holm in holm({r: m["p_value"] for r, m in results.items() if m.get("p_value") is not None}).items():
+        results[row]["p_value_holm"] = round(p_holm, 4)
     print(f"evaluate: BLEU confidence intervals and p-values ({len(outputs)} rows, {n_samples} "
           f"resamples) in {time.perf_counter() - started:.1f} s", flush=True)
     bootstrap = {"test": "paired bootstrap resampling (sacrebleu.significance.PairedTest, test_type='bs')",
@@ -377,13 +380,14 @@ def render_table(results: dict[str, dict], cfg: DictConfig | schema.Params, spli
     order = [r for r in TABLE_ORDER if r in results] + [r for r in results if r not in TABLE_ORDER]
     labels = {row: _row_label(row, results[row], model, variants) for row in order}
     marked: dict[str, list[str]] = {}  # reference row -> rows significantly different from it
+    adjusted = holm({r: results[r]["p_value"] for r in order if results[r].get("p_value") is not None})
     for row in order:
         m = results[row]
         bleu = f"{m['bleu']:.2f}"
         if m.get("bleu_ci") is not None:
             low, high = m["bleu_ci"]
             bleu += f" ± {(high - low) / 2:.2f}"
-        if m.get("p_value") is not None and m["p_value"] < SIGNIFICANCE_LEVEL:
+        if row in adjusted and adjusted[row] < SIGNIFICANCE_LEVEL:
             bleu += "†"
             marked.setdefault(m["p_value_against"], []).append(row)
         cells = [labels[row], f"{m['window']:.1f}", f"{int(round(100 * m['reduction'])) + 0}%", bleu]
@@ -414,8 +418,9 @@ def render_table(results: dict[str, dict], cfg: DictConfig | schema.Params, spli
             test += f" ({significance['n_samples']} resamples, seed {significance['seed']})"
         refs = "; ".join(f"{labels.get(ref, ref)} for {', '.join(labels[r] for r in rows)}"
                          for ref, rows in marked.items())
-        lines.append(f"BLEU ± half-width of its 95% confidence interval, {test}. † p < {SIGNIFICANCE_LEVEL:g} "
-                     "against the row's reference, uncorrected for the number of comparisons: Global for the "
+        lines.append(f"BLEU ± half-width of its 95% confidence interval, {test}. † Holm-adjusted p < "
+                     f"{SIGNIFICANCE_LEVEL:g} (Holm–Bonferroni over the table's {len(adjusted)} comparisons) "
+                     "against the row's reference: Global for the "
                      "variants, the same model at τ = ∞ for the τ rows, the control for the fine-tuned ones "
                      "(the base model where no control is evaluated), the base model for the controls. "
                      + (f"Marked: {refs}." if refs else "No row is marked."))
