@@ -280,7 +280,7 @@ class SweepBeta(Group):
 
     variant: Text = "flexible"
     grid: Annotated[list[PositiveFloat], Field(min_length=1)] = Field(
-        default_factory=lambda: [0.1, 1.0, 10.0, 100.0])
+        default_factory=lambda: [0.1, 1.0, 10.0, 100.0, 1000.0])
     tau: Tau = 2.0
     max_drop: NonNegativeFloat = 1.0
     tolerance: NonNegativeFloat = 0.5
