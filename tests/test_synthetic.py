@@ -1,5 +1,6 @@
 """The synthetic task's reordering level (data.synthetic.reverse): the default reverses every chunk
-and draws exactly what the generator always drew; lower levels reverse that share of the chunks."""
+and draws exactly what the generator always drew; lower levels reverse that share of the chunks,
+those whose first word is a marker, so the target stays a function of the source."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def test_the_default_level_draws_what_the_generator_always_drew():
     assert digest((p.src, p.tgt, p.sides["align"]) for p in iter_synthetic(SMOKE)) == SMOKE_CORPUS_SHA256
 
 
-def test_a_level_of_zero_is_monotone_and_draws_what_the_default_draws():
+def test_a_level_of_zero_is_monotone_with_the_same_sources():
     monotone, default = generate(**SMOKE, reverse=0.0), generate(**SMOKE)
     assert [s for s, _, _ in monotone] == [s for s, _, _ in default]  # the same words: nothing else drawn
     for src, tgt, align in monotone:
@@ -45,9 +46,10 @@ def test_a_level_of_zero_is_monotone_and_draws_what_the_default_draws():
 
 
 @pytest.mark.parametrize("level", [0.25, 0.5, 0.75])
-def test_a_level_reverses_about_that_share_of_the_chunks(level):
+def test_a_level_reverses_that_share_of_the_chunks_those_that_start_with_a_marker(level):
     triples = generate(**{**SMOKE, "n_pairs": 3000}, reverse=level)
-    assert triples == generate(**{**SMOKE, "n_pairs": 3000}, reverse=level)  # seeded
+    assert [s for s, _, _ in triples] == [s for s, _, _ in generate(**{**SMOKE, "n_pairs": 3000})]
+    markers = round(level * SMOKE["vocab_size"])
     reversed_chunks = chunks = 0
     for src, tgt, align in triples:
         words = src.split()
@@ -58,7 +60,9 @@ def test_a_level_reverses_about_that_share_of_the_chunks(level):
             positions = list(range(start, min(start + 3, len(words))))
             if len(positions) > 1:
                 chunks += 1
-                reversed_chunks += [links[i] for i in positions] == positions[::-1]
+                flipped = [links[i] for i in positions] == positions[::-1]
+                assert flipped == (int(words[start].split("-")[1]) < markers)  # the source decides
+                reversed_chunks += flipped
     assert abs(reversed_chunks / chunks - level) < 0.03
     # reordering grows with the level, about linearly (a full reversal: ~0.24 of link pairs cross)
     assert abs(crossing(triples) - level * crossing(generate(**SMOKE))) < 0.03
@@ -68,6 +72,15 @@ def test_the_permutation_of_chosen_chunks():
     assert reorder_permutation(7, 3, [True, False, True]) == [2, 1, 0, 3, 4, 5, 6]
     assert reorder_permutation(7, 3, [False, True, False]) == [0, 1, 2, 5, 4, 3, 6]
     assert reorder_permutation(7, 3) == reorder_permutation(7, 3, [True] * 3)
+
+
+def test_the_target_is_a_function_of_the_source():
+    """The same source sentence always gets the same target, at every level (no hidden coin)."""
+    for level in (0.25, 0.5):
+        seen = {}
+        for src, tgt, _ in generate(**{**SMOKE, "n_pairs": 5000, "min_len": 3, "max_len": 3, "vocab_size": 6},
+                                    reverse=level):
+            assert seen.setdefault(src, tgt) == tgt
 
 
 def test_a_level_outside_zero_to_one_is_refused():

@@ -11,11 +11,14 @@ which a small window suffices, and whose gold word alignment is known exactly (i
 the ``align`` side field, in Pharaoh format). Used by the tests and the ``smoke`` profile.
 
 ``reverse`` sets how much the task reorders: the share of chunks that are reversed (the others
-are translated in order). At 1.0 (the default) every chunk is reversed and the generator draws
-exactly what it always drew; at 0.0 none is, a monotone task; in between, each chunk is reversed
-with probability ``reverse``, drawn from the generator's seeded RNG right after the pair's words
-(so the pairs differ from those of other levels from the first draw on, with the same
-distribution of words and lengths).
+are translated in order). Which chunks is decided by the source itself, so that the target stays
+a function of the source (a chunk reversed at random would make the order unpredictable, and the
+task unlearnable in part whatever the attention): a chunk is reversed when the lexicon entry of
+its first word is among the first ``round(reverse * vocab_size)`` entries, which the seeded
+RNG's uniform draw of words makes a share ``reverse`` of the chunks. Nothing more is drawn, so
+every level has the same source sentences, and at 1.0 (the default) every chunk is reversed:
+the corpus is byte for byte what the generator wrote before it had a level. At 0.0 the task is
+monotone.
 
 Run ``python -m flexatt.data.synthetic PREFIX`` to write ``PREFIX.src``, ``PREFIX.tgt`` and
 ``PREFIX.align``.
@@ -57,15 +60,10 @@ def iter_generate(n_pairs: int, vocab_size: int = 40, min_len: int = 3, max_len:
         raise ValueError("need n_pairs >= 1, vocab_size >= 2, chunk >= 1, 0 < min_len <= max_len, "
                          "0 <= reverse <= 1")
     rng = random.Random(seed)
+    markers = round(reverse * vocab_size)  # a chunk whose first word's entry is below this is reversed
     for _ in range(n_pairs):
         words = [rng.randrange(vocab_size) for _ in range(rng.randint(min_len, max_len))]
-        n_chunks = -(-len(words) // chunk)
-        if reverse >= 1.0:  # every chunk: nothing drawn, the generator's stream as it always was
-            flips = None
-        elif reverse <= 0.0:
-            flips = [False] * n_chunks
-        else:
-            flips = [rng.random() < reverse for _ in range(n_chunks)]
+        flips = None if markers >= vocab_size else [words[start] < markers for start in range(0, len(words), chunk)]
         perm = reorder_permutation(len(words), chunk, flips)
         src = " ".join(_word(w) for w in words)
         tgt = " ".join(_word(words[s]).upper() for s in perm)
