@@ -25,7 +25,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from conftest import ROOT, compose_params
-from flexatt import sweeps
+from flexatt import schema, sweeps
 from wandb_records import find_runs
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -39,7 +39,7 @@ SWEEPS = {
     "temperature": ("train", ["model.temperature"], ["train.out_dir", "train.metrics_dir"]),
     "beta": ("finetune", ["finetune.beta"], ["finetune.out_dir", "finetune.metrics_dir"]),
     "seeds": ("replicate", ["train.seed"], ["train.out_dir", "train.metrics_dir", "finetune.out_dir",
-                                            "finetune.metrics_dir"]),
+                                            "finetune.metrics_dir", "finetune.control_out_dir"]),
 }
 #: sweeps whose main metric is not dev BLEU, and sweeps that run one job at a time
 MAIN_METRIC = {"seeds": "flexible_ft_tau_bleu"}
@@ -444,19 +444,26 @@ def test_real_seeds_sweep(mini_repo):
     jobs = [json.loads((d / "replicate.json").read_text()) for d in job_dirs]
     assert [j["seed"] for j in jobs] == [1, 2]
     for job in jobs:
-        assert set(job["rows"]) == {"global", "flexible", "flexible_ft", "flexible_ft_tau"}
+        assert set(job["rows"]) == {"global", "flexible", "flexible_ft", "flexible_ft_tau", "flexible_ctl",
+                                    "flexible_ctl_tau"}
+        assert job["rows"]["flexible_ctl_tau"]["tau"] == job["selected_tau"]  # the fine-tuned model's tau
+        assert job["local_variant"] is None
         for row in job["rows"].values():
             assert 0 <= row["bleu"] <= 100 and 0 <= row["chrf"] <= 100 and row["window"] > 0
         assert [job["rows"][r]["tau"] for r in ("global", "flexible", "flexible_ft")] == [None] * 3
         assert job["rows"]["flexible_ft_tau"]["tau"] == job["selected_tau"]
         assert job["tau_selected"] == (job["selected_tau"] is not None)
         assert job["rows"]["global"]["window"] == job["rows"]["flexible"]["window"]  # τ = ∞
-        assert set(job["dev_bleu"]) == {"global", "flexible", "flexible_ft"}
+        assert set(job["dev_bleu"]) == {"global", "flexible", "flexible_ft", "flexible_ctl"}
     # the seeds trained different models (the data and SentencePiece models are the pipeline's)
     for variant, where in (("global", "models"), ("flexible", "models"), ("flexible", "models_ft")):
         first, second = (load_checkpoint_state(d / where / variant / "best.ckpt") for d in job_dirs)
         assert any(not first[k].equal(second[k]) for k in first), f"{where}/{variant}: same weights"
     assert [json.loads((d / "models/global/run.json").read_text())["seed"] for d in job_dirs] == [1, 2]
+    for d in job_dirs:  # the control: beta = 0, the fine-tuning's parent and epochs
+        control, finetuned = (json.loads((d / w / "flexible/run.json").read_text()) for w in ("models_ctl", "models_ft"))
+        assert control["beta"] == 0.0 and control["init_from"] == finetuned["init_from"]
+        assert control["epochs"] == json.loads((d / "flexible_ft.json").read_text())["epochs"]
 
     # the summary: one line per job, then mean and sd, as computed from the job files
     with open(sweep_dir / "summary.csv", newline="") as handle:
@@ -483,7 +490,7 @@ def test_real_seeds_sweep(mini_repo):
     runs = [r for r in find_runs(mini_repo / "wandb") if r["run"].run_group == settings["group"]]
     names = sorted(r["run"].display_name for r in runs)
     assert names == sorted(["sweep_summary-seeds", *(f"{kind}-{seed}" for seed in ("seed1", "seed2") for kind in (
-        "train-global", "train-flexible", "finetune-flexible_ft", "replicate"))]), names
+        "train-global", "train-flexible", "finetune-flexible_ft", "control-flexible_ctl", "replicate"))]), names
     summary_run = next(r for r in runs if r["run"].job_type == "sweep_summary")
     bleus = [j["rows"]["flexible_ft_tau"]["bleu"] for j in jobs]
     assert summary_run["summary"]["mean/flexible_ft_tau_bleu"] == pytest.approx(sum(bleus) / 2)
@@ -492,3 +499,17 @@ def test_real_seeds_sweep(mini_repo):
     before_md = md
     assert sweeps.main([str(sweep_dir), "--no-wandb"]) == 0
     assert (sweep_dir / "summary.md").read_text() == before_md
+
+
+def test_the_seeds_local_variant_must_be_a_local_window(smoke_dir):
+    from flexatt.config import load_params
+    from flexatt.stages.replicate import local_variant
+
+    cfg = load_params(smoke_dir / "params.yaml")
+    plain = OmegaConf.to_container(cfg, resolve=True)
+    with_local = lambda name: schema.validate({**plain, "seeds_local": name})  # noqa: E731
+    assert local_variant(schema.validate(cfg)) is None and local_variant(with_local(None)) is None
+    assert local_variant(with_local("local_m")) == "local_m"
+    for name, message in (("global", "must name a local-m or local-p variant"), ("nope", "must be one of")):
+        with pytest.raises(sweeps.ConfigError, match=f"seeds_local: {message}"):
+            local_variant(with_local(name))

@@ -5,13 +5,17 @@ Table 1's confidence intervals measure test-set noise; this measures training no
 with its ``train.seed``:
 
 1. trains ``global`` and ``flexible`` (the pipeline's settings: ``train``, ``model``,
-   ``trainer``) and fine-tunes ``flexible`` from its best checkpoint (``finetune``);
+   ``trainer``), and the local variant named by the sweep's ``seeds_local`` key when it names
+   one (e.g. the local-m whose D lands nearest flexible's selected window); fine-tunes
+   ``flexible`` from its best checkpoint (``finetune``) and trains its control (β = 0, the same
+   parent, as many epochs as the fine-tuning ran: :mod:`flexatt.stages.control`);
 2. selects τ for the fine-tuned model on dev as the ``sweep_tau`` stage does
    (:func:`flexatt.stages.sweep_tau.search_points` and :func:`flexatt.evaluation.select_tau`:
    the grid, log S̄, bisections, the tolerance);
-3. decodes test (``decode``) for the rows ``global``, ``flexible`` and ``flexible_ft`` at τ = ∞
-   and ``flexible_ft_tau`` at the selected τ (τ = ∞ when none is selected), and scores BLEU,
-   chrF and the window (docs/method.md, Window).
+3. decodes test (``decode``) for the rows ``global``, ``flexible``, ``flexible_ft``,
+   ``flexible_ctl`` (and ``local``) at τ = ∞, and ``flexible_ft_tau`` and ``flexible_ctl_tau`` at
+   the selected τ (τ = ∞ when none is selected), and scores BLEU, chrF and the window
+   (docs/method.md, Window).
 
 Writes ``<train.metrics_dir>/replicate.json`` (the job's folder in the sweep): ``seed``,
 ``dev_bleu`` (greedy, best epoch, per trained model), ``selected_tau`` (``null``: none within the
@@ -46,13 +50,32 @@ from flexatt.evaluation import EvalSet, decode_settings, load_model, search_poin
 from flexatt.io import write_json
 from flexatt.metrics import corpus_bleu, corpus_chrf
 from flexatt.tracking import start_run
+from flexatt.stages.control import control_params
 from flexatt.trainer import train
 
 #: the variants a job trains, and the one it fine-tunes
 VARIANTS = ("global", "flexible")
 FINETUNED = "flexible"
 #: the keys naming where a job writes: never the pipeline's own outputs
-OUTPUT_KEYS = ("train.out_dir", "train.metrics_dir", "finetune.out_dir")
+OUTPUT_KEYS = ("train.out_dir", "train.metrics_dir", "finetune.out_dir", "finetune.control_out_dir")
+#: the sweep's key naming a local variant to replicate too (optional; a key of ``variants``)
+LOCAL_KEY = "seeds_local"
+
+
+def local_variant(p: schema.Params) -> str | None:
+    """The variant of the sweep's ``seeds_local`` key (``None`` when it is absent or null).
+
+    Raises:
+        ConfigError: it names no variant, or one whose attention is not a local window.
+    """
+    name = (p.model_extra or {}).get(LOCAL_KEY)
+    if name is None:
+        return None
+    if not isinstance(name, str) or name not in p.variants:
+        raise ConfigError(LOCAL_KEY, f"must be one of {', '.join(p.variants)} (got {name!r})")
+    if p.model_of(name, LOCAL_KEY).attention not in ("local_m", "local_p"):
+        raise ConfigError(LOCAL_KEY, f"must name a local-m or local-p variant, not {name!r}")
+    return name
 
 
 def check_outputs(cfg: DictConfig | schema.Params) -> None:
@@ -79,8 +102,10 @@ def run(cfg: DictConfig | schema.Params) -> dict:
     settings = decode_settings(p)
     sets = {name: EvalSet.load(tok_dir, name) for name in ("dev", "test")}
 
+    local = local_variant(p)
+    ctl_dir = Path(p.finetune.control_out_dir)
     dev_bleu = {}
-    for variant in VARIANTS:
+    for variant in (*VARIANTS, *([local] if local else [])):
         metrics, objects = train(p, variant, run_name=f"{variant}-seed{seed}")
         dev_bleu[variant] = metrics["dev_bleu"]
     metrics, objects = train(p, FINETUNED, out_dir=str(ft_dir),
@@ -89,12 +114,20 @@ def run(cfg: DictConfig | schema.Params) -> dict:
                              metrics_file=job_dir / f"{FINETUNED}_ft.json",
                              run_name=f"{FINETUNED}_ft-seed{seed}")
     dev_bleu[f"{FINETUNED}_ft"] = metrics["dev_bleu"]
+    metrics, objects = train(control_params(p), FINETUNED, out_dir=str(ctl_dir), epochs=metrics["epochs"],
+                             lr=p.finetune.lr, beta=0.0, init_from=models_dir / FINETUNED / "best.ckpt",
+                             metrics_file=job_dir / f"{FINETUNED}_ctl.json", job_type="control",
+                             run_name=f"{FINETUNED}_ctl-seed{seed}")
+    dev_bleu[f"{FINETUNED}_ctl"] = metrics["dev_bleu"]
     if not objects["is_global_zero"]:  # under DDP, rank 0 alone decodes and reports
         return {}
 
     models = {"global": load_model(models_dir / "global" / "best.ckpt"),
               "flexible": load_model(models_dir / "flexible" / "best.ckpt"),
-              "flexible_ft": load_model(ft_dir / FINETUNED / "best.ckpt")}
+              "flexible_ft": load_model(ft_dir / FINETUNED / "best.ckpt"),
+              "flexible_ctl": load_model(ctl_dir / FINETUNED / "best.ckpt")}
+    if local:
+        models["local"] = load_model(models_dir / local / "best.ckpt")
 
     def score(name: str, split: str, tau: float | None) -> dict:
         data = sets[split]
@@ -117,9 +150,11 @@ def run(cfg: DictConfig | schema.Params) -> dict:
 
     rows = {name: score(name, "test", None) for name in models}
     rows["flexible_ft_tau"] = score("flexible_ft", "test", tau)
+    rows["flexible_ctl_tau"] = score("flexible_ctl", "test", tau)  # the control at the fine-tuned model's tau
     for name, row in rows.items():
         row["reduction"] = round(1.0 - row["window"] / rows["global"]["window"], 4)
-    result = {"seed": seed, "dev_bleu": dev_bleu, "selected_tau": tau, "tau_selected": tau is not None,
+    result = {"seed": seed, "local_variant": local, "dev_bleu": dev_bleu, "selected_tau": tau,
+              "tau_selected": tau is not None,
               "dev_points": [reference, *points], "rows": rows}
     write_json(job_dir / "replicate.json", result)
 
