@@ -1,6 +1,6 @@
-"""The attention-variant registry, and the README's worked example of adding a variant.
+"""The attention-variant registry, and the worked example of adding a variant (docs/variants.md).
 
-The example module and config entry are read from the README itself, so the README keeps working:
+The example module and config entry are read from docs/variants.md itself, so it keeps working:
 the module is loaded as ``flexatt.variants.local_prev`` would be, registers ``local_prev``, and
 its weights are checked against the equation it states (global attention's softmax restricted to
 ±D positions around round(p_{t-1})), with the window counted by the code that scores.
@@ -21,22 +21,20 @@ from flexatt import attention as A
 from flexatt import schema
 from flexatt.model import DEFAULTS, build_model, validate_config
 
-README_MODULE = "src/flexatt/variants/local_prev.py"
+EXAMPLE_MODULE = "src/flexatt/variants/local_prev.py"
 
 
-def _readme_blocks(root, language: str) -> list[str]:
-    text = (root / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("## Add an attention variant"):]
-    section = section[:section.index("\n## ", 1)]
-    return re.findall(rf"```{language}\n(.*?)```", section, re.S)
+def _example_blocks(root, language: str) -> list[str]:
+    text = (root / "docs/variants.md").read_text(encoding="utf-8")
+    return re.findall(rf"```{language}\n(.*?)```", text, re.S)
 
 
 @pytest.fixture
 def local_prev(root):
-    """The README's module, loaded under its package name; unregistered afterwards."""
-    (code,) = [b for b in _readme_blocks(root, "python") if b.startswith(f"# {README_MODULE}\n")]
+    """The worked example's module, loaded under its package name; unregistered afterwards."""
+    (code,) = [b for b in _example_blocks(root, "python") if b.startswith(f"# {EXAMPLE_MODULE}\n")]
     module = types.ModuleType("flexatt.variants.local_prev")
-    module.__file__ = str(root / README_MODULE)
+    module.__file__ = str(root / EXAMPLE_MODULE)
     sys.modules[module.__name__] = module
     try:
         exec(compile(code, module.__file__, "exec"), module.__dict__)
@@ -54,8 +52,8 @@ def test_builtin_variants_are_registered_in_order_and_names_are_unique():
         A.build_attention(schema.Model(attention="nope", att_size=5), A.AttentionSizes(4, 6, 3))
 
 
-def test_readme_config_entry_names_the_readme_variant(local_prev, root):
-    (block,) = _readme_blocks(root, "yaml")
+def test_the_examples_config_entry_names_its_variant(local_prev, root):
+    (block,) = _example_blocks(root, "yaml")
     entry = yaml.safe_load(block)
     assert entry == {"local_prev": {"attention": "local_prev"}}
     assert validate_config({**DEFAULTS, **entry["local_prev"]})["attention"] == "local_prev"
@@ -72,7 +70,7 @@ def _dense_reference(att, query, cache, state):
     return A.masked_softmax(scores, inside), inside.sum(1)
 
 
-def test_readme_variant_scores_only_its_window_and_equals_the_masked_dense_computation(local_prev):
+def test_the_example_variant_scores_only_its_window_and_equals_the_masked_dense_computation(local_prev):
     torch.manual_seed(0)
     H, E, D = 8, 5, 2
     att = A.build_attention(schema.Model(attention="local_prev", att_size=7, local_D=D), A.AttentionSizes(H, 2 * H, E))
@@ -96,7 +94,7 @@ def test_readme_variant_scores_only_its_window_and_equals_the_masked_dense_compu
     assert moved > 0  # the window followed p_t
 
 
-def test_readme_variant_trains_and_decodes_in_a_model(local_prev):
+def test_the_example_variant_trains_and_decodes_in_a_model(local_prev):
     from flexatt.decoding import beam_search
 
     torch.manual_seed(0)
