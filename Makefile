@@ -106,9 +106,12 @@ smoke: $(STAMP)
 char: $(STAMP)
 	$(BIN)/python scripts/profile_run.py char --keep artifacts/char --targets evaluate --results results/char
 
-# the second corpus (data/nt_grc_en), trained to convergence; a second run resumes
+# the second corpus (data/nt_grc_en), trained to convergence like `make converged` (beta from its
+# own sweep, controls, the matched-window comparison); a second run resumes
+GRC_DIR ?= artifacts/grc
 grc: $(STAMP)
-	$(BIN)/python scripts/profile_run.py grc --keep artifacts/grc --targets evaluate --results results/grc
+	$(BIN)/python scripts/profile_run.py grc --keep $(GRC_DIR) --cache $(DVC_CACHE) --results results/grc \
+		--stepwise --beta-from-sweep --targets compare
 
 # the synthetic task at reordering levels 0, 0.25, 0.5, 1 (copies kept in artifacts/reordering/),
 # with the real corpora whose results exist -> results/reordering/summary.json, the plot and figure
