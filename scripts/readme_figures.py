@@ -16,6 +16,8 @@ so the prose never quotes a figure of an earlier run:
   window and BLEU), if committed;
 * ``claims`` (README): the verdict, effect, interval and Holm-adjusted p of every claim of the
   compare stage (``results/compare.json``), if committed;
+* ``reordering`` (README): flexible attention's window and BLEU against how much the data
+  reorders (``results/reordering/summary.json``, ``make reordering``), if committed;
 * ``pipeline`` (README and ``benchmarks/README.md``): minutes per stage of the last timed
   ``dvc repro`` and the machine it ran on (``benchmarks/results/pipeline.json``).
 
@@ -169,6 +171,41 @@ def claims_block(path: Path) -> str:
     return textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False)
 
 
+def reordering_block(path: Path) -> str:
+    """What ``make reordering`` found (``results/reordering/summary.json``): per level of the
+    synthetic task and per real corpus, the crossing-link share, flexible attention's window at
+    its selected τ (and its share of Global's) and test BLEU against Global's, local-m's too."""
+    if not path.is_file():
+        return ""
+    points = _json(path)["points"]
+    synthetic = sorted((p for p in points if p["source"] == "synthetic"), key=lambda p: p["level"])
+    if not synthetic:
+        return ""
+
+    def delta(p: dict, key: str) -> str:
+        return f"{p[key + '_bleu'] - p['global_bleu']:+.1f}".replace("-", "−")
+
+    def share(p: dict) -> str:  # no τ selected: the model decodes at τ = ∞, every position
+        return "100" if p["flexible_tau"] is None else f"{100 * p['flexible_window_share']:.0f}"
+
+    def each(values) -> str:
+        return " / ".join(values)
+
+    levels = each(f"{100 * p['level']:g}" for p in synthetic)
+    crossing = each(f"{100 * p['crossing_link_pairs']:.1f}" for p in synthetic)
+    text = (f"**Reordering** (`make reordering`, `results/figures/window_vs_reordering.png`): with {levels}% "
+            f"of the synthetic task's chunks reversed ({crossing}% of gold link pairs cross), flexible attention "
+            f"at its dev-selected τ scores {each(share(p) for p in synthetic)}% of Global's "
+            f"{synthetic[0]['global_window']:.1f} positions, at BLEU {each(delta(p, 'flexible') for p in synthetic)} "
+            f"vs Global (local-m, D = {synthetic[0]['local_D']}: {each(delta(p, 'local_m') for p in synthetic)}).")
+    for p in points:
+        if p["source"] != "synthetic":
+            text += (f" {p['source'].split(' ')[0].capitalize()} ({100 * p['crossing_link_pairs']:.1f}% cross): "
+                     f"{share(p)}% of {p['global_window']:.1f}, {delta(p, 'flexible')} (local-m, D = {p['local_D']}: "
+                     f"{delta(p, 'local_m')}).")
+    return textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False)
+
+
 def _machine(pipe: dict) -> str:
     m = pipe.get("machine")
     if not m:
@@ -214,6 +251,7 @@ def blocks_of(path: Path) -> dict[str, str]:
         "seeds": seeds_block(ROOT / "results" / "seeds" / "summary.csv"),
         "char": char_block(ROOT / "results" / "char"),
         "claims": claims_block(ROOT / "results" / "compare.json"),
+        "reordering": reordering_block(ROOT / "results" / "reordering" / "summary.json"),
         "pipeline": pipeline_table(pipe),
     }
 

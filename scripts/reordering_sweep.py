@@ -282,7 +282,9 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--levels: {level:g} is not in [0, 1]")
     work = args.work.resolve()
     commit = git("rev-parse", "HEAD")
-    changed = [line[3:] for line in git("status", "--porcelain", "--untracked-files=no").splitlines()]
+    status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, check=True,
+                            capture_output=True, text=True).stdout  # not stripped: "XY path" lines
+    changed = [line[3:] for line in status.splitlines() if line.strip()]
     seconds: dict[str, float] = {}
     try:
         if not args.collect_only:
