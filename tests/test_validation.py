@@ -28,7 +28,8 @@ def workdir(smoke_tokenized, tmp_path_factory) -> Path:
     later stages read (a rule must fail before any of them is opened), a small user corpus."""
     path = copy_of(smoke_tokenized, tmp_path_factory.mktemp("validation"))
     for folder in [*(f"artifacts/models/{v}" for v in VARIANTS), "artifacts/models_ft/flexible",
-                   "artifacts/models_ft/flexible_sact"]:
+                   "artifacts/models_ft/flexible_sact", "artifacts/models_ctl/flexible",
+                   "artifacts/models_ctl/flexible_sact"]:
         (path / folder).mkdir(parents=True)
         (path / folder / "best.ckpt").write_bytes(b"placeholder")
     tau = {"models": {m: {"selected_tau": 1.0} for m in ("flexible", "flexible_ft", "flexible_sact",
