@@ -44,14 +44,17 @@ def test_char_profile_trains_global_and_flexible_on_characters(root):
     assert list(char.finetune.variants) == ["flexible"]
     assert dict(char.evaluate.checkpoints) == {
         "global": "artifacts/models/global/best.ckpt", "flexible": "artifacts/models/flexible/best.ckpt",
-        "flexible_ft": "artifacts/models_ft/flexible/best.ckpt"}
-    assert list(char.sweep_tau.models) == list(char.evaluate.tau_rows) == ["flexible", "flexible_ft"]
+        "flexible_ft": "artifacts/models_ft/flexible/best.ckpt", "flexible_ctl": "artifacts/models_ctl/flexible/best.ckpt"}
+    assert list(char.sweep_tau.models) == ["flexible", "flexible_ft"]
+    assert list(char.evaluate.tau_rows) == ["flexible", "flexible_ft", "flexible_ctl"]
     assert params.model == validate(default).model
     assert char.train.epochs == 2 * default.train.epochs
     assert {**char.train, "epochs": None} == {**default.train, "epochs": None}
     assert char.filter == default.filter and char.decode == default.decode
-    # the default's rows come from conf/evaluate/checkpoints/all.yaml, every trained variant
-    assert set(default.variants) | {f"{v}_ft" for v in default.finetune.variants} == set(default.evaluate.checkpoints)
+    # the default's rows come from conf/evaluate/checkpoints/all.yaml: every trained variant, every
+    # fine-tuned one and its control
+    assert set(default.variants) | {f"{v}_{kind}" for v in default.finetune.variants for kind in ("ft", "ctl")} \
+        == set(default.evaluate.checkpoints)
 
 
 def test_smoke_profile_uses_synthetic_data(root):
