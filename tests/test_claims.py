@@ -341,3 +341,15 @@ def check_compare_outputs(copy) -> None:
 def test_the_compare_stage_on_the_smoke_pipeline(smoke_copy):
     copy, _ = smoke_copy
     check_compare_outputs(copy)
+
+
+def test_a_window_a_hair_smaller_than_the_controls_is_not_a_narrowing():
+    from flexatt.claims import MIN_NARROWING
+
+    rows = {**ROWS, "flexible_ft_tau": _row(9.808, 18.6, tau=2.3), "flexible_ctl_tau": _row(9.829, 18.7, tau=2.3)}
+    comps = [c for c in COMPS if (c["a"], c["b"]) != ("flexible_ft_tau", "flexible_ctl_tau")] + \
+        [_comp("flexible_ft_tau", "flexible_ctl_tau", -0.1, [-0.3, 0.1], 0.5, "compare")]
+    table = {c["id"]: c for c in claims_table(rows, comps, [])}
+    assert table["c"]["verdict"] == "fails" and "(-0.2%, narrower: ≥ 5% fewer)" in table["c"]["detail"]
+    rows["flexible_ft_tau"] = _row(9.829 * (1 - MIN_NARROWING), 18.6, tau=2.3)
+    assert {c["id"]: c for c in claims_table(rows, comps, [])}["c"]["verdict"] == "holds"
