@@ -414,7 +414,8 @@ def test_truncated_checkpoint_through_evaluate(trained):
     overrides = [f"evaluate.checkpoints.{n}=bad_eval/{n}.ckpt" for n in
                  ("global", "local_m", "local_p", "flexible", "sact", "flexible_sact")]
     result = run_module("flexatt.stages.evaluate", *overrides, "~evaluate.checkpoints.flexible_ft",
-                        "~evaluate.checkpoints.flexible_sact_ft", "evaluate.tau_rows=[]", "sweep_tau.out=tau.json",
+                        "~evaluate.checkpoints.flexible_sact_ft", "~evaluate.checkpoints.flexible_ctl",
+                        "~evaluate.checkpoints.flexible_sact_ctl", "evaluate.tau_rows=[]", "sweep_tau.out=tau.json",
                         "evaluate.out=ev/metrics.json", "evaluate.translations_dir=ev/tr", "logger.enabled=false",
                         cwd=trained)
     assert result.returncode == 2 and "Traceback" not in result.stderr
