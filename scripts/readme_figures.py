@@ -88,6 +88,43 @@ def results_block(table_md: str, filt: dict, metrics: dict) -> str:
     return caption + "\n\n" + "\n".join(_table_lines(table_md))
 
 
+def finetuning_block(metrics: dict, beta: dict | None) -> str:
+    """Whether fine-tuning narrows the window against its control (Table 1's effect table), and
+    what the β sweep found (``results/sweep_beta.json``)."""
+    effect = metrics.get("finetuning_effect", {}).get("flexible_ft_tau")
+    rows = metrics["models"]
+    if not effect or "flexible_ctl_tau" not in rows:
+        return "No fine-tuning control was evaluated."
+    ft, ctl = rows["flexible_ft_tau"], rows["flexible_ctl_tau"]
+    narrows = ft["window"] <= 0.95 * ctl["window"]
+    verdict = "narrows the window" if narrows else "does not narrow the window"
+    beta_used = metrics_beta(rows)
+    paper = " (the paper's)" if beta_used == "0.1" else ""
+    text = (f"**Fine-tuning against its control** (β = 0, the same extra epochs): at β = {beta_used}{paper} "
+            f"the fine-tuned flexible model scores {ft['window']:.2f} positions per step at "
+            f"τ = {effect['tau']:g}, its control {ctl['window']:.2f} (Δ BLEU {effect['bleu']:+.2f}, p = "
+            f"{effect['p_value']:.3f}): **on this corpus fine-tuning at that β {verdict}**"
+            + ("" if narrows else "; its gain over Flexible τ = ∞ is the extra epoch's") + ".")
+    if beta:
+        ref, points = beta["reference"], beta["points"]
+        chosen = next((q for q in points if q["beta"] == beta.get("selected_beta")), None)
+        if chosen and chosen["window"] <= 0.95 * ref["window"]:
+            text += (f" A larger β does (`sweep_beta`, dev, τ = {beta['tau']:g}): at β = {chosen['beta']:g} mean "
+                     f"g_t {ref['g_mean']:.2f} → {chosen['g_mean']:.2f} and window {ref['window']:.2f} → "
+                     f"{chosen['window']:.2f} at dev BLEU {chosen['dev_bleu']:.2f} (β = 0: {ref['dev_bleu']:.2f})")
+            last = points[-1]
+            text += (f"; β = {last['beta']:g} costs {ref['dev_bleu'] - last['dev_bleu']:.2f} dev BLEU."
+                     if last is not chosen else ".")
+        else:
+            text += " No β of the sweep narrowed the dev window within 0.5 dev BLEU."
+    return textwrap.fill(text, width=100, break_on_hyphens=False)
+
+
+def metrics_beta(rows: dict) -> str:
+    """The β the pipeline fine-tuned with (params.yaml)."""
+    return f"{_params()['finetune']['beta']:g}"
+
+
 SEED_ROWS = (("Global", "global", False), ("Flexible τ=∞", "flexible", False),
              ("+ fine-tuning τ=∞", "flexible_ft", False),
              ("+ fine-tuning, τ selected per seed", "flexible_ft_tau", True))
@@ -251,6 +288,8 @@ def blocks_of(path: Path) -> dict[str, str]:
         "seeds": seeds_block(ROOT / "results" / "seeds" / "summary.csv"),
         "char": char_block(ROOT / "results" / "char"),
         "claims": claims_block(ROOT / "results" / "compare.json"),
+        "finetuning": finetuning_block(metrics, _json(ROOT / "results" / "sweep_beta.json")
+                                       if (ROOT / "results" / "sweep_beta.json").is_file() else None),
         "reordering": reordering_block(ROOT / "results" / "reordering" / "summary.json"),
         "pipeline": pipeline_table(pipe),
     }
