@@ -6,6 +6,7 @@
 * :func:`attention_heatmap` — attention weights with the scored window outlined;
 * :func:`bleu_by_length` — BLEU per source-length bucket (Luong et al. 2015, Fig. 6);
 * :func:`sigma_curve` — dev BLEU and window against σ;
+* :func:`beta_curve` — dev BLEU and window against fine-tuning's β;
 * :func:`matched_window` — test BLEU with its 95% interval against the window, every model.
 
 Every function writes one PNG atomically and returns its path.
@@ -170,4 +171,23 @@ def matched_window(curves: dict[str, list[dict]], points: dict[str, dict], path:
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
+    return _save(fig, path)
+
+
+def beta_curve(points: list[dict], reference: dict, tau: float, path: str | os.PathLike) -> Path:
+    """Dev BLEU (τ = ∞) and the mean window at ``tau`` against β (log axis), the β = 0 run as
+    dashed lines."""
+    fig, ax = plt.subplots(figsize=(5.5, 3.5))
+    betas = [p["beta"] for p in points]
+    ax.plot(betas, [p["dev_bleu"] for p in points], marker="o", color="tab:blue")
+    ax.axhline(reference["dev_bleu"], color="tab:blue", linestyle="--", linewidth=1)
+    ax.set_xscale("log")
+    ax.set_xlabel("beta")
+    ax.set_ylabel("dev BLEU (tau = inf)", color="tab:blue")
+    twin = ax.twinx()
+    twin.plot(betas, [p["window"] for p in points], marker="s", color="tab:orange")
+    twin.axhline(reference["window"], color="tab:orange", linestyle="--", linewidth=1)
+    twin.set_ylabel(f"mean dev window at tau = {tau:g}", color="tab:orange")
+    ax.set_title("Fine-tuning weight beta (dashed: beta = 0)")
+    ax.grid(alpha=0.3)
     return _save(fig, path)

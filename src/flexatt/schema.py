@@ -51,6 +51,15 @@ Text = Annotated[str, Field(min_length=1, pattern=r"\S")]  # a non-empty string
 Tau = Annotated[float, Field(ge=0.0)]  # a threshold: inf allowed (no window), NaN refused below
 
 
+def _increasing(value: list, key: str, why: str) -> list:
+    """``value`` when it strictly increases; else the error naming the first item that does not."""
+    for i in range(1, len(value)):
+        if value[i] <= value[i - 1]:
+            raise PydanticCustomError("flexatt_item", "must be > " + key + "[{prev}] = {before}: " + why + " (got {value})",
+                                      {"index": i, "prev": i - 1, "before": value[i - 1], "value": value[i]})
+    return value
+
+
 class Group(BaseModel):
     """A config group: strict types, unknown keys refused, assignment re-validated."""
 
@@ -292,12 +301,7 @@ class SweepBeta(Group):
     @field_validator("grid")
     @classmethod
     def _ascending(cls, value: list[float]) -> list[float]:
-        for i in range(1, len(value)):
-            if value[i] <= value[i - 1]:
-                raise PydanticCustomError("flexatt_item", "must be > sweep_beta.grid[{prev}] = {before}: the sweep "
-                                          "goes upward (got {value})",
-                                          {"index": i, "prev": i - 1, "before": value[i - 1], "value": value[i]})
-        return value
+        return _increasing(value, "sweep_beta.grid", "the sweep goes upward")
 
 
 class Decode(Group):
@@ -353,12 +357,7 @@ class Evaluate(Group):
     @field_validator("length_buckets")
     @classmethod
     def _increasing(cls, value: list[int]) -> list[int]:
-        for i in range(1, len(value)):
-            if value[i] <= value[i - 1]:
-                raise PydanticCustomError("flexatt_item", "must be > evaluate.length_buckets[{prev}] = {before}: "
-                                          "the list must increase (got {value})",
-                                          {"index": i, "prev": i - 1, "before": value[i - 1], "value": value[i]})
-        return value
+        return _increasing(value, "evaluate.length_buckets", "the list must increase")
 
     @model_validator(mode="after")
     def _rows(self) -> Evaluate:

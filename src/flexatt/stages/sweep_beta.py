@@ -32,11 +32,10 @@ import torch
 from omegaconf import DictConfig
 
 from flexatt import config as C
-from flexatt import schema
+from flexatt import figures, schema
 from flexatt.data.batching import LengthGroupedBatches, ParallelData, collate
 from flexatt.data.subwords import PAD_ID
 from flexatt.evaluation import EvalSet, decode_settings, load_model, translate_split
-from flexatt.figures import _save, plt
 from flexatt.io import atomic_path, write_json
 from flexatt.metrics import corpus_bleu
 from flexatt.tracking import default_group, start_run
@@ -67,25 +66,6 @@ def select_beta(points: list[dict], reference_bleu: float, tolerance: float) -> 
     if not eligible:
         return None
     return min(eligible, key=lambda p: (p["window"], -p["dev_bleu"], p["beta"]))
-
-
-def beta_curve(points: list[dict], reference: dict, tau: float, path: str | Path) -> Path:
-    """Dev BLEU (τ = ∞) and the mean window at ``tau`` against β (log axis), the β = 0 run as
-    dashed lines."""
-    fig, ax = plt.subplots(figsize=(5.5, 3.5))
-    betas = [p["beta"] for p in points]
-    ax.plot(betas, [p["dev_bleu"] for p in points], marker="o", color="tab:blue")
-    ax.axhline(reference["dev_bleu"], color="tab:blue", linestyle="--", linewidth=1)
-    ax.set_xscale("log")
-    ax.set_xlabel("beta")
-    ax.set_ylabel("dev BLEU (tau = inf)", color="tab:blue")
-    twin = ax.twinx()
-    twin.plot(betas, [p["window"] for p in points], marker="s", color="tab:orange")
-    twin.axhline(reference["window"], color="tab:orange", linestyle="--", linewidth=1)
-    twin.set_ylabel(f"mean dev window at tau = {tau:g}", color="tab:orange")
-    ax.set_title("Fine-tuning weight beta (dashed: beta = 0)")
-    ax.grid(alpha=0.3)
-    return _save(fig, path)
 
 
 def run(cfg: DictConfig | schema.Params) -> dict:
@@ -141,7 +121,7 @@ def run(cfg: DictConfig | schema.Params) -> dict:
         writer = csv.DictWriter(out, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    figure = beta_curve(points, reference, sb.tau, sb.figure)
+    figure = figures.beta_curve(points, reference, sb.tau, sb.figure)
 
     tracker = start_run(p, "sweep_beta", "beta", tags=[variant, p.profile])
     table = tracker.table("sweep_beta/points", list(rows[0]), [list(r.values()) for r in rows])
