@@ -15,8 +15,8 @@ training resumes from its last checkpoint), and its ``params.yaml`` is recompose
 cache are never touched; ``--results DIR`` copies the run's results (the outputs under
 ``results/`` of the stages it ran) and its ``dvc.lock`` (which code, data and params made them)
 into ``DIR`` of this working tree, with ``provenance.json`` (the commit of this working tree
-that the run's code came from, whether the tree had uncommitted edits, the profile, overrides and
-the stages done).
+that the run's code came from, whether the tree had uncommitted edits, the profile, overrides,
+the stages done and, with ``--stepwise``, each stage's wall-clock minutes).
 
 For runs of many hours: ``--cache DIR`` keeps the copy's DVC cache in ``DIR`` (outside the work
 tree, e.g. on a volume that outlives the machine), ``--stepwise`` runs the stages one at a time
@@ -35,6 +35,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,13 +96,55 @@ def run_dvc(dest: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([dvc, *args], cwd=dest, env=env, text=True, capture_output=True)
 
 
-def provenance(profile: str, overrides: list[str], stages: list[str]) -> dict:
-    """Where a run's code came from: this working tree's commit and whether it had edits."""
+def provenance(profile: str, overrides: list[str], stages: list[str], clock: StageClock | None = None) -> dict:
+    """Where a run's code came from: this working tree's commit and whether it had edits; with a
+    stepwise run's ``clock``, the minutes each stage took."""
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
                            capture_output=True, text=True).stdout.strip()
     return {"commit": head or None, "uncommitted_edits": bool(dirty), "profile": profile,
-            "overrides": overrides, "stages_done": stages}
+            "overrides": overrides, "stages_done": stages,
+            **({**clock.record(), "machine": machine()} if clock else {})}
+
+
+def machine() -> dict:
+    """The machine the stage minutes were measured on (CPU, cores, SIMD level, native bf16, torch),
+    as the benchmarks record it."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from _common import machine as describe
+
+    return describe()
+
+
+class StageClock:
+    """Wall-clock minutes per stage of a stepwise run, kept across resumed runs in the results'
+    ``provenance.json``: ``stage_minutes`` (stage: minutes of the run that completed it),
+    ``resumed_stages`` (stages that an earlier run started and did not finish: their minutes
+    count only the run that finished them) and ``running`` (the stage under way, and since when).
+    A stage that was already up to date keeps the minutes recorded when it ran."""
+
+    def __init__(self, results: Path | None):
+        old = {}
+        if results is not None and (results / "provenance.json").is_file():
+            old = json.loads((results / "provenance.json").read_text(encoding="utf-8"))
+        self.minutes: dict[str, float] = dict(old.get("stage_minutes", {}))
+        self.resumed: list[str] = list(old.get("resumed_stages", []))
+        interrupted = (old.get("running") or {}).get("stage")
+        if interrupted and interrupted not in self.resumed:
+            self.resumed.append(interrupted)
+        self.running: dict | None = None
+
+    def start(self, stage: str) -> None:
+        self.running = {"stage": stage, "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "t0": time.monotonic()}
+
+    def stop(self, ran: bool) -> None:
+        if self.running and ran:
+            self.minutes[self.running["stage"]] = round((time.monotonic() - self.running["t0"]) / 60, 2)
+        self.running = None
+
+    def record(self) -> dict:
+        running = {k: v for k, v in self.running.items() if k != "t0"} if self.running else None
+        return {"stage_minutes": self.minutes, "resumed_stages": self.resumed, "running": running}
 
 
 def stage_names(copy: Path) -> list[str]:
@@ -176,6 +219,7 @@ def main(argv: list[str] | None = None, profile: str | None = None) -> int:
             restore(dest, args.results)
         dvc, env = dvc_env(dest)
         done: list[str] = []
+        clock = StageClock(args.results if args.stepwise else None)
 
         def repro(targets: list[str]) -> int:
             sys.stdout.flush()
@@ -187,13 +231,18 @@ def main(argv: list[str] | None = None, profile: str | None = None) -> int:
             for name in stage_names(dest):
                 if needed is not None and name not in needed:
                     continue
+                up_to_date = run_dvc(dest, "status", "--quiet", name).returncode == 0
+                clock.start(name)
+                if args.results and not up_to_date and (args.results / "dvc.lock").is_file():
+                    write_provenance(args.results, profile, overrides, done, clock)  # mark it running
                 code = subprocess.run([dvc, "repro", "--single-item", name], cwd=dest, env=env).returncode
                 if code != 0:
                     return code
+                clock.stop(ran=not up_to_date)
                 done.append(name)
                 if args.results:
                     copy_results(dest, args.results)
-                    write_provenance(args.results, profile, overrides, done)
+                    write_provenance(args.results, profile, overrides, done, clock)
             return 0
 
         if args.beta_from_sweep:
@@ -218,7 +267,7 @@ def main(argv: list[str] | None = None, profile: str | None = None) -> int:
                   f"W&B runs: {where}/wandb/")
             if args.results:
                 copied = copy_results(dest, args.results)
-                write_provenance(args.results, profile, overrides, done)
+                write_provenance(args.results, profile, overrides, done, clock if args.stepwise else None)
                 print(f"{len(copied)} result files and dvc.lock copied to {args.results}")
         return returncode
     finally:
@@ -254,8 +303,9 @@ def needed_stages(copy: Path, targets: list[str]) -> set[str]:
     return set(re.findall(r'^"([^"]+)";$', result.stdout, flags=re.M))
 
 
-def write_provenance(dest: Path, profile: str, overrides: list[str], stages: list[str]) -> None:
-    (dest / "provenance.json").write_text(json.dumps(provenance(profile, overrides, stages), indent=2) + "\n",
+def write_provenance(dest: Path, profile: str, overrides: list[str], stages: list[str],
+                     clock: StageClock | None = None) -> None:
+    (dest / "provenance.json").write_text(json.dumps(provenance(profile, overrides, stages, clock), indent=2) + "\n",
                                           encoding="utf-8")
 
 

@@ -8,14 +8,19 @@ The README and ``benchmarks/README.md`` carry blocks between ``<!-- NAME:begin -
 so the prose never quotes a figure of an earlier run:
 
 * ``headline`` (README): the fine-tuned flexible model at its selected τ against the same model at
-  τ = ∞ and against Global, from ``results/metrics.json``;
+  τ = ∞ and against Global, from the converged run's ``results/converged/metrics.json`` once it is
+  committed, else from the default profile's ``results/metrics.json`` (which it then says);
+* ``converged`` (README): the converged run (``make converged``, ``results/converged/``): its
+  Table 1, the fine-tuning against its control at the β the sweep selected, and minutes per
+  stage (``provenance.json``), if committed;
 * ``results`` (README): Table 1 (``results/table1.md``) under a caption with the corpus sizes
   (``results/filter.json``);
 * ``seeds`` (README): mean ± sd of the seed sweep (``results/seeds/summary.csv``), if committed;
 * ``char`` (README): the char profile's run (``results/char/``: dev BLEU of training, Table 1's
   window and BLEU), if committed;
 * ``claims`` (README): the verdict, effect, interval and Holm-adjusted p of every claim of the
-  compare stage (``results/compare.json``), if committed;
+  compare stage, from the converged run (``results/converged/compare.json``) once committed, else
+  the default profile's (``results/compare.json``);
 * ``reordering`` (README): flexible attention's window and BLEU against how much the data
   reorders (``results/reordering/summary.json``, ``make reordering``), if committed;
 * ``pipeline`` (README and ``benchmarks/README.md``): minutes per stage of the last timed
@@ -37,6 +42,14 @@ ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 BENCH_README = ROOT / "benchmarks" / "README.md"
 LANGUAGES = {"es": "Spanish", "en": "English", "de": "German", "ja": "Japanese", "fr": "French"}
+
+
+def _shown(path: Path) -> Path:
+    """``path`` as the README names it: relative to the repository where it is inside it."""
+    try:
+        return path.relative_to(ROOT)
+    except ValueError:
+        return path
 
 
 def _json(path: Path) -> dict:
@@ -61,7 +74,9 @@ def _params() -> dict:
     return yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
 
 
-def headline(metrics: dict, params: dict, filt: dict) -> str:
+def headline(metrics: dict, params: dict, filt: dict, converged: bool = False) -> str:
+    """The README's first figures: from the converged run where one is committed (``converged``),
+    else from the default profile, which the text then calls a demonstration."""
     rows = metrics["models"]
     ft, ft_tau, glob = rows.get("flexible_ft"), rows.get("flexible_ft_tau"), rows.get("global")
     if not (ft and ft_tau and glob):
@@ -70,12 +85,16 @@ def headline(metrics: dict, params: dict, filt: dict) -> str:
     pair = f"{LANGUAGES.get(data['src_lang'], data['src_lang'])} → {LANGUAGES.get(data['tgt_lang'], data['tgt_lang'])}"
     tau = "τ = ∞ (no τ kept dev BLEU within the tolerance)" if ft_tau["tau"] is None else f"τ = {ft_tau['tau']:g}"
     evaluated = filt["splits"][metrics["split"]]["pairs"]
-    return textwrap.fill(f"On the default corpus ({pair} Bible verses, {evaluated:,} {metrics['split']} sentences, beam "
-            f"{metrics['beam_size']}) the fine-tuned flexible model at the τ selected on dev ({tau}) "
+    which = ("With every model trained until its dev BLEU stopped improving ([converged run](#converged-models))"
+             if converged else "In the default profile's 3-epoch models (an hour's demonstration, still "
+             "improving; see the [converged run](#converged-models))")
+    table = "[Table](#converged-models)" if converged else "[Table 1](#results)"
+    return textwrap.fill(f"{which}, on the default corpus ({pair} Bible verses, {evaluated:,} {metrics['split']} "
+            f"sentences, beam {metrics['beam_size']}) the fine-tuned flexible model at the τ selected on dev ({tau}) "
             f"scores **{ft_tau['window']:.1f} positions per step instead of {glob['window']:.1f} "
             f"(−{100 * ft_tau['reduction']:.0f}%) at {ft_tau['bleu']:.2f} BLEU, against "
             f"{ft['bleu']:.2f} at τ = ∞**; global attention reaches {glob['bleu']:.2f} BLEU "
-            "([Table 1](#results)).", width=100, break_on_hyphens=False)
+            f"({table}).", width=100, break_on_hyphens=False)
 
 
 def results_block(table_md: str, filt: dict, metrics: dict) -> str:
@@ -88,9 +107,10 @@ def results_block(table_md: str, filt: dict, metrics: dict) -> str:
     return caption + "\n\n" + "\n".join(_table_lines(table_md))
 
 
-def finetuning_block(metrics: dict, beta: dict | None) -> str:
+def finetuning_block(metrics: dict, beta: dict | None, beta_used: str | None = None) -> str:
     """Whether fine-tuning narrows the window against its control (Table 1's effect table), and
-    what the β sweep found (``results/sweep_beta.json``)."""
+    what the β sweep found (``results/sweep_beta.json``). ``beta_used``: the β the fine-tuning
+    ran with (default: ``finetune.beta`` of params.yaml)."""
     effect = metrics.get("finetuning_effect", {}).get("flexible_ft_tau")
     rows = metrics["models"]
     if not effect or "flexible_ctl_tau" not in rows:
@@ -98,7 +118,7 @@ def finetuning_block(metrics: dict, beta: dict | None) -> str:
     ft, ctl = rows["flexible_ft_tau"], rows["flexible_ctl_tau"]
     narrows = ft["window"] <= 0.95 * ctl["window"]
     verdict = "narrows the window" if narrows else "does not narrow the window"
-    beta_used = metrics_beta(rows)
+    beta_used = beta_used or metrics_beta(rows)
     paper = " (the paper's)" if beta_used == "0.1" else ""
     text = (f"**Fine-tuning against its control** (β = 0, the same extra epochs): at β = {beta_used}{paper} "
             f"the fine-tuned flexible model scores {ft['window']:.2f} positions per step at "
@@ -177,6 +197,52 @@ def char_block(run: Path) -> str:
     return textwrap.fill(text, width=100, break_on_hyphens=False)
 
 
+def converged_beta(provenance: dict) -> str | None:
+    """The β a converged run fine-tuned with: the sweep's choice, which ``profile_run.py
+    --beta-from-sweep`` records as its ``finetune.beta=`` override (``None``: the profile's)."""
+    chosen = [o.split("=", 1)[1] for o in provenance.get("overrides", []) if o.startswith("finetune.beta=")]
+    return f"{float(chosen[-1]):g}" if chosen else None
+
+
+def converged_block(run: Path) -> str:
+    """The converged run (``make converged``): its Table 1 under a caption (stopping rule, source
+    commit), the fine-tuning against its control, and the minutes each stage took."""
+    if not (run / "provenance.json").is_file():
+        return ""
+    prov = _json(run / "provenance.json")
+    if not (run / "metrics.json").is_file() or not (run / "table1.md").is_file():
+        lock = _shown(run) / "dvc.lock"
+        return textwrap.fill(f"`make converged` (the `converged` profile, [long runs](#configuration); about 11 h on "
+                             f"2 cores) is under way (code of commit {str(prov.get('commit'))[:7]}); stages done, in "
+                             f"`{lock}`: {', '.join(prov.get('stages_done') or ['none'])}.",
+                             width=100, break_on_hyphens=False)
+    metrics = _json(run / "metrics.json")
+    filt = _json(run / "filter.json")
+    caption = (f"`make converged` (the `converged` profile, [long runs](#configuration); `{_shown(run)}/`, "
+               f"code of commit {str(prov.get('commit'))[:7]}): "
+               f"every model and fine-tuning until dev BLEU stopped improving, ‡ where one reached its cap; "
+               f"{filt['splits']['train']['pairs']:,} training pairs, {filt['splits'][metrics['split']]['pairs']:,} "
+               f"{metrics['split']} pairs, beam {metrics['beam_size']}.")
+    beta = _json(run / "sweep_beta.json") if (run / "sweep_beta.json").is_file() else None
+    parts = [textwrap.fill(caption, width=100, break_on_hyphens=False), "",
+             *_table_lines((run / "table1.md").read_text(encoding="utf-8")), "",
+             finetuning_block(metrics, beta, converged_beta(prov) or metrics_beta(metrics["models"]))]
+    minutes = prov.get("stage_minutes") or {}
+    if minutes:
+        def group(prefix: str) -> float:
+            return sum(m for s, m in minutes.items() if s.startswith(prefix))
+
+        resumed = prov.get("resumed_stages") or []
+        text = (f"Wall time ({_machine(prov)}): {sum(minutes.values()) / 60:.1f} h in all; "
+                f"training {group('train@') / 60:.1f} h, fine-tuning and controls "
+                f"{(group('finetune@') + group('control@')) / 60:.1f} h, "
+                + ", ".join(f"{s} {m:.0f} min" for s, m in minutes.items() if "@" not in s and m >= 1)
+                + (f" ({', '.join(resumed)}: resumed after an interruption, the last run's minutes only)" if resumed else "")
+                + ".")
+        parts += ["", textwrap.fill(text, width=100, break_on_hyphens=False)]
+    return "\n".join(parts)
+
+
 #: the README's short name of each claim of ``results/compare.json`` (its own text otherwise)
 CLAIM_LABELS = {"a": "Flexible τ=∞ ≥ Global", "b": "τ cuts 56–64% of positions at ≤ 0.5 BLEU",
                 "c": "fine-tuning narrows the window (vs a control)", "c+sact": "the same, Flexible+SACT",
@@ -203,7 +269,9 @@ def claims_block(path: Path) -> str:
             text += f" ({o['better']} better, {o['equal']} equal, {o['worse']} worse)"
         return text
 
-    text = (f"**Claims** ({report['split']} set, `results/compare.md`; Δ BLEU [95% CI], Holm-adjusted p; "
+    where = _shown(path.parent)
+    source = "converged run" if where.name == "converged" else "3-epoch default profile"
+    text = (f"**Claims** ({source}, {report['split']} set, `{where}/compare.md`; Δ BLEU [95% CI], Holm-adjusted p; "
             "[rules](docs/method.md#claims)): " + "; ".join(item(c) for c in report["claims"]) + ".")
     return textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False)
 
@@ -276,18 +344,23 @@ def pipeline_table(pipe: dict) -> str:
                       "| stage | minutes |", "|---|---|", *(f"| {a} | {b} |" for a, b in rows)])
 
 
-def blocks_of(path: Path) -> dict[str, str]:
+def blocks_of(path: Path, converged: Path = ROOT / "results" / "converged") -> dict[str, str]:
     metrics = _json(ROOT / "results" / "metrics.json")
     pipe = _json(ROOT / "benchmarks" / "results" / "pipeline.json")
     filt = _json(ROOT / "results" / "filter.json")
     if path == BENCH_README:
         return {"pipeline": pipeline_table(pipe)}
+    done = (converged / "metrics.json").is_file()
+    head = (headline(_json(converged / "metrics.json"), _params(), _json(converged / "filter.json"), converged=True)
+            if done else headline(metrics, _params(), filt))
+    claims = converged / "compare.json" if (converged / "compare.json").is_file() else ROOT / "results" / "compare.json"
     return {
-        "headline": headline(metrics, _params(), filt),
+        "headline": head,
+        "converged": converged_block(converged),
         "results": results_block((ROOT / "results" / "table1.md").read_text(encoding="utf-8"), filt, metrics),
         "seeds": seeds_block(ROOT / "results" / "seeds" / "summary.csv"),
         "char": char_block(ROOT / "results" / "char"),
-        "claims": claims_block(ROOT / "results" / "compare.json"),
+        "claims": claims_block(claims),
         "finetuning": finetuning_block(metrics, _json(ROOT / "results" / "sweep_beta.json")
                                        if (ROOT / "results" / "sweep_beta.json").is_file() else None),
         "reordering": reordering_block(ROOT / "results" / "reordering" / "summary.json"),

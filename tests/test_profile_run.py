@@ -90,6 +90,9 @@ def test_a_stepwise_run_hands_back_each_stage_and_resumes_from_the_cache(tmp_pat
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     assert provenance["commit"] == head and provenance["profile"] == "smoke"
     assert provenance["stages_done"] == ["filter", "tokenize", "train@global"]
+    minutes = provenance["stage_minutes"]
+    assert set(minutes) == {"filter", "tokenize", "train@global"} and all(m >= 0 for m in minutes.values())
+    assert provenance["running"] is None and provenance["resumed_stages"] == []
     trained = (tmp_path / "r/train/global.json").read_text()
     assert set(yaml.safe_load((tmp_path / "r/dvc.lock").read_text())["stages"]) == {"filter", "tokenize",
                                                                                      "train@global"}
@@ -100,6 +103,7 @@ def test_a_stepwise_run_hands_back_each_stage_and_resumes_from_the_cache(tmp_pat
     assert "resuming from" in second.stdout
     assert "Running stage" not in second.stdout + second.stderr  # nothing ran again
     assert (tmp_path / "r/train/global.json").read_text() == trained
+    assert json.loads((tmp_path / "r/provenance.json").read_text())["stage_minutes"] == minutes  # kept
     assert (tmp_path / "c2/artifacts/models/global/best.ckpt").is_file()  # checked out of the cache
 
 
@@ -111,3 +115,24 @@ def test_the_copy_runs_its_own_snapshot_of_the_code(tmp_path):
     where = subprocess.run([sys.executable, "-c", "import flexatt; print(flexatt.__file__)"], cwd=copy, env=env,
                            capture_output=True, text=True, check=True).stdout.strip()
     assert where == str((copy / "src/flexatt/__init__.py").resolve())
+
+
+def test_the_stage_clock_keeps_minutes_across_resumed_runs(tmp_path, monkeypatch):
+    """Minutes are recorded for a stage that ran, kept for one that was up to date, and a stage
+    left running by an interrupted run is listed as resumed."""
+    ticks = iter([100.0, 220.0, 300.0, 300.5])
+    monkeypatch.setattr(profile_run.time, "monotonic", lambda: next(ticks))
+    clock = profile_run.StageClock(tmp_path)  # no provenance yet
+    clock.start("train@global")
+    assert clock.record()["running"]["stage"] == "train@global"
+    clock.stop(ran=True)
+    assert clock.record() == {"stage_minutes": {"train@global": 2.0}, "resumed_stages": [], "running": None}
+    clock.start("train@global")
+    clock.stop(ran=False)  # up to date: the minutes of the run that made it stay
+    assert clock.record()["stage_minutes"] == {"train@global": 2.0}
+
+    (tmp_path / "provenance.json").write_text(json.dumps(
+        {"stage_minutes": {"filter": 0.5}, "running": {"stage": "train@flexible", "since": "2026-01-01T00:00:00"}}))
+    resumed = profile_run.StageClock(tmp_path)
+    assert resumed.record() == {"stage_minutes": {"filter": 0.5}, "resumed_stages": ["train@flexible"],
+                                "running": None}

@@ -31,3 +31,62 @@ def test_the_project_cites_its_own_method_document_not_an_internal_one():
             if name.endswith((".py", ".md", ".yaml", ".yml", ".txt", ".json", ".cpp", ".toml", ".csv"))
             and (ROOT / name).is_file() and word.search((ROOT / name).read_text(encoding="utf-8", errors="replace"))]
     assert not hits, hits
+
+
+def _converged_run(tmp_path: Path, finished: bool) -> Path:
+    """A converged run's results folder made of the committed default results (the same files
+    the converged profile writes), with a provenance as ``profile_run.py --stepwise`` writes it."""
+    import json
+    import shutil
+
+    run = tmp_path / "converged"
+    run.mkdir()
+    shutil.copy2(ROOT / "results/filter.json", run)
+    stages = ["filter", "tokenize", "train@global"]
+    if finished:
+        for name in ("metrics.json", "table1.md", "sweep_beta.json", "compare.json"):
+            shutil.copy2(ROOT / "results" / name, run)
+        stages += ["sweep_beta", "evaluate", "compare"]
+    minutes = {"filter": 0.4, "tokenize": 0.3, "train@global": 55.0, "train@flexible": 80.0,
+               "finetune@flexible": 20.0, "control@flexible": 19.0, "sweep_beta": 120.0, "evaluate": 30.0}
+    (run / "provenance.json").write_text(json.dumps({
+        "commit": "0123456789abcdef", "uncommitted_edits": False, "profile": "converged",
+        "overrides": ["profile=converged", "finetune.beta=10.0"], "stages_done": stages,
+        "stage_minutes": minutes, "resumed_stages": ["train@flexible"], "running": None,
+        "machine": {"cpu": "A CPU", "logical_cores": 2, "simd": "AVX2", "native_bf16": False, "torch": "2.13.0"}}))
+    return run
+
+
+def test_the_converged_run_heads_the_readme_once_it_is_committed(tmp_path):
+    """The headline, the converged section and the claims come from results/converged/ when it
+    holds a finished run; Table 1's figures are the run's, the β is the one the sweep chose."""
+    import json
+
+    from conftest import load_script
+
+    figures = load_script("readme_figures")
+    run = _converged_run(tmp_path, finished=True)
+    blocks = figures.blocks_of(figures.README, converged=run)
+    metrics = json.loads((run / "metrics.json").read_text())["models"]
+    assert blocks["headline"].startswith("With every model trained until its dev BLEU stopped improving")
+    assert f"{metrics['flexible_ft_tau']['bleu']:.2f} BLEU" in blocks["headline"].replace("\n", " ")
+    converged = blocks["converged"]
+    assert "code of commit 0123456" in converged.replace("\n", " ")
+    table = [line for line in converged.splitlines() if line.startswith("| Global |")]
+    assert table and table[0] in (run / "table1.md").read_text()
+    assert "at β = 10 the fine-tuned flexible model" in converged.replace("\n", " ")
+    assert "Wall time (A CPU, 2 logical cores, AVX2, no native bf16, torch 2.13.0): 5.4 h in all" in " ".join(
+        converged.split()) and "train@flexible: resumed" in converged.replace("\n", " ")
+    assert blocks["claims"].startswith("**Claims** (converged run")
+
+
+def test_a_converged_run_under_way_is_named_as_such_and_none_leaves_the_block_empty(tmp_path):
+    from conftest import load_script
+
+    figures = load_script("readme_figures")
+    under_way = figures.blocks_of(figures.README, converged=_converged_run(tmp_path, finished=False))
+    assert "is under way" in under_way["converged"].replace("\n", " ")
+    assert "filter, tokenize, train@global." in under_way["converged"].replace("\n", " ")
+    assert under_way["headline"].startswith("In the default profile's 3-epoch models")
+    assert under_way["claims"].startswith("**Claims** (3-epoch default profile")
+    assert figures.blocks_of(figures.README, converged=tmp_path / "none")["converged"] == ""
