@@ -15,7 +15,8 @@ so the prose never quotes a figure of an earlier run:
   stage (``provenance.json``), if committed;
 * ``results`` (README): Table 1 (``results/table1.md``) under a caption with the corpus sizes
   (``results/filter.json``);
-* ``seeds`` (README): mean ± sd of the seed sweep (``results/seeds/summary.csv``), if committed;
+* ``seeds`` (README): mean ± sd of the seed sweep (``results/seeds/summary.csv``) and its comparisons
+  paired by seed (``paired.json``), if committed;
 * ``char`` (README): the char profile's run (``results/char/``: dev BLEU of training, Table 1's
   window and BLEU), if committed;
 * ``claims`` (README): the verdict, effect, interval and Holm-adjusted p of every claim of the
@@ -168,13 +169,21 @@ def seeds_block(summary_csv: Path) -> str:
 
     seeds = ", ".join(job["train.seed"] for job in jobs)
     caption = (f"Training noise: seeds {seeds} (`+sweep=seeds`, "
-               f"`{summary_csv.parent.relative_to(ROOT)}/summary.csv`), test set, mean ± sd:")
+               f"`{_shown(summary_csv.parent)}/summary.csv`), test set, mean ± sd:")
     lines = [textwrap.fill(caption, width=100, break_on_hyphens=False), "",
              "| model | BLEU | chrF | window |", "|---|---|---|---|"]
     for name, key, windowed in SEED_ROWS:
         window = (f"{cell(key + '_window', '{:.1f}')} (−{100 * statistics.mean(float(j[key + '_reduction']) for j in jobs):.0f}%)"
                   if windowed else f"{float(jobs[0]['global_window']):.1f}")
         lines.append(f"| {name} | {cell(key + '_bleu')} | {cell(key + '_chrf')} | {window} |")
+    paired = summary_csv.parent / "paired.json"
+    if paired.is_file():  # the headline comparisons paired by seed (flexatt.seeds)
+        tested = [c for c in _json(paired)["comparisons"] if c["n"] >= 2 and c["ci"]]
+        if tested:
+            text = "Across seeds (paired by seed; mean [95% t interval], Holm-adjusted paired t-test p): " + "; ".join(
+                f"{c['label']} {c['mean']:+.2f} [{c['ci'][0]:+.2f}, {c['ci'][1]:+.2f}]"
+                + (f", p {c['p_holm']:.3f}" if c["p_holm"] is not None else "") for c in tested) + "."
+            lines += ["", textwrap.fill(text, width=100, break_on_hyphens=False)]
     return "\n".join(lines)
 
 

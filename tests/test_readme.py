@@ -90,3 +90,22 @@ def test_a_converged_run_under_way_is_named_as_such_and_none_leaves_the_block_em
     assert under_way["headline"].startswith("In the default profile's 3-epoch models")
     assert under_way["claims"].startswith("**Claims** (3-epoch default profile")
     assert figures.blocks_of(figures.README, converged=tmp_path / "none")["converged"] == ""
+
+
+def test_the_seeds_block_adds_the_comparisons_paired_by_seed(tmp_path):
+    """With the sweep's paired.json beside its summary, the seeds block quotes each comparison
+    measured on two or more seeds (flexatt.seeds computes them)."""
+    import json
+    import shutil
+
+    from conftest import load_script
+    from flexatt import seeds
+
+    figures = load_script("readme_figures")
+    shutil.copy2(ROOT / "results/seeds/summary.csv", tmp_path)
+    assert "Across seeds" not in figures.seeds_block(tmp_path / "summary.csv")
+    rows = [{"status": "COMPLETED", "flexible_bleu": f, "global_bleu": g} for f, g in ((18.0, 17.0), (18.5, 17.0), (17.9, 17.2))]
+    (tmp_path / "paired.json").write_text(json.dumps({"comparisons": seeds.paired(rows)}))
+    text = " ".join(figures.seeds_block(tmp_path / "summary.csv").split())
+    assert "Across seeds" in text and "Flexible τ=∞ − Global, BLEU +1.07 [" in text
+    assert "fine-tuned − control" not in text  # measured on no seed

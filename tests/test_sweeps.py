@@ -486,6 +486,17 @@ def test_real_seeds_sweep(mini_repo):
         decimals = sweeps._decimals(values)
         assert f"| {column} | {mean:.{decimals}f} ± {sd:.{decimals}f} | 2 |" in md, column
 
+    # across seeds: each comparison paired by seed, from the same job files
+    from flexatt import seeds
+
+    compared = {(c["a"], c["b"]): c for c in json.loads((sweep_dir / "paired.json").read_text())["comparisons"]}
+    a_vs_g = compared["flexible_bleu", "global_bleu"]
+    assert a_vs_g["n"] == 2 and a_vs_g["diffs"] == pytest.approx(
+        [j["rows"]["flexible"]["bleu"] - j["rows"]["global"]["bleu"] for j in jobs])
+    assert compared["flexible_ft_tau_bleu", "local_bleu"]["n"] == 0  # no seeds_local given
+    assert "| Flexible τ=∞ − Global, BLEU | 2 |" in (sweep_dir / "paired.md").read_text()
+    assert seeds.main([str(sweep_dir)]) == 0
+
     # W&B: per job, both trainings, the fine-tuning and the replicate run; one summary run
     runs = [r for r in find_runs(mini_repo / "wandb") if r["run"].run_group == settings["group"]]
     names = sorted(r["run"].display_name for r in runs)
