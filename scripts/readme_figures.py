@@ -12,7 +12,8 @@ so the prose never quotes a figure of an earlier run:
   committed, else from the default profile's ``results/metrics.json`` (which it then says);
 * ``converged`` (README): the converged run (``make converged``, ``results/converged/``): its
   Table 1, the fine-tuning against its control at the β the sweep selected, and minutes per
-  stage (``provenance.json``), if committed;
+  stage (``provenance.json``), if committed; ``grc`` (README) the same of ``make grc``
+  (``results/grc/``: Koine Greek → English);
 * ``results`` (README): Table 1 (``results/table1.md``) under a caption with the corpus sizes
   (``results/filter.json``);
 * ``seeds`` (README): mean ± sd of the seed sweep (``results/seeds/summary.csv``) and its comparisons
@@ -24,8 +25,8 @@ so the prose never quotes a figure of an earlier run:
   the default profile's (``results/compare.json``);
 * ``reordering`` (README): flexible attention's window and BLEU against how much the data
   reorders (``results/reordering/summary.json``, ``make reordering``), if committed;
-* ``pipeline`` (README and ``benchmarks/README.md``): minutes per stage of the last timed
-  ``dvc repro`` and the machine it ran on (``benchmarks/results/pipeline.json``).
+* ``pipeline``: minutes per stage of the last timed ``dvc repro`` and the machine it ran on
+  (``benchmarks/results/pipeline.json``): the table in ``benchmarks/README.md``, its total in the README.
 
 Everything outside the blocks is left as it is.
 """
@@ -213,25 +214,44 @@ def converged_beta(provenance: dict) -> str | None:
     return f"{float(chosen[-1]):g}" if chosen else None
 
 
+#: how the README introduces each long run's block: its command and what it is
+LONG_RUNS = {
+    "converged": "`make converged` (the `converged` profile, [long runs](#configuration); about 11 h on 2 cores)",
+    "grc": "`make grc` (Koine Greek → English, the `grc` profile, [long runs](#configuration); hours on 2 cores)",
+}
+
+
 def converged_block(run: Path) -> str:
-    """The converged run (``make converged``): its Table 1 under a caption (stopping rule, source
-    commit), the fine-tuning against its control, and the minutes each stage took."""
+    """The converged run (``make converged``): see :func:`long_run_block`."""
+    return long_run_block(run, LONG_RUNS["converged"])
+
+
+def grc_block(run: Path) -> str:
+    """The Greek → English run (``make grc``): see :func:`long_run_block`."""
+    return long_run_block(run, LONG_RUNS["grc"])
+
+
+def long_run_block(run: Path, intro: str) -> str:
+    """A long run of ``scripts/profile_run.py --stepwise`` (``results/<profile>/``): its Table 1
+    under a caption (stopping rule, source commit, data, reordering), the fine-tuning against its
+    control at the β the sweep chose, and the minutes each stage took; while it is under way, the
+    stages done so far; nothing before it starts."""
     if not (run / "provenance.json").is_file():
         return ""
     prov = _json(run / "provenance.json")
     if not (run / "metrics.json").is_file() or not (run / "table1.md").is_file():
         lock = _shown(run) / "dvc.lock"
-        return textwrap.fill(f"`make converged` (the `converged` profile, [long runs](#configuration); about 11 h on "
-                             f"2 cores) is under way (code of commit {str(prov.get('commit'))[:7]}); stages done, in "
+        return textwrap.fill(f"{intro} is under way (code of commit {str(prov.get('commit'))[:7]}); stages done, in "
                              f"`{lock}`: {', '.join(prov.get('stages_done') or ['none'])}.",
                              width=100, break_on_hyphens=False)
     metrics = _json(run / "metrics.json")
     filt = _json(run / "filter.json")
-    caption = (f"`make converged` (the `converged` profile, [long runs](#configuration); `{_shown(run)}/`, "
-               f"code of commit {str(prov.get('commit'))[:7]}): "
+    reordering = filt.get("reordering")
+    crossing = (f"; {reordering['crossing_link_pairs']:.1%} of gold link pairs cross" if reordering else "")
+    caption = (f"{intro}, `{_shown(run)}/`, code of commit {str(prov.get('commit'))[:7]}: "
                f"every model and fine-tuning until dev BLEU stopped improving, ‡ where one reached its cap; "
                f"{filt['splits']['train']['pairs']:,} training pairs, {filt['splits'][metrics['split']]['pairs']:,} "
-               f"{metrics['split']} pairs, beam {metrics['beam_size']}.")
+               f"{metrics['split']} pairs, beam {metrics['beam_size']}{crossing}.")
     beta = _json(run / "sweep_beta.json") if (run / "sweep_beta.json").is_file() else None
     parts = [textwrap.fill(caption, width=100, break_on_hyphens=False), "",
              *_table_lines((run / "table1.md").read_text(encoding="utf-8")), "",
@@ -353,6 +373,18 @@ def pipeline_table(pipe: dict) -> str:
                       "| stage | minutes |", "|---|---|", *(f"| {a} | {b} |" for a, b in rows)])
 
 
+def pipeline_summary(pipe: dict) -> str:
+    """The README's line on the pipeline's wall time (the table per stage is in the benchmarks' README)."""
+    stages = pipe["stages"]
+    train = sum(m for s, m in stages.items() if s.startswith(("train@", "finetune@", "control@")))
+    kind = "`dvc repro` from scratch" if pipe.get("from_scratch") else "`dvc repro`"
+    text = (f"{kind}: **{pipe['total_minutes']:.1f} min** on {_machine(pipe)}, {train:.1f} of them training and "
+            f"fine-tuning (per stage: `benchmarks/results/pipeline.json`, [benchmarks](benchmarks/README.md))")
+    if "noop_seconds_median" in pipe:
+        text += f"; a no-op `dvc repro` {pipe['noop_seconds_median']:.2f} s"
+    return textwrap.fill(text + ".", width=100, break_on_hyphens=False)
+
+
 def blocks_of(path: Path, converged: Path = ROOT / "results" / "converged") -> dict[str, str]:
     metrics = _json(ROOT / "results" / "metrics.json")
     pipe = _json(ROOT / "benchmarks" / "results" / "pipeline.json")
@@ -366,6 +398,7 @@ def blocks_of(path: Path, converged: Path = ROOT / "results" / "converged") -> d
     return {
         "headline": head,
         "converged": converged_block(converged),
+        "grc": grc_block(ROOT / "results" / "grc"),
         "results": results_block((ROOT / "results" / "table1.md").read_text(encoding="utf-8"), filt, metrics),
         "seeds": seeds_block(ROOT / "results" / "seeds" / "summary.csv"),
         "char": char_block(ROOT / "results" / "char"),
@@ -373,7 +406,7 @@ def blocks_of(path: Path, converged: Path = ROOT / "results" / "converged") -> d
         "finetuning": finetuning_block(metrics, _json(ROOT / "results" / "sweep_beta.json")
                                        if (ROOT / "results" / "sweep_beta.json").is_file() else None),
         "reordering": reordering_block(ROOT / "results" / "reordering" / "summary.json"),
-        "pipeline": pipeline_table(pipe),
+        "pipeline": pipeline_summary(pipe),
     }
 
 
