@@ -15,6 +15,10 @@ times every contender once, in a rotating order, so that load from elsewhere on 
 of them; the figures are the median over rounds and the spread (min–max). Minutes per epoch
 are extrapolated from the median to the split's full token count.
 
+``--profile`` shows instead where a step's time goes (torch.profiler): the output layer's
+products, the log-softmax over the vocabulary, the encoder LSTM, Adam, dropout, and the rest
+(the decoder's step loop).
+
 ``--batch-sizes`` measures the variants at several batch sizes instead (at the resolved
 precision), each on as many pairs as ``--batches`` batches of ``train.batch_size`` hold, side by
 side in rotating rounds: how much of an epoch's time a larger batch saves on this CPU.
@@ -52,9 +56,13 @@ def main() -> None:
                         help="also time these at 32-true (none: skip)")
     parser.add_argument("--batch-sizes", nargs="*", type=int,
                         help="measure these batch sizes (same pairs per measurement) instead of precisions")
+    parser.add_argument("--profile", action="store_true",
+                        help="instead of timing: where a training step's time goes (torch.profiler), per variant")
     args = parser.parse_args()
     if args.batch_sizes:
         return batch_size_scaling(args)
+    if args.profile:
+        return profile_parts(args)
 
     torch.set_num_threads(args.threads)
     cfg = load_params(args.params)
@@ -106,6 +114,57 @@ def main() -> None:
             paired = [a / b for a, b in zip(rates[v, precision], rates[v, "32-true"])]
             print(f"{v}: {precision} / 32-true = {statistics.median(rates[v, precision]) / statistics.median(rates[v, '32-true']):.2f}x "
                   f"(per-round ratios {min(paired):.2f}–{max(paired):.2f})")
+
+
+#: the parts of a training step, by the operators that do them (first match wins; the rest is
+#: the decoder's step loop: LSTM cell, attention, small products, and autograd's bookkeeping)
+PARTS = (("encoder LSTM (oneDNN)", ("mkldnn_rnn",)),
+         ("Adam and gradient clipping", ("_foreach", "Optimizer", "norm")),
+         ("dropout", ("bernoulli", "dropout")))
+#: operators over the vocabulary (an input with the target vocabulary as a dimension)
+VOCAB_PARTS = (("output layer products (hidden x vocabulary)", ("aten::mm", "aten::addmm")),
+               ("log-softmax, its backward and the loss over the vocabulary",
+                ("_log_softmax", "aten::exp", "nll_loss", "aten::sub", "aten::mul", "aten::sum", "aten::gather")))
+
+
+def profile_parts(args: argparse.Namespace) -> None:
+    """Shares of a training step's self CPU time per part (:data:`PARTS`; the output layer's
+    products are the matrix products with the target vocabulary as a dimension), per variant,
+    over ``--batches`` steps after one warm-up step."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.set_num_threads(args.threads)
+    cfg = load_params(args.params)
+    tok_dir = Path(cfg.train.data_dir)
+    split = EncodedSplit.load(tok_dir / "train.npz")
+    vocab_size = len(Vocab(tok_dir / "src.model")), len(Vocab(tok_dir / "tgt.model"))
+    sampler = LengthGroupedBatches(split.src_lengths, split.tgt_lengths, cfg.train.batch_size, seed=0)
+    data = ParallelData(split)
+    batches = [collate([data[i] for i in idx]) for idx in list(sampler)[:args.batches + 1]]
+    precision = str(resolve_precision(args.precision or cfg.trainer.precision, str(cfg.trainer.accelerator))[0])
+    print(f"train_throughput --profile: {args.batches} steps of {cfg.train.batch_size} pairs, {args.threads} threads, "
+          f"precision {precision}; share of self CPU time")
+    for v in args.variants or list(cfg.variants):
+        torch.manual_seed(0)
+        model = build_model(model_config(cfg, v), *vocab_size, PAD_ID).train()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+        clip = float(cfg.trainer.gradient_clip_val)
+        training_round(model, opt, batches[:1], clip, precision)
+        with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+            training_round(model, opt, batches[1:], clip, precision)
+        shares: dict[str, float] = {}
+        total = 0.0
+        for event in prof.key_averages(group_by_input_shape=True):
+            t = event.self_cpu_time_total
+            total += t
+            part = next((name for name, keys in PARTS if any(k in event.key for k in keys)), None)
+            if part is None and any(vocab_size[1] in shape for shape in event.input_shapes if isinstance(shape, list)):
+                part = next((name for name, keys in VOCAB_PARTS if any(event.key.startswith(k) for k in keys)), None)
+            shares[part or "the rest (decoder step loop, attention, autograd)"] = shares.get(
+                part or "the rest (decoder step loop, attention, autograd)", 0.0) + t
+        print(f"{v}: {total / 1e3 / args.batches:.0f} ms per step")
+        for name, t in sorted(shares.items(), key=lambda kv: -kv[1]):
+            print(f"  {100 * t / total:5.1f}%  {name}")
 
 
 def batch_size_scaling(args: argparse.Namespace) -> None:
