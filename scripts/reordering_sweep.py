@@ -16,7 +16,9 @@ working tree's): every level runs the same code whatever is being edited meanwhi
 
 Per level it collects the share of gold link pairs that cross (the run's ``results/filter.json``,
 ``reordering``), the τ selected on dev for the flexible model and the fine-tuned one, their window
-and BLEU on test at that τ, and local-m's and Global's (``results/metrics.json``). The real
+and BLEU on test at that τ, and Global's and local-m's (``results/metrics.json``; of several
+local-m rows, ``local_m_d<D>``, the one whose window is nearest flexible's, its D read from the
+``dvc.lock`` that trained it). The real
 corpora join as points where their results exist: the default profile's (``results/metrics.json``
 and ``results/filter.json``: the Bible) and the grc profile's (``results/grc/``: Koine Greek);
 a missing one is skipped with a note. Writes ``results/reordering/summary.json`` (with the commit
@@ -35,6 +37,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -59,11 +62,11 @@ OVERRIDES = ("train.epochs=30", "train.lr_halve_from_epoch=25", "sweep_tau.grid=
              "variants=global_local_flexible", "evaluate/checkpoints=global_local_flexible",
              "finetune.variants=[flexible]", "sweep_tau.models=[flexible,flexible_ft]",
              "sweep_tau.curve_model=flexible_ft", "evaluate.tau_rows=[flexible,flexible_ft,flexible_ctl]")
-# the real corpora: label -> folder of its results (relative to the repository), its kept copy
-CORPORA = {"bible (default profile)": ("results", None),
-           "nt_grc_en (grc profile)": ("results/grc", "artifacts/grc")}
+# the real corpora: label -> folder of its results (relative to the repository); local-m's D is
+# read from the dvc.lock that made them (results/<profile>/dvc.lock, the pipeline's own for results/)
+CORPORA = {"bible (default profile)": "results", "nt_grc_en (grc profile)": "results/grc"}
 COLUMNS = ("source", "level", "crossing_link_pairs", "sentences_with_crossing", "mean_distortion",
-           "test_pairs", "local_D", "global_window", "global_bleu", "local_m_window", "local_m_bleu",
+           "test_pairs", "local_m_variant", "local_D", "global_window", "global_bleu", "local_m_window", "local_m_bleu",
            "flexible_tau", "flexible_window", "flexible_window_share", "flexible_bleu", "flexible_inf_bleu",
            "flexible_ft_tau", "flexible_ft_window", "flexible_ft_window_share", "flexible_ft_bleu",
            "flexible_ft_inf_bleu")
@@ -149,21 +152,49 @@ def _local_d(params: Path) -> int | None:
     return local.get("local_D", (cfg.get("model") or {}).get("local_D"))
 
 
+def _local_d_of_lock(lock: Path, variant: str = "local_m") -> int | None:
+    """The D of local-m variant ``variant`` as the ``train@<variant>`` stage of ``lock`` trained it
+    (``None``: no such stage)."""
+    import yaml
+
+    if not lock.is_file():
+        return None
+    stage = ((yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages") or {}).get(f"train@{variant}")
+    if not stage:
+        return None
+    params = (stage.get("params") or {}).get("params.yaml") or {}
+    overrides = params.get(f"variants.{variant}") or {}
+    return overrides.get("local_D", (params.get("model") or {}).get("local_D"))
+
+
+def nearest_local_m(rows: dict) -> str:
+    """The local-m row (``local_m``, ``local_m_d<D>``) whose test window is nearest the flexible
+    model's at its selected τ: the fixed window of about flexible attention's size (``local_m``
+    where flexible has no τ row)."""
+    names = [n for n in rows if re.fullmatch(r"local_m(_d\d+)?", n)]
+    target = rows.get("flexible_tau")
+    if not target or len(names) < 2:
+        return "local_m" if "local_m" in rows else (names or ["local_m"])[0]
+    return min(names, key=lambda n: (abs(rows[n]["window"] - target["window"]), n))
+
+
 def point(source: str, level: float | None, results: Path, params: Path) -> dict:
     """One row: the reordering of ``results/filter.json`` and Table 1's figures of ``results/metrics.json``."""
     filt, metrics = _json(results / "filter.json"), _json(results / "metrics.json")
     reordering, rows = filt.get("reordering"), metrics["models"]
     if not reordering:
         raise SweepError(f"{results / 'filter.json'}: no reordering block (the corpus has no gold alignments)")
-    missing = [name for name in ("global", "local_m", "flexible", "flexible_tau") if name not in rows]
+    local = nearest_local_m(rows)
+    missing = [name for name in ("global", local, "flexible", "flexible_tau") if name not in rows]
     if missing:
         raise SweepError(f"{results / 'metrics.json'}: no row {', '.join(missing)}")
     glob = rows["global"]
     row = {"source": source, "level": level, **{k: reordering[k] for k in
                                                 ("crossing_link_pairs", "sentences_with_crossing", "mean_distortion")},
-           "test_pairs": filt["splits"][metrics["split"]]["pairs"], "local_D": _local_d(params),
+           "test_pairs": filt["splits"][metrics["split"]]["pairs"], "local_m_variant": local,
+           "local_D": _local_d(params) if local == "local_m" else None,
            "global_window": glob["window"], "global_bleu": glob["bleu"],
-           "local_m_window": rows["local_m"]["window"], "local_m_bleu": rows["local_m"]["bleu"]}
+           "local_m_window": rows[local]["window"], "local_m_bleu": rows[local]["bleu"]}
     for name in ("flexible", "flexible_ft"):
         tau_row, inf_row = rows.get(f"{name}_tau"), rows.get(name)
         row.update({f"{name}_tau": tau_row and tau_row["tau"], f"{name}_window": tau_row and tau_row["window"],
@@ -182,16 +213,19 @@ def collect(levels: list[float], work: Path, root: Path = ROOT) -> tuple[list[di
             notes.append(f"level {level_name(level)}: no results in {dest} (not run yet): skipped")
             continue
         rows.append(point("synthetic", level, dest / "results", dest / "params.yaml"))
-    for label, (folder, copy) in CORPORA.items():
+    for label, folder in CORPORA.items():
         results = root / folder
         if not ((results / "metrics.json").is_file() and (results / "filter.json").is_file()):
             notes.append(f"{label}: no {folder}/metrics.json and filter.json yet: skipped")
             continue
-        params = root / copy / "params.yaml" if copy else root / "params.yaml"
+        lock = results / "dvc.lock" if folder != "results" else root / "dvc.lock"
         try:
-            rows.append(point(label, None, results, params))
+            row = point(label, None, results, root / "params.yaml")
         except SweepError as exc:
             notes.append(f"{label}: {exc}: skipped")
+            continue
+        row["local_D"] = _local_d_of_lock(lock, row["local_m_variant"]) or (row["local_D"] if folder == "results" else None)
+        rows.append(row)
     return rows, notes
 
 

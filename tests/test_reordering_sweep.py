@@ -34,24 +34,37 @@ def test_collects_every_level_and_the_corpora_that_have_results(tmp_path, capsys
     fake_results(work / "0", 0.0, 3.0)
     fake_results(work / "1", 0.24, 5.5, flexible_tau=None)  # no τ kept dev BLEU: no flexible_ft_tau row
     fake_results(repo, 0.0324, 10.0, local_d=10, bleu=17.0)
+    fake_results(repo / "grc", 0.068, 12.0, local_d=99, bleu=15.0)  # its params.yaml is not the run's
+    (repo / "results/grc").mkdir(parents=True)
+    for name in ("filter.json", "metrics.json"):
+        (repo / "results/grc" / name).write_text((repo / "grc/results" / name).read_text())
+    grc_metrics = json.loads((repo / "results/grc/metrics.json").read_text())
+    grc_metrics["models"]["local_m_d5"] = {"window": 11.0, "bleu": 14.0}  # nearest flexible's 12.0; local_m: 6.0
+    (repo / "results/grc/metrics.json").write_text(json.dumps(grc_metrics))
+    (repo / "results/grc/dvc.lock").write_text(yaml.safe_dump({"stages": {"train@local_m_d5": {"params": {"params.yaml": {
+        "model": {"local_D": 10}, "variants.local_m_d5": {"attention": "local_m", "local_D": 5}}}}}}))
     out = tmp_path / "out"
     code = sweep.main(["--collect-only", "--levels", "0", "0.5", "1", "--work", str(work), "--root", str(repo),
                        "--summary", str(out / "summary.json"), "--csv", str(out / "r.csv"), "--figure", str(out / "f.png")])
     assert code == 0
     printed = capsys.readouterr().out
-    assert "note: level 0.5: no results" in printed and "note: nt_grc_en (grc profile): no results/grc" in printed
+    assert "note: level 0.5: no results" in printed
     summary = json.loads((out / "summary.json").read_text())
     assert summary["commit"] == sweep.git("rev-parse", "HEAD") and isinstance(summary["tree_clean"], bool)
     points = summary["points"]
     assert [(p["source"], p["level"]) for p in points] == [("synthetic", 0.0), ("synthetic", 1.0),
-                                                            ("bible (default profile)", None)]
-    first, second, bible = points
+                                                            ("bible (default profile)", None),
+                                                            ("nt_grc_en (grc profile)", None)]
+    first, second, bible, grc = points
+    assert grc["local_m_variant"] == "local_m_d5" and grc["local_m_bleu"] == 14.0 and grc["crossing_link_pairs"] == 0.068
+    assert grc["local_D"] == 5  # from the run's dvc.lock, not a params.yaml
+    assert bible["local_m_variant"] == "local_m"
     assert first["flexible_window_share"] == round(3.0 / 8.5, 4) and first["local_D"] == 3 and bible["local_D"] == 10
     assert second["flexible_ft_tau"] is None and second["flexible_tau"] is None
     assert bible["crossing_link_pairs"] == 0.0324 and bible["test_pairs"] == 100
     with open(out / "r.csv", newline="") as handle:
         table = list(csv.DictReader(handle))
-    assert list(table[0]) == list(sweep.COLUMNS) and len(table) == 3 and table[1]["flexible_ft_window"] == ""
+    assert list(table[0]) == list(sweep.COLUMNS) and len(table) == 4 and table[1]["flexible_ft_window"] == ""
     assert (out / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
