@@ -44,6 +44,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import FP32, training_round  # noqa: E402
 
 
+def training_split(cfg) -> tuple[EncodedSplit, ParallelData, tuple[int, int]]:
+    """The encoded training split of ``train.data_dir``, its pairs, and the (source, target) vocabulary sizes."""
+    tok_dir = Path(cfg.train.data_dir)
+    split = EncodedSplit.load(tok_dir / "train.npz")
+    return split, ParallelData(split), (len(Vocab(tok_dir / "src.model")), len(Vocab(tok_dir / "tgt.model")))
+
+
+def first_batches(split: EncodedSplit, data: ParallelData, batch_size: int, n: int) -> list:
+    """The first ``n`` length-grouped batches of ``batch_size`` pairs (seed 0), as training draws them."""
+    sampler = LengthGroupedBatches(split.src_lengths, split.tgt_lengths, batch_size, seed=0)
+    return [collate([data[i] for i in idx]) for idx in list(sampler)[:n]]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--params", default="params.yaml")
@@ -66,12 +79,8 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     cfg = load_params(args.params)
-    tok_dir = Path(cfg.train.data_dir)
-    split = EncodedSplit.load(tok_dir / "train.npz")
-    vocab_size = len(Vocab(tok_dir / "src.model")), len(Vocab(tok_dir / "tgt.model"))
-    sampler = LengthGroupedBatches(split.src_lengths, split.tgt_lengths, cfg.train.batch_size, seed=0)
-    data = ParallelData(split)
-    batches = [collate([data[i] for i in idx]) for idx in list(sampler)[:args.batches]]
+    split, data, vocab_size = training_split(cfg)
+    batches = first_batches(split, data, cfg.train.batch_size, args.batches)
     tokens = sum(b.n_tgt_tokens for b in batches)
     epoch_tokens = int(split.tgt_lengths.sum()) + len(split)
 
@@ -135,12 +144,8 @@ def profile_parts(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(args.threads)
     cfg = load_params(args.params)
-    tok_dir = Path(cfg.train.data_dir)
-    split = EncodedSplit.load(tok_dir / "train.npz")
-    vocab_size = len(Vocab(tok_dir / "src.model")), len(Vocab(tok_dir / "tgt.model"))
-    sampler = LengthGroupedBatches(split.src_lengths, split.tgt_lengths, cfg.train.batch_size, seed=0)
-    data = ParallelData(split)
-    batches = [collate([data[i] for i in idx]) for idx in list(sampler)[:args.batches + 1]]
+    split, data, vocab_size = training_split(cfg)
+    batches = first_batches(split, data, cfg.train.batch_size, args.batches + 1)
     precision = str(resolve_precision(args.precision or cfg.trainer.precision, str(cfg.trainer.accelerator))[0])
     print(f"train_throughput --profile: {args.batches} steps of {cfg.train.batch_size} pairs, {args.threads} threads, "
           f"precision {precision}; share of self CPU time")
@@ -171,18 +176,14 @@ def batch_size_scaling(args: argparse.Namespace) -> None:
     """Tokens per second of every variant at every batch size of ``--batch-sizes``."""
     torch.set_num_threads(args.threads)
     cfg = load_params(args.params)
-    tok_dir = Path(cfg.train.data_dir)
-    split = EncodedSplit.load(tok_dir / "train.npz")
-    vocab_size = len(Vocab(tok_dir / "src.model")), len(Vocab(tok_dir / "tgt.model"))
-    data = ParallelData(split)
+    split, data, vocab_size = training_split(cfg)
     epoch_tokens = int(split.tgt_lengths.sum()) + len(split)
     precision = str(resolve_precision(args.precision or cfg.trainer.precision, str(cfg.trainer.accelerator))[0])
     pairs = args.batches * cfg.train.batch_size
     variants = args.variants or list(cfg.variants)
     setups = {}
     for bs in args.batch_sizes:
-        sampler = LengthGroupedBatches(split.src_lengths, split.tgt_lengths, bs, seed=0)
-        batches = [collate([data[i] for i in idx]) for idx in list(sampler)[:max(1, pairs // bs)]]
+        batches = first_batches(split, data, bs, max(1, pairs // bs))
         for v in variants:
             torch.manual_seed(0)
             model = build_model(model_config(cfg, v), *vocab_size, PAD_ID).train()
