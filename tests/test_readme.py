@@ -78,6 +78,8 @@ def test_the_converged_run_heads_the_readme_once_it_is_committed(tmp_path):
     assert "Wall time (A CPU, 2 logical cores, AVX2, no native bf16, torch 2.13.0): 5.4 h in all" in " ".join(
         converged.split()) and "train@flexible: resumed" in converged.replace("\n", " ")
     assert blocks["claims"].startswith("**Claims** (converged run")
+    assert "`results/table1.md`" in blocks["results"] and "|" not in blocks["results"]  # named, not shown
+    assert blocks["finetuning"] == ""  # the converged block says it
 
 
 def test_a_converged_run_under_way_is_named_as_such_and_none_leaves_the_block_empty(tmp_path):
