@@ -18,7 +18,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # W&B stays offline unless you have configured an API key.
 export WANDB_MODE ?= $(if $(WANDB_API_KEY),online,offline)
 
-.PHONY: help venv test test-slow test-all repro smoke char converged grc reordering params bench bench-scale bench-pipeline clean report push pull
+.PHONY: help venv test test-slow test-all repro smoke char converged converged-seeds grc reordering params bench bench-scale bench-pipeline clean report push pull
 
 help:
 	@echo "make repro      create .venv and run the pipeline (dvc repro) on the default corpus"
@@ -30,6 +30,7 @@ help:
 	@echo "make grc        the Koine Greek -> English 'grc' profile up to Table 1, kept in artifacts/grc (hours)"
 	@echo "make reordering flexible's window against how much the data reorders: smoke runs at 4 levels (~18 min)"
 	@echo "make converged  every model to convergence, controls, beta sweep (about 11 h on 2 cores; resumes)"
+	@echo "make converged-seeds  after make converged: training seeds 1-3 of its headline models (resumes)"
 	@echo "make params     recompose params.yaml from conf/ (PROFILE=smoke|default|paper)"
 	@echo "make bench      run the benchmarks (after make repro and make char: they use their models)"
 	@echo "make bench-scale  filter + tokenize at 1M and 4.5M generated pairs: wall time and peak memory (run alone)"
@@ -126,6 +127,10 @@ DVC_CACHE ?= $(HOME)/.cache/flexatt/dvc
 converged: $(STAMP)
 	$(BIN)/python scripts/profile_run.py converged --keep $(CONVERGED_DIR) --cache $(DVC_CACHE) \
 		--results results/converged --stepwise --beta-from-sweep
+
+# after make converged: the seeds sweep of its headline models in its kept copy (hours a seed)
+converged-seeds: $(STAMP)
+	$(BIN)/python scripts/converged_seeds.py --keep $(CONVERGED_DIR)
 
 clean:
 	rm -rf artifacts multirun outputs .pytest_cache

@@ -18,8 +18,9 @@ so the prose never quotes a figure of an earlier run:
   (``results/grc/``: Koine Greek → English);
 * ``results`` (README): Table 1 (``results/table1.md``) under a caption with the corpus sizes
   (``results/filter.json``); once a converged run is committed, a line that names it instead;
-* ``seeds`` (README): mean ± sd of the seed sweep (``results/seeds/summary.csv``) and its comparisons
-  paired by seed (``paired.json``), if committed;
+* ``seeds`` (README): mean ± sd of the seed sweep (``results/converged/seeds/summary.csv`` of ``make
+  converged-seeds``, else ``results/seeds/summary.csv``) and its comparisons paired by seed
+  (``paired.json``), if committed;
 * ``char`` (README): the char profile's run (``results/char/``: dev BLEU of training, Table 1's
   window and BLEU), if committed;
 * ``claims`` (README): the verdict, effect, interval and Holm-adjusted p of every claim of the
@@ -413,7 +414,8 @@ def blocks_of(path: Path, converged: Path = ROOT / "results" / "converged") -> d
         "grc": grc_block(ROOT / "results" / "grc"),
         "results": (results_pointer(filt, metrics) if done else
                     results_block((ROOT / "results" / "table1.md").read_text(encoding="utf-8"), filt, metrics)),
-        "seeds": seeds_block(ROOT / "results" / "seeds" / "summary.csv"),
+        "seeds": seeds_block(converged / "seeds" / "summary.csv" if (converged / "seeds" / "summary.csv").is_file()
+                             else ROOT / "results" / "seeds" / "summary.csv"),
         "char": char_block(ROOT / "results" / "char"),
         "claims": claims_block(claims),
         "finetuning": "" if done else finetuning_block(metrics, _json(ROOT / "results" / "sweep_beta.json")

@@ -1,0 +1,81 @@
+"""Training seeds of the converged run's headline models: the seeds sweep in its kept copy.
+
+    python scripts/converged_seeds.py --keep RUN_DIR            # = make converged-seeds
+    python scripts/converged_seeds.py --keep RUN_DIR --seeds 2 3 --dry-run
+
+After ``make converged`` (its copy kept in ``RUN_DIR``, its results committed in
+``results/converged/``), this runs ``python -m flexatt.stages.replicate -m +sweep=seeds`` in that
+copy, so every job trains with the converged profile's settings (the stopping rule, and the β
+that ``sweep_beta`` selected, already composed into the copy's ``params.yaml``): Global,
+Flexible, its fine-tuning and its control, and the local-m of the run whose test window is
+nearest the fine-tuned flexible model's at its selected τ (``seeds_local``). The sweep's folder
+is fixed (``multirun/seeds-converged`` in the copy), so a second start after an interruption
+resumes each job's trainings from their last checkpoints. The summary, with the comparisons
+paired by seed (``flexatt.seeds``), is copied to ``results/converged/seeds/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+from profile_run import dvc_env, profile_of  # noqa: E402
+from reordering_sweep import nearest_local_m  # noqa: E402
+
+SWEEP_DIR = "multirun/seeds-converged"
+COPIED = ("summary.md", "summary.csv", "summary.png", "paired.md", "paired.json")
+
+
+def local_for_seeds(metrics: dict) -> str:
+    """The local-m variant nearest the fine-tuned flexible model's window at its selected τ
+    (``flexible_ft_tau``; the plain flexible model's where there is none)."""
+    rows = metrics["models"]
+    target = rows.get("flexible_ft_tau") or rows.get("flexible_tau")
+    if target is None:
+        raise SystemExit("error: Table 1 of the converged run has no flexible row at a selected τ")
+    return nearest_local_m({**rows, "flexible_tau": target})
+
+
+def command(seeds: list[int], local: str) -> list[str]:
+    return [sys.executable, "-m", "flexatt.stages.replicate", "-m", "+sweep=seeds",
+            f"train.seed={','.join(str(s) for s in seeds)}", f"seeds_local={local}", f"hydra.sweep.dir={SWEEP_DIR}"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--keep", type=Path, required=True, help="the converged run's kept copy (make converged)")
+    parser.add_argument("--results", type=Path, default=ROOT / "results" / "converged",
+                        help="the converged run's results (default: results/converged)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
+    parser.add_argument("--dry-run", action="store_true", help="print the sweep's command, run nothing")
+    args = parser.parse_args(argv)
+    if profile_of(args.keep) != "converged":
+        sys.exit(f"error: {args.keep} is not a kept copy of the converged profile (make converged)")
+    metrics = args.results / "metrics.json"
+    if not metrics.is_file():
+        sys.exit(f"error: {metrics}: not found (the converged run has not reached its evaluate stage)")
+    local = local_for_seeds(json.loads(metrics.read_text(encoding="utf-8")))
+    cmd = command(args.seeds, local)
+    print(f"in {args.keep}: {' '.join(cmd[1:])}")
+    if args.dry_run:
+        return 0
+    _, env = dvc_env(args.keep)
+    code = subprocess.run(cmd, cwd=args.keep, env=env).returncode
+    sweep = args.keep / SWEEP_DIR
+    dest = args.results / "seeds"
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in COPIED:
+        if (sweep / name).is_file():
+            shutil.copy2(sweep / name, dest / name)
+    print(f"summary copied to {dest}")
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
