@@ -48,10 +48,21 @@ def tracked_files(root: Path) -> list[str]:
     return [p for p in out.decode().split("\0") if p and (root / p).is_file()]
 
 
-def make_copy(dest: Path, overrides: list[str], results: bool = True) -> None:
+def make_copy(dest: Path, overrides: list[str], results: bool = True, files: bool = True) -> None:
     """Copy the repository's files to ``dest``, init git there, compose ``params.yaml``.
     ``results=False`` leaves out ``dvc.lock`` and ``results/``: the products of this working
-    tree's run, which another profile's run does not share."""
+    tree's run, which another profile's run does not share. ``files=False`` only recomposes
+    ``params.yaml`` with ``overrides``: the copy keeps the code it was made with, whatever the
+    working tree holds by then."""
+    if files:
+        copy_files(dest, results)
+    subprocess.run([sys.executable, "-m", "flexatt.cli", "params", *overrides], cwd=dest, check=True,
+                   env=dvc_env(dest)[1])
+
+
+def copy_files(dest: Path, results: bool) -> None:
+    """The working tree's files (``results=False``: without ``dvc.lock`` and ``results/``) into
+    ``dest``, committed to a git repository there (DVC needs one)."""
     for rel in tracked_files(ROOT):
         if not results and (rel == "dvc.lock" or rel.startswith("results/")):
             continue
@@ -63,8 +74,6 @@ def make_copy(dest: Path, overrides: list[str], results: bool = True) -> None:
     subprocess.run(["git", "init", "-q"], cwd=dest, check=True)
     subprocess.run(["git", "add", "-A"], cwd=dest, check=True)
     subprocess.run(["git", "commit", "-qm", "scratch copy", "--allow-empty"], cwd=dest, check=True, env=env)
-    subprocess.run([sys.executable, "-m", "flexatt.cli", "params", *overrides], cwd=dest, check=True,
-                   env=dvc_env(dest)[1])
 
 
 def profile_of(copy: Path) -> str | None:
@@ -96,14 +105,20 @@ def run_dvc(dest: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([dvc, *args], cwd=dest, env=env, text=True, capture_output=True)
 
 
-def provenance(profile: str, overrides: list[str], stages: list[str], clock: StageClock | None = None) -> dict:
-    """Where a run's code came from: this working tree's commit and whether it had edits; with a
-    stepwise run's ``clock``, the minutes each stage took."""
+def tree_state() -> dict:
+    """This working tree's commit and whether it has uncommitted edits: what a copy made now holds."""
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
                            capture_output=True, text=True).stdout.strip()
-    return {"commit": head or None, "uncommitted_edits": bool(dirty), "profile": profile,
-            "overrides": overrides, "stages_done": stages,
+    return {"commit": head or None, "uncommitted_edits": bool(dirty)}
+
+
+def provenance(profile: str, overrides: list[str], stages: list[str], source: dict,
+               clock: StageClock | None = None) -> dict:
+    """Where a run's code came from (``source``: :func:`tree_state` when the copy was made, not
+    when this is written: the tree may have moved on meanwhile); with a stepwise run's
+    ``clock``, the minutes each stage took."""
+    return {**source, "profile": profile, "overrides": overrides, "stages_done": stages,
             **({**clock.record(), "machine": machine()} if clock else {})}
 
 
@@ -209,6 +224,7 @@ def main(argv: list[str] | None = None, profile: str | None = None) -> int:
         sys.exit(f"error: {dest} is not empty (and not a kept copy of the {profile} profile)")
     overrides = [f"profile={profile}", *args.overrides]
     try:
+        source = tree_state()
         make_copy(dest, overrides, results=False)
         if args.cache:
             args.cache.mkdir(parents=True, exist_ok=True)
@@ -234,7 +250,7 @@ def main(argv: list[str] | None = None, profile: str | None = None) -> int:
                 up_to_date = run_dvc(dest, "status", "--quiet", name).returncode == 0
                 clock.start(name)
                 if args.results and not up_to_date and (args.results / "dvc.lock").is_file():
-                    write_provenance(args.results, profile, overrides, done, clock)  # mark it running
+                    write_provenance(args.results, profile, overrides, done, source, clock)  # mark it running
                 code = subprocess.run([dvc, "repro", "--single-item", name], cwd=dest, env=env).returncode
                 if code != 0:
                     return code
@@ -242,7 +258,7 @@ def main(argv: list[str] | None = None, profile: str | None = None) -> int:
                 done.append(name)
                 if args.results:
                     copy_results(dest, args.results)
-                    write_provenance(args.results, profile, overrides, done, clock)
+                    write_provenance(args.results, profile, overrides, done, source, clock)
             return 0
 
         if args.beta_from_sweep:
@@ -256,7 +272,7 @@ def main(argv: list[str] | None = None, profile: str | None = None) -> int:
             else:
                 print(f"sweep_beta selected beta = {beta:g}: fine-tuning with it")
                 overrides.append(f"finetune.beta={beta!r}")
-                make_copy(dest, overrides, results=False)
+                make_copy(dest, overrides, results=False, files=False)
         returncode = repro(args.targets)
         if returncode == 0:  # what make repro shows: Table 1 and where the rest is
             table = dest / "results/table1.md"
@@ -267,7 +283,7 @@ def main(argv: list[str] | None = None, profile: str | None = None) -> int:
                   f"W&B runs: {where}/wandb/")
             if args.results:
                 copied = copy_results(dest, args.results)
-                write_provenance(args.results, profile, overrides, done, clock if args.stepwise else None)
+                write_provenance(args.results, profile, overrides, done, source, clock if args.stepwise else None)
                 print(f"{len(copied)} result files and dvc.lock copied to {args.results}")
         return returncode
     finally:
@@ -303,10 +319,10 @@ def needed_stages(copy: Path, targets: list[str]) -> set[str]:
     return set(re.findall(r'^"([^"]+)";$', result.stdout, flags=re.M))
 
 
-def write_provenance(dest: Path, profile: str, overrides: list[str], stages: list[str],
+def write_provenance(dest: Path, profile: str, overrides: list[str], stages: list[str], source: dict,
                      clock: StageClock | None = None) -> None:
-    (dest / "provenance.json").write_text(json.dumps(provenance(profile, overrides, stages, clock), indent=2) + "\n",
-                                          encoding="utf-8")
+    (dest / "provenance.json").write_text(
+        json.dumps(provenance(profile, overrides, stages, source, clock), indent=2) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

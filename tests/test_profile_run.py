@@ -136,3 +136,20 @@ def test_the_stage_clock_keeps_minutes_across_resumed_runs(tmp_path, monkeypatch
     resumed = profile_run.StageClock(tmp_path)
     assert resumed.record() == {"stage_minutes": {"filter": 0.5}, "resumed_stages": ["train@flexible"],
                                 "running": None}
+
+
+def test_the_provenance_names_the_tree_the_copy_was_made_from(tmp_path, monkeypatch):
+    """Recomposing params.yaml (the beta the sweep chose) copies no file: the copy keeps the code
+    it was made with; the provenance is the tree's state at that time, passed in, not read again."""
+    copy = tmp_path / "c"
+    profile_run.make_copy(copy, ["profile=smoke"], results=False)
+
+    def no_files(root):
+        raise AssertionError("files copied again")
+
+    monkeypatch.setattr(profile_run, "tracked_files", no_files)
+    profile_run.make_copy(copy, ["profile=smoke", "finetune.beta=10.0"], results=False, files=False)
+    assert yaml.safe_load((copy / "params.yaml").read_text())["finetune"]["beta"] == 10.0
+    source = {"commit": "0" * 40, "uncommitted_edits": False}
+    record = profile_run.provenance("smoke", ["profile=smoke"], ["filter"], source)
+    assert record["commit"] == "0" * 40 and record["stages_done"] == ["filter"] and "stage_minutes" not in record
