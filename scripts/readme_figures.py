@@ -229,7 +229,7 @@ def converged_beta(provenance: dict) -> str | None:
 
 #: how the README introduces each long run's block: its command and what it is
 LONG_RUNS = {
-    "converged": "`make converged` (the `converged` profile, [long runs](#configuration); about 11 h on 2 cores)",
+    "converged": "`make converged` (the `converged` profile, [long runs](#configuration); about 17 h on 2 cores in float32)",
     "grc": "`make grc` (Koine Greek → English, the `grc` profile, [long runs](#configuration); hours on 2 cores)",
 }
 
