@@ -36,10 +36,10 @@ def local_for_seeds(metrics: dict) -> str:
     """The local-m variant nearest the fine-tuned flexible model's window at its selected τ
     (``flexible_ft_tau``; the plain flexible model's where there is none)."""
     rows = metrics["models"]
-    target = rows.get("flexible_ft_tau") or rows.get("flexible_tau")
+    target = next((name for name in ("flexible_ft_tau", "flexible_tau") if name in rows), None)
     if target is None:
         raise SystemExit("error: Table 1 of the converged run has no flexible row at a selected τ")
-    return nearest_local_m({**rows, "flexible_tau": target})
+    return nearest_local_m(rows, target)
 
 
 def command(seeds: list[int], local: str) -> list[str]:

@@ -122,10 +122,10 @@ def results_pointer(filt: dict, metrics: dict) -> str:
     return textwrap.fill(text, width=100, break_on_hyphens=False)
 
 
-def finetuning_block(metrics: dict, beta: dict | None, beta_used: str | None = None) -> str:
+def finetuning_block(metrics: dict, beta: dict | None, lock: Path = ROOT / "dvc.lock") -> str:
     """Whether fine-tuning narrows the window against its control (Table 1's effect table), and
-    what the β sweep found (``results/sweep_beta.json``). ``beta_used``: the β the fine-tuning
-    ran with (default: ``finetune.beta`` of params.yaml)."""
+    what the β sweep found (``results/sweep_beta.json``); the β the fine-tuning ran with is read
+    from the ``lock`` of the run (:func:`finetuned_beta`)."""
     effect = metrics.get("finetuning_effect", {}).get("flexible_ft_tau")
     rows = metrics["models"]
     if not effect or "flexible_ctl_tau" not in rows:
@@ -133,7 +133,7 @@ def finetuning_block(metrics: dict, beta: dict | None, beta_used: str | None = N
     ft, ctl = rows["flexible_ft_tau"], rows["flexible_ctl_tau"]
     narrows = ft["window"] <= 0.95 * ctl["window"]
     verdict = "narrows the window" if narrows else "does not narrow the window"
-    beta_used = beta_used or metrics_beta(rows)
+    beta_used = finetuned_beta(lock)
     paper = " (the paper's)" if beta_used == "0.1" else ""
     text = (f"**Fine-tuning against its control** (β = 0, the same extra epochs): at β = {beta_used}{paper} "
             f"the fine-tuned flexible model scores {ft['window']:.2f} positions per step at "
@@ -155,9 +155,15 @@ def finetuning_block(metrics: dict, beta: dict | None, beta_used: str | None = N
     return textwrap.fill(text, width=100, break_on_hyphens=False)
 
 
-def metrics_beta(rows: dict) -> str:
-    """The β the pipeline fine-tuned with (params.yaml)."""
-    return f"{_params()['finetune']['beta']:g}"
+def finetuned_beta(lock: Path) -> str:
+    """The β that ``finetune@flexible`` of ``lock`` ran with (for a converged run, the one its
+    ``sweep_beta`` selected); ``finetune.beta`` of params.yaml where the lock has no such stage."""
+    import yaml
+
+    stage = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages", {}).get("finetune@flexible") \
+        if lock.is_file() else None
+    beta = ((stage or {}).get("params") or {}).get("params.yaml", {}).get("finetune.beta")
+    return f"{(_params()['finetune']['beta'] if beta is None else beta):g}"
 
 
 SEED_ROWS = (("Global", "global", False), ("Flexible τ=∞", "flexible", False),
@@ -220,28 +226,11 @@ def char_block(run: Path) -> str:
     return textwrap.fill(text, width=100, break_on_hyphens=False)
 
 
-def converged_beta(provenance: dict) -> str | None:
-    """The β a converged run fine-tuned with: the sweep's choice, which ``profile_run.py
-    --beta-from-sweep`` records as its ``finetune.beta=`` override (``None``: the profile's)."""
-    chosen = [o.split("=", 1)[1] for o in provenance.get("overrides", []) if o.startswith("finetune.beta=")]
-    return f"{float(chosen[-1]):g}" if chosen else None
-
-
 #: how the README introduces each long run's block: its command and what it is
 LONG_RUNS = {
     "converged": "`make converged` (the `converged` profile, [long runs](#configuration); about 17 h on 2 cores in float32)",
     "grc": "`make grc` (Koine Greek → English, the `grc` profile, [long runs](#configuration); hours on 2 cores)",
 }
-
-
-def converged_block(run: Path) -> str:
-    """The converged run (``make converged``): see :func:`long_run_block`."""
-    return long_run_block(run, LONG_RUNS["converged"])
-
-
-def grc_block(run: Path) -> str:
-    """The Greek → English run (``make grc``): see :func:`long_run_block`."""
-    return long_run_block(run, LONG_RUNS["grc"])
 
 
 def long_run_block(run: Path, intro: str) -> str:
@@ -268,7 +257,7 @@ def long_run_block(run: Path, intro: str) -> str:
     beta = _json(run / "sweep_beta.json") if (run / "sweep_beta.json").is_file() else None
     parts = [textwrap.fill(caption, width=100, break_on_hyphens=False), "",
              *_table_lines((run / "table1.md").read_text(encoding="utf-8")), "",
-             finetuning_block(metrics, beta, converged_beta(prov) or metrics_beta(metrics["models"]))]
+             finetuning_block(metrics, beta, run / "dvc.lock")]
     minutes = prov.get("stage_minutes") or {}
     if minutes:
         def group(prefix: str) -> float:
@@ -410,8 +399,8 @@ def blocks_of(path: Path, converged: Path = ROOT / "results" / "converged") -> d
     claims = converged / "compare.json" if (converged / "compare.json").is_file() else ROOT / "results" / "compare.json"
     return {
         "headline": head,
-        "converged": converged_block(converged),
-        "grc": grc_block(ROOT / "results" / "grc"),
+        "converged": long_run_block(converged, LONG_RUNS["converged"]),
+        "grc": long_run_block(ROOT / "results" / "grc", LONG_RUNS["grc"]),
         "results": (results_pointer(filt, metrics) if done else
                     results_block((ROOT / "results" / "table1.md").read_text(encoding="utf-8"), filt, metrics)),
         "seeds": seeds_block(converged / "seeds" / "summary.csv" if (converged / "seeds" / "summary.csv").is_file()

@@ -63,7 +63,8 @@ OVERRIDES = ("train.epochs=30", "train.lr_halve_from_epoch=25", "sweep_tau.grid=
              "finetune.variants=[flexible]", "sweep_tau.models=[flexible,flexible_ft]",
              "sweep_tau.curve_model=flexible_ft", "evaluate.tau_rows=[flexible,flexible_ft,flexible_ctl]")
 # the real corpora: label -> folder of its results (relative to the repository); local-m's D is
-# read from the dvc.lock that made them (results/<profile>/dvc.lock, the pipeline's own for results/)
+# read from the dvc.lock that made them (results/<profile>/dvc.lock, the pipeline's own for results/,
+# a level's copy's for the synthetic task)
 CORPORA = {"bible (default profile)": "results", "nt_grc_en (grc profile)": "results/grc"}
 COLUMNS = ("source", "level", "crossing_link_pairs", "sentences_with_crossing", "mean_distortion",
            "test_pairs", "local_m_variant", "local_D", "global_window", "global_bleu", "local_m_window", "local_m_bleu",
@@ -142,17 +143,7 @@ def _json(path: Path) -> dict:
         raise SweepError(f"{path}: cannot read: {exc}") from exc
 
 
-def _local_d(params: Path) -> int | None:
-    import yaml
-
-    if not params.is_file():
-        return None
-    cfg = yaml.safe_load(params.read_text(encoding="utf-8")) or {}
-    local = (cfg.get("variants") or {}).get("local_m") or {}
-    return local.get("local_D", (cfg.get("model") or {}).get("local_D"))
-
-
-def _local_d_of_lock(lock: Path, variant: str = "local_m") -> int | None:
+def _local_d_of_lock(lock: Path, variant: str) -> int | None:
     """The D of local-m variant ``variant`` as the ``train@<variant>`` stage of ``lock`` trained it
     (``None``: no such stage)."""
     import yaml
@@ -167,19 +158,20 @@ def _local_d_of_lock(lock: Path, variant: str = "local_m") -> int | None:
     return overrides.get("local_D", (params.get("model") or {}).get("local_D"))
 
 
-def nearest_local_m(rows: dict) -> str:
-    """The local-m row (``local_m``, ``local_m_d<D>``) whose test window is nearest the flexible
-    model's at its selected τ: the fixed window of about flexible attention's size (``local_m``
-    where flexible has no τ row)."""
+def nearest_local_m(rows: dict, target: str = "flexible_tau") -> str:
+    """The local-m row (``local_m``, ``local_m_d<D>``) whose test window is nearest the row
+    ``target``'s (a flexible model at its selected τ): the fixed window of about flexible
+    attention's size (``local_m`` where there is no such row)."""
     names = [n for n in rows if re.fullmatch(r"local_m(_d\d+)?", n)]
-    target = rows.get("flexible_tau")
+    target = rows.get(target)
     if not target or len(names) < 2:
         return "local_m" if "local_m" in rows else (names or ["local_m"])[0]
     return min(names, key=lambda n: (abs(rows[n]["window"] - target["window"]), n))
 
 
-def point(source: str, level: float | None, results: Path, params: Path) -> dict:
-    """One row: the reordering of ``results/filter.json`` and Table 1's figures of ``results/metrics.json``."""
+def point(source: str, level: float | None, results: Path, lock: Path) -> dict:
+    """One row: the reordering of ``results/filter.json``, Table 1's figures of
+    ``results/metrics.json``, and local-m's D from the ``lock`` that trained it."""
     filt, metrics = _json(results / "filter.json"), _json(results / "metrics.json")
     reordering, rows = filt.get("reordering"), metrics["models"]
     if not reordering:
@@ -192,7 +184,7 @@ def point(source: str, level: float | None, results: Path, params: Path) -> dict
     row = {"source": source, "level": level, **{k: reordering[k] for k in
                                                 ("crossing_link_pairs", "sentences_with_crossing", "mean_distortion")},
            "test_pairs": filt["splits"][metrics["split"]]["pairs"], "local_m_variant": local,
-           "local_D": _local_d(params) if local == "local_m" else None,
+           "local_D": _local_d_of_lock(lock, local),
            "global_window": glob["window"], "global_bleu": glob["bleu"],
            "local_m_window": rows[local]["window"], "local_m_bleu": rows[local]["bleu"]}
     for name in ("flexible", "flexible_ft"):
@@ -212,7 +204,7 @@ def collect(levels: list[float], work: Path, root: Path = ROOT) -> tuple[list[di
         if not (dest / "results" / "metrics.json").is_file():
             notes.append(f"level {level_name(level)}: no results in {dest} (not run yet): skipped")
             continue
-        rows.append(point("synthetic", level, dest / "results", dest / "params.yaml"))
+        rows.append(point("synthetic", level, dest / "results", dest / "dvc.lock"))
     for label, folder in CORPORA.items():
         results = root / folder
         if not ((results / "metrics.json").is_file() and (results / "filter.json").is_file()):
@@ -220,12 +212,9 @@ def collect(levels: list[float], work: Path, root: Path = ROOT) -> tuple[list[di
             continue
         lock = results / "dvc.lock" if folder != "results" else root / "dvc.lock"
         try:
-            row = point(label, None, results, root / "params.yaml")
+            rows.append(point(label, None, results, lock))
         except SweepError as exc:
             notes.append(f"{label}: {exc}: skipped")
-            continue
-        row["local_D"] = _local_d_of_lock(lock, row["local_m_variant"]) or (row["local_D"] if folder == "results" else None)
-        rows.append(row)
     return rows, notes
 
 

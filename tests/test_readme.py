@@ -46,6 +46,8 @@ def _converged_run(tmp_path: Path, finished: bool) -> Path:
     if finished:
         for name in ("metrics.json", "table1.md", "sweep_beta.json", "compare.json"):
             shutil.copy2(ROOT / "results" / name, run)
+        (run / "dvc.lock").write_text(json.dumps({"stages": {"finetune@flexible": {"params": {"params.yaml": {
+            "finetune.beta": 10.0}}}}}))  # the beta the sweep selected, as the run's lock records it
         stages += ["sweep_beta", "evaluate", "compare"]
     minutes = {"filter": 0.4, "tokenize": 0.3, "train@global": 55.0, "train@flexible": 80.0,
                "finetune@flexible": 20.0, "control@flexible": 19.0, "sweep_beta": 120.0, "evaluate": 30.0}

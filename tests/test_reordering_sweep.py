@@ -26,7 +26,8 @@ def fake_results(folder, crossing, flexible_window, flexible_tau=1.2, local_d=3,
     if flexible_tau is not None:
         rows["flexible_ft_tau"] = {"tau": 2.0, "window": flexible_window - 1, "bleu": bleu + 0.4}
     (folder / "results/metrics.json").write_text(json.dumps({"split": "test", "models": rows}))
-    (folder / "params.yaml").write_text(yaml.safe_dump({"model": {"local_D": local_d}, "variants": {"local_m": {}}}))
+    (folder / "dvc.lock").write_text(yaml.safe_dump({"stages": {"train@local_m": {"params": {"params.yaml": {
+        "model": {"local_D": local_d}, "variants.local_m": {"attention": "local_m"}}}}}}))
 
 
 def test_collects_every_level_and_the_corpora_that_have_results(tmp_path, capsys):
@@ -34,7 +35,7 @@ def test_collects_every_level_and_the_corpora_that_have_results(tmp_path, capsys
     fake_results(work / "0", 0.0, 3.0)
     fake_results(work / "1", 0.24, 5.5, flexible_tau=None)  # no τ kept dev BLEU: no flexible_ft_tau row
     fake_results(repo, 0.0324, 10.0, local_d=10, bleu=17.0)
-    fake_results(repo / "grc", 0.068, 12.0, local_d=99, bleu=15.0)  # its params.yaml is not the run's
+    fake_results(repo / "grc", 0.068, 12.0, local_d=99, bleu=15.0)  # its dvc.lock is not the run's
     (repo / "results/grc").mkdir(parents=True)
     for name in ("filter.json", "metrics.json"):
         (repo / "results/grc" / name).write_text((repo / "grc/results" / name).read_text())
