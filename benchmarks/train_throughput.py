@@ -19,6 +19,11 @@ are extrapolated from the median to the split's full token count.
 products, the log-softmax over the vocabulary, the encoder LSTM, Adam, dropout, and the rest
 (the decoder's step loop).
 
+``--compile`` measures each variant's step as it is (eager) against the same step with the
+decoder's per-step recurrence (``Seq2Seq.decoder._recur``: attention and the LSTM cell) compiled
+by ``torch.compile`` (inductor, dynamic shapes), side by side: what a compiled decoder step would
+give training. Compilation happens in the warm-up, over every batch, so the rounds time compiled code.
+
 ``--batch-sizes`` measures the variants at several batch sizes instead (at the resolved
 precision), each on as many pairs as ``--batches`` batches of ``train.batch_size`` hold, side by
 side in rotating rounds: how much of an epoch's time a larger batch saves on this CPU.
@@ -71,7 +76,11 @@ def main() -> None:
                         help="measure these batch sizes (same pairs per measurement) instead of precisions")
     parser.add_argument("--profile", action="store_true",
                         help="instead of timing: where a training step's time goes (torch.profiler), per variant")
+    parser.add_argument("--compile", action="store_true",
+                        help="instead: eager against a torch.compile'd decoder step recurrence, per variant")
     args = parser.parse_args()
+    if args.compile:
+        return compiled_step(args)
     if args.batch_sizes:
         return batch_size_scaling(args)
     if args.profile:
@@ -211,6 +220,48 @@ def batch_size_scaling(args: argparse.Namespace) -> None:
             med = statistics.median(rates[v, bs])
             print(f"{v:15s} {bs:6d} {med:10.0f} {min(rates[v, bs]):8.0f}–{max(rates[v, bs]):<8.0f} "
                   f"{epoch_tokens / med / 60:10.2f} {med / base:13.2f}x")
+
+
+def compiled_step(args: argparse.Namespace) -> None:
+    """Tokens per second of every variant's training step, eager and with a compiled recurrence."""
+    import torch._dynamo
+
+    torch.set_num_threads(args.threads)
+    torch._dynamo.config.recompile_limit = 64  # every batch shape and first step may compile its own graph
+    cfg = load_params(args.params)
+    split, data, vocab_size = training_split(cfg)
+    epoch_tokens = int(split.tgt_lengths.sum()) + len(split)
+    precision = str(resolve_precision(args.precision or cfg.trainer.precision, str(cfg.trainer.accelerator))[0])
+    batches = first_batches(split, data, cfg.train.batch_size, args.batches)
+    tokens = sum(b.n_tgt_tokens for b in batches)
+    clip = float(cfg.trainer.gradient_clip_val)
+    variants = args.variants or list(cfg.variants)
+    setups = {}
+    for v in variants:
+        for mode in ("eager", "compiled"):
+            torch.manual_seed(0)
+            model = build_model(model_config(cfg, v), *vocab_size, PAD_ID).train()
+            if mode == "compiled":
+                model.decoder._recur = torch.compile(model.decoder._recur, dynamic=True)
+            setups[v, mode] = (model, torch.optim.Adam(model.parameters(), lr=1e-3))
+    warm = {}
+    for c in setups:  # warm-up: compiles every graph the rounds will need
+        warm[c] = training_round(*setups[c], batches, clip, precision)
+    rates: dict[tuple[str, str], list[float]] = {c: [] for c in setups}
+    contenders = list(setups)
+    for r in range(args.rounds):
+        for c in contenders[r % len(contenders):] + contenders[:r % len(contenders)]:
+            rates[c].append(tokens / training_round(*setups[c], batches, clip, precision))
+    print(f"train_throughput --compile: {len(batches)} batches of {cfg.train.batch_size} pairs ({tokens} target "
+          f"tokens), {args.rounds} rounds, {args.threads} threads, precision {precision}, torch {torch.__version__}")
+    print(f"{'variant':15s} {'step':>9s} {'tokens/s':>10s} {'spread':>17s} {'min/epoch':>10s} {'warm-up s':>10s} "
+          f"{'vs eager':>9s}")
+    for v in variants:
+        base = statistics.median(rates[v, "eager"])
+        for mode in ("eager", "compiled"):
+            med = statistics.median(rates[v, mode])
+            print(f"{v:15s} {mode:>9s} {med:10.0f} {min(rates[v, mode]):8.0f}–{max(rates[v, mode]):<8.0f} "
+                  f"{epoch_tokens / med / 60:10.2f} {warm[v, mode]:10.1f} {med / base:8.2f}x")
 
 
 if __name__ == "__main__":
