@@ -245,8 +245,8 @@ def compiled_step(args: argparse.Namespace) -> None:
                 model.decoder._recur = torch.compile(model.decoder._recur, dynamic=True)
             setups[v, mode] = (model, torch.optim.Adam(model.parameters(), lr=1e-3))
     warm = {}
-    for c in setups:  # warm-up: compiles every graph the rounds will need
-        warm[c] = training_round(*setups[c], batches, clip, precision)
+    for c, (model, opt) in setups.items():  # warm-up: compiles every graph the rounds will need
+        warm[c] = training_round(model, opt, batches, clip, precision)
     rates: dict[tuple[str, str], list[float]] = {c: [] for c in setups}
     contenders = list(setups)
     for r in range(args.rounds):
