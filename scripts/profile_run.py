@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -132,11 +133,24 @@ def machine() -> dict:
 
 
 class StageClock:
-    """Wall-clock minutes per stage of a stepwise run, kept across resumed runs in the results'
-    ``provenance.json``: ``stage_minutes`` (stage: minutes of the run that completed it),
-    ``resumed_stages`` (stages that an earlier run started and did not finish: their minutes
-    count only the run that finished them) and ``running`` (the stage under way, and since when).
-    A stage that was already up to date keeps the minutes recorded when it ran."""
+    """Minutes per stage of a stepwise run, counted while the stage runs, kept across resumed runs
+    in the results' ``provenance.json``:
+
+    * ``stage_minutes``: stage → minutes it ran; a stage that was already up to date keeps the
+      minutes recorded when it ran;
+    * ``running``: the stage under way, since when, and its ``minutes`` so far (rewritten every
+      :data:`SAVE_EVERY` seconds, so a run cut off without warning leaves what it had done);
+    * ``resumed_stages``: stages that an interrupted run left unfinished, and
+      ``interrupted_minutes``: what those runs had counted of them, added to the minutes of the run
+      that finished them (a stage left by a run that did not record its minutes is resumed
+      without them: its minutes are those of the finishing run only).
+
+    Time is counted by ticks of at most :data:`TICK` seconds: while the processes are stopped
+    (``SIGSTOP``, e.g. to give a CI run the cores) no tick comes, and the gap after it counts as one
+    tick, so a held run's wall-clock is not counted as work."""
+
+    TICK = 15.0
+    SAVE_EVERY = 60.0
 
     def __init__(self, results: Path | None):
         old = {}
@@ -144,22 +158,57 @@ class StageClock:
             old = json.loads((results / "provenance.json").read_text(encoding="utf-8"))
         self.minutes: dict[str, float] = dict(old.get("stage_minutes", {}))
         self.resumed: list[str] = list(old.get("resumed_stages", []))
-        interrupted = (old.get("running") or {}).get("stage")
-        if interrupted and interrupted not in self.resumed:
-            self.resumed.append(interrupted)
+        self.interrupted: dict[str, float] = dict(old.get("interrupted_minutes", {}))
+        left = old.get("running") or {}
+        if left.get("stage"):
+            if left["stage"] not in self.resumed:
+                self.resumed.append(left["stage"])
+            if left.get("minutes"):
+                self.interrupted[left["stage"]] = left["minutes"]
         self.running: dict | None = None
 
     def start(self, stage: str) -> None:
-        self.running = {"stage": stage, "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "t0": time.monotonic()}
+        now = time.monotonic()
+        self.running = {"stage": stage, "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                        "seconds": 60 * self.interrupted.get(stage, 0.0), "last": now}
+
+    def tick(self) -> None:
+        """Count the time since the last tick (at most two ticks' worth: see the class)."""
+        if self.running:
+            now = time.monotonic()
+            self.running["seconds"] += min(now - self.running["last"], 2 * self.TICK)
+            self.running["last"] = now
 
     def stop(self, ran: bool) -> None:
-        if self.running and ran:
-            self.minutes[self.running["stage"]] = round((time.monotonic() - self.running["t0"]) / 60, 2)
+        self.tick()
+        stage = (self.running or {}).get("stage")
+        # up to date, yet its minutes never recorded: an interrupted run finished it but was cut
+        # off before writing them; what it had counted stands
+        if stage and (ran or (stage not in self.minutes and stage in self.interrupted)):
+            self.minutes[stage] = round(self.running["seconds"] / 60, 2)
         self.running = None
 
     def record(self) -> dict:
-        running = {k: v for k, v in self.running.items() if k != "t0"} if self.running else None
-        return {"stage_minutes": self.minutes, "resumed_stages": self.resumed, "running": running}
+        running = ({"stage": self.running["stage"], "since": self.running["since"],
+                    "minutes": round(self.running["seconds"] / 60, 2)} if self.running else None)
+        return {"stage_minutes": self.minutes, "resumed_stages": self.resumed,
+                "interrupted_minutes": self.interrupted, "running": running}
+
+
+def run_counted(cmd: list[str], cwd: Path, env: dict[str, str], clock: StageClock,
+                save: Callable[[], None] | None) -> int:
+    """Run ``cmd`` to its end, ticking ``clock`` while it runs and calling ``save`` (the
+    provenance with the minutes so far) every :attr:`StageClock.SAVE_EVERY` seconds."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env)
+    saved = time.monotonic()
+    while True:
+        try:
+            return proc.wait(timeout=clock.TICK)
+        except subprocess.TimeoutExpired:
+            clock.tick()
+            if save is not None and time.monotonic() - saved >= clock.SAVE_EVERY:
+                save()
+                saved = time.monotonic()
 
 
 def stage_names(copy: Path) -> list[str]:
@@ -251,7 +300,9 @@ def main(argv: list[str] | None = None, profile: str | None = None) -> int:
                 clock.start(name)
                 if args.results and not up_to_date and (args.results / "dvc.lock").is_file():
                     write_provenance(args.results, profile, overrides, done, source, clock)  # mark it running
-                code = subprocess.run([dvc, "repro", "--single-item", name], cwd=dest, env=env).returncode
+                save = ((lambda: write_provenance(args.results, profile, overrides, done, source, clock))
+                        if args.results and not up_to_date else None)
+                code = run_counted([dvc, "repro", "--single-item", name], dest, env, clock, save)
                 if code != 0:
                     return code
                 clock.stop(ran=not up_to_date)

@@ -263,12 +263,16 @@ def long_run_block(run: Path, intro: str) -> str:
         def group(prefix: str) -> float:
             return sum(m for s, m in minutes.items() if s.startswith(prefix))
 
-        resumed = prov.get("resumed_stages") or []
-        text = (f"Wall time ({_machine(prov)}): {sum(minutes.values()) / 60:.1f} h in all; "
+        resumed = [s for s in prov.get("resumed_stages") or [] if s in minutes]
+        counted = [s for s in resumed if s in (prov.get("interrupted_minutes") or {})]
+        partial = [s for s in resumed if s not in counted]
+        notes = ([f"{', '.join(counted)}: resumed after an interruption, every run's minutes"] if counted else []) + \
+                ([f"{', '.join(partial)}: resumed after an interruption, the last run's minutes only"] if partial else [])
+        text = (f"Wall time ({_machine(prov)}, counted while running): {sum(minutes.values()) / 60:.1f} h in all; "
                 f"training {group('train@') / 60:.1f} h, fine-tuning and controls "
                 f"{(group('finetune@') + group('control@')) / 60:.1f} h, "
                 + ", ".join(f"{s} {m:.0f} min" for s, m in minutes.items() if "@" not in s and m >= 1)
-                + (f" ({', '.join(resumed)}: resumed after an interruption, the last run's minutes only)" if resumed else "")
+                + (f" ({'; '.join(notes)})" if notes else "")
                 + ".")
         parts += ["", textwrap.fill(text, width=100, break_on_hyphens=False)]
     return "\n".join(parts)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -120,22 +121,88 @@ def test_the_copy_runs_its_own_snapshot_of_the_code(tmp_path):
 def test_the_stage_clock_keeps_minutes_across_resumed_runs(tmp_path, monkeypatch):
     """Minutes are recorded for a stage that ran, kept for one that was up to date, and a stage
     left running by an interrupted run is listed as resumed."""
-    ticks = iter([100.0, 220.0, 300.0, 300.5])
-    monkeypatch.setattr(profile_run.time, "monotonic", lambda: next(ticks))
+    now = [100.0]
+    monkeypatch.setattr(profile_run.time, "monotonic", lambda: now[0])
     clock = profile_run.StageClock(tmp_path)  # no provenance yet
     clock.start("train@global")
     assert clock.record()["running"]["stage"] == "train@global"
+    for _ in range(8):  # 8 ticks of 15 s
+        now[0] += 15.0
+        clock.tick()
+    assert clock.record()["running"]["minutes"] == 2.0
     clock.stop(ran=True)
-    assert clock.record() == {"stage_minutes": {"train@global": 2.0}, "resumed_stages": [], "running": None}
+    assert clock.record() == {"stage_minutes": {"train@global": 2.0}, "resumed_stages": [],
+                              "interrupted_minutes": {}, "running": None}
     clock.start("train@global")
+    now[0] += 30.0
     clock.stop(ran=False)  # up to date: the minutes of the run that made it stay
     assert clock.record()["stage_minutes"] == {"train@global": 2.0}
 
     (tmp_path / "provenance.json").write_text(json.dumps(
         {"stage_minutes": {"filter": 0.5}, "running": {"stage": "train@flexible", "since": "2026-01-01T00:00:00"}}))
-    resumed = profile_run.StageClock(tmp_path)
+    resumed = profile_run.StageClock(tmp_path)  # left by a run that did not record its minutes
     assert resumed.record() == {"stage_minutes": {"filter": 0.5}, "resumed_stages": ["train@flexible"],
-                                "running": None}
+                                "interrupted_minutes": {}, "running": None}
+
+
+def test_the_stage_clock_adds_the_interrupted_runs_and_skips_held_time(tmp_path, monkeypatch):
+    """A stage cut off twice and finished by a third run is counted over all three; time while
+    the processes were held (no tick for ten minutes) counts as one tick's gap at most."""
+    now = [0.0]
+    monkeypatch.setattr(profile_run.time, "monotonic", lambda: now[0])
+
+    def run(minutes: float, finish: bool) -> dict:
+        clock = profile_run.StageClock(tmp_path)
+        clock.start("sweep_beta")
+        for _ in range(int(minutes * 4)):
+            now[0] += 15.0
+            clock.tick()
+        if finish:
+            clock.stop(ran=True)
+        profile_run.write_provenance(tmp_path, "converged", [], [], {"commit": None}, clock)
+        return json.loads((tmp_path / "provenance.json").read_text())
+
+    assert run(3.0, finish=False)["running"]["minutes"] == 3.0  # cut off here
+    second = run(2.0, finish=False)
+    assert second["running"]["minutes"] == 5.0 and second["interrupted_minutes"] == {"sweep_beta": 3.0}
+
+    clock = profile_run.StageClock(tmp_path)
+    clock.start("sweep_beta")
+    now[0] += 15.0
+    clock.tick()
+    now[0] += 600.0  # held (SIGSTOP) for ten minutes
+    clock.tick()
+    now[0] += 15.0
+    clock.stop(ran=True)
+    record = clock.record()
+    assert record["stage_minutes"] == {"sweep_beta": 5.0 + (15 + 30 + 15) / 60}
+    assert record["resumed_stages"] == ["sweep_beta"] and record["interrupted_minutes"] == {"sweep_beta": 5.0}
+
+
+def test_a_stage_finished_but_not_recorded_keeps_the_minutes_it_had(tmp_path, monkeypatch):
+    """A run cut off after DVC finished a stage but before it wrote the minutes: the next run
+    finds the stage up to date and records what the interrupted run had counted."""
+    monkeypatch.setattr(profile_run.time, "monotonic", lambda: 0.0)
+    (tmp_path / "provenance.json").write_text(json.dumps(
+        {"stage_minutes": {}, "running": {"stage": "evaluate", "since": "x", "minutes": 7.5}}))
+    clock = profile_run.StageClock(tmp_path)
+    clock.start("evaluate")
+    clock.stop(ran=False)
+    assert clock.record()["stage_minutes"] == {"evaluate": 7.5}
+
+
+def test_run_counted_ticks_and_saves_while_the_command_runs(tmp_path, monkeypatch):
+    """The stage's command runs to its end; the clock ticks and the provenance is saved meanwhile."""
+    monkeypatch.setattr(profile_run.StageClock, "TICK", 0.05)
+    monkeypatch.setattr(profile_run.StageClock, "SAVE_EVERY", 0.1)
+    clock = profile_run.StageClock(None)
+    clock.start("x")
+    saves = []
+    code = profile_run.run_counted([sys.executable, "-c", "import time; time.sleep(0.6); raise SystemExit(3)"],
+                                   tmp_path, dict(os.environ), clock, lambda: saves.append(clock.record()))
+    assert code == 3
+    assert saves and saves[-1]["running"]["minutes"] >= 0
+    assert clock.running["seconds"] >= 0.4
 
 
 def test_the_provenance_names_the_tree_the_copy_was_made_from(tmp_path, monkeypatch):

@@ -54,7 +54,8 @@ def _converged_run(tmp_path: Path, finished: bool) -> Path:
     (run / "provenance.json").write_text(json.dumps({
         "commit": "0123456789abcdef", "uncommitted_edits": False, "profile": "converged",
         "overrides": ["profile=converged", "finetune.beta=10.0"], "stages_done": stages,
-        "stage_minutes": minutes, "resumed_stages": ["train@flexible"], "running": None,
+        "stage_minutes": minutes, "resumed_stages": ["train@flexible", "sweep_beta"],
+        "interrupted_minutes": {"sweep_beta": 40.0}, "running": None,
         "machine": {"cpu": "A CPU", "logical_cores": 2, "simd": "AVX2", "native_bf16": False, "torch": "2.13.0"}}))
     return run
 
@@ -77,8 +78,11 @@ def test_the_converged_run_heads_the_readme_once_it_is_committed(tmp_path):
     table = [line for line in converged.splitlines() if line.startswith("| Global |")]
     assert table and table[0] in (run / "table1.md").read_text()
     assert "at β = 10 the fine-tuned flexible model" in converged.replace("\n", " ")
-    assert "Wall time (A CPU, 2 logical cores, AVX2, no native bf16, torch 2.13.0): 5.4 h in all" in " ".join(
-        converged.split()) and "train@flexible: resumed" in converged.replace("\n", " ")
+    wall = " ".join(converged.split())
+    assert "Wall time (A CPU, 2 logical cores, AVX2, no native bf16, torch 2.13.0, counted while running): " \
+           "5.4 h in all" in wall
+    assert "sweep_beta: resumed after an interruption, every run's minutes" in wall
+    assert "train@flexible: resumed after an interruption, the last run's minutes only" in wall
     assert blocks["claims"].startswith("**Claims** (converged run")
     assert "`results/table1.md`" in blocks["results"] and "|" not in blocks["results"]  # named, not shown
     assert blocks["finetuning"] == ""  # the converged block says it
