@@ -227,6 +227,29 @@ def test_early_stopping_watches_dev_bleu(in_dir, forced_bleu):
     assert metrics["epochs"] == 3 and metrics["best_epoch"] == 1 and metrics["dev_bleu"] == 5.0
 
 
+@pytest.mark.parametrize("how", ["early stopping", "cap"])
+def test_a_run_that_had_ended_is_not_trained_further_when_started_again(in_dir, forced_bleu, how):
+    """Started again with the same settings (a stage of several trainings cut off after this one
+    ended), a run that early stopping or its cap had ended trains no further epoch: its
+    checkpoints stay as they were and its metrics are those of the first run."""
+    from flexatt.checkpoints import read_checkpoint
+
+    forced_bleu([5.0, 4.0, 3.0, 8.0, 9.0])
+    overrides = ["train.out_dir=ended", "train.metrics_dir=endedr"]
+    if how == "early stopping":
+        overrides.append("train.early_stopping_patience=2")
+    cfg = load_params("params.yaml", overrides)
+    first, _ = train(cfg, "global", epochs=3 if how == "cap" else 5)
+    last = in_dir / "ended/global/last.ckpt"
+    saved = last.read_bytes()
+    again, _ = train(cfg, "global", epochs=3 if how == "cap" else 5)
+    assert first["epochs"] == 3 and again["resumed_from_epoch"] == 3
+    assert last.read_bytes() == saved and read_checkpoint(last)["epoch"] == 2
+    for key in ("epochs", "best_epoch", "dev_bleu", "final_train_loss", "tokens_per_second", "minutes_per_epoch"):
+        assert again[key] == first[key], key
+    assert len(_curve(in_dir / "endedr/global.csv")) == 3
+
+
 def test_plateau_run_resumed_after_a_crash_ends_where_an_uninterrupted_one_ends(in_dir, forced_bleu, monkeypatch):
     """The crash comes at the start of epoch 3, after epoch 2's non-improving BLEU halved the
     rate: the checkpoint of epoch 2 holds the halved rate and the scheduler's state (best BLEU so

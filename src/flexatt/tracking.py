@@ -94,6 +94,8 @@ class Tracker:
 
     def table(self, key: str, columns: list[str], rows: Iterable[Iterable]) -> Any:
         """Log a ``wandb.Table``; returns it (or ``None``)."""
+        if self.run is None:  # no run: wandb is not needed, nor imported
+            return None
         import wandb
 
         table = self._call("table", wandb.Table, columns=columns, data=[list(r) for r in rows])
@@ -102,14 +104,17 @@ class Tracker:
         return table
 
     def line_plot(self, key: str, table: Any, x: str, y: str, title: str) -> None:
+        if self.run is None or table is None:
+            return
         import wandb
 
-        if table is not None:
-            plot = self._call("line plot", wandb.plot.line, table, x, y, title=title)
-            if plot is not None:
-                self.log({key: plot})
+        plot = self._call("line plot", wandb.plot.line, table, x, y, title=title)
+        if plot is not None:
+            self.log({key: plot})
 
     def image(self, key: str, path: str | Path, caption: str | None = None) -> None:
+        if self.run is None:
+            return
         import wandb
 
         image = self._call("image", wandb.Image, str(path), caption=caption)
@@ -117,6 +122,8 @@ class Tracker:
             self.log({key: image})
 
     def histogram(self, key: str, values: Any) -> None:
+        if self.run is None:
+            return
         import wandb
 
         hist = self._call("histogram", wandb.Histogram, values)
@@ -124,6 +131,8 @@ class Tracker:
             self.log({key: hist})
 
     def artifact(self, name: str, kind: str, files: Iterable[str | Path], metadata: dict | None = None) -> None:
+        if self.run is None:
+            return
         import wandb
 
         def upload():

@@ -227,11 +227,16 @@ def train(cfg: DictConfig | schema.Params, variant: str, *, out_dir: str | None 
         write_json(ckpt_dir / "run.json", {**fingerprint, "precision": precision,
                                            "precision_reason": precision_reason})
     started = time.perf_counter()
-    try:
-        trainer.fit(task, datamodule=data, ckpt_path=str(resume) if resume else None)
-    except BaseException:
-        tracker.finish()
-        raise
+    ended = _ended_run(resume, trainer, epochs)
+    if ended is not None:  # nothing left to train: its learning curve, as the run left it
+        log.info("%s: the run had already ended (%s): not trained further", resume, ended["why"])
+        history.load_state_dict(ended["history"])
+    else:
+        try:
+            trainer.fit(task, datamodule=data, ckpt_path=str(resume) if resume else None)
+        except BaseException:
+            tracker.finish()
+            raise
     wall = time.perf_counter() - started
     if trainer.is_global_zero:  # the checkpoints' vocabularies: a checkpoint's folder is self-contained
         for side in SIDES:
@@ -299,6 +304,34 @@ def _resume_point(ckpt_dir: Path, fingerprint: dict) -> tuple[Path | None, dict]
         return None, {}
     log.info("resuming from %s", last)
     return last, {k: recorded[k] for k in _DECIDED if k in recorded}
+
+
+def _ended_run(checkpoint: Path | None, trainer: pl.Trainer, max_epochs: int) -> dict | None:
+    """``{"why", "history"}`` when the run whose ``last.ckpt`` is ``checkpoint`` had already
+    ended — it did ``max_epochs`` epochs, or its early stopping had counted ``patience`` epochs
+    without a better dev BLEU — else ``None``. ``history`` is the :class:`History` state saved in
+    the checkpoint.
+
+    A run cut off after its training ended but before its caller finished (a stage of several
+    trainings, e.g. sweep_beta) is started again with the same fingerprint; Lightning restores
+    the early-stopping counter but not the decision to stop, so fitting from that checkpoint
+    would train one more epoch, and the result would differ from an uninterrupted run's."""
+    if checkpoint is None:
+        return None
+    ckpt = read_checkpoint(checkpoint)
+    states = ckpt.get("callbacks") or {}
+    history = next((c for c in trainer.callbacks if isinstance(c, History)), None)
+    if history is None or history.state_key not in states:
+        return None
+    done = int(ckpt["epoch"]) + 1
+    if done >= max_epochs:
+        return {"why": f"{done} of {max_epochs} epochs", "history": states[history.state_key]}
+    for stopper in (c for c in trainer.callbacks if isinstance(c, EarlyStopping)):
+        state = states.get(stopper.state_key) or {}
+        if state.get("wait_count", 0) >= stopper.patience:
+            return {"why": f"early stopping after epoch {done}: {state['wait_count']} epochs without a better "
+                           f"{stopper.monitor}", "history": states[history.state_key]}
+    return None
 
 
 def _run_precision(trainer_cfg: dict, recorded: dict) -> tuple[str | int, str]:
