@@ -142,8 +142,9 @@ class StageClock:
       :data:`SAVE_EVERY` seconds, so a run cut off without warning leaves what it had done);
     * ``resumed_stages``: stages that an interrupted run left unfinished, and
       ``interrupted_minutes``: what those runs had counted of them, added to the minutes of the run
-      that finished them (a stage left by a run that did not record its minutes is resumed
-      without them: its minutes are those of the finishing run only).
+      that finished them — only where the run that takes the stage up again has the same code
+      (commit) and overrides, so that it continues the same work. Otherwise (or where the
+      interrupted run recorded no minutes) the stage's minutes are those of the finishing run only.
 
     Time is counted by ticks of at most :data:`TICK` seconds: while the processes are stopped
     (``SIGSTOP``, e.g. to give a CI run the cores) no tick comes, and the gap after it counts as one
@@ -159,18 +160,19 @@ class StageClock:
         self.minutes: dict[str, float] = dict(old.get("stage_minutes", {}))
         self.resumed: list[str] = list(old.get("resumed_stages", []))
         self.interrupted: dict[str, float] = dict(old.get("interrupted_minutes", {}))
-        left = old.get("running") or {}
-        if left.get("stage"):
-            if left["stage"] not in self.resumed:
-                self.resumed.append(left["stage"])
-            if left.get("minutes"):
-                self.interrupted[left["stage"]] = left["minutes"]
+        self.left: dict = old.get("running") or {}
+        if self.left.get("stage") and self.left["stage"] not in self.resumed:
+            self.resumed.append(self.left["stage"])
         self.running: dict | None = None
 
-    def start(self, stage: str) -> None:
-        now = time.monotonic()
-        self.running = {"stage": stage, "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                        "seconds": 60 * self.interrupted.get(stage, 0.0), "last": now}
+    def start(self, stage: str, origin: dict | None = None) -> None:
+        """Start counting ``stage``, run by ``origin`` (``{"commit", "overrides"}``); the minutes an
+        interrupted run of the same origin had counted of it are carried on."""
+        left, origin = self.left, origin or {}
+        if left.get("stage") == stage and left.get("minutes") and left.get("origin") == origin:
+            self.interrupted[stage] = left["minutes"]
+        self.running = {"stage": stage, "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "origin": origin,
+                        "seconds": 60 * self.interrupted.get(stage, 0.0), "last": time.monotonic()}
 
     def tick(self) -> None:
         """Count the time since the last tick (at most two ticks' worth: see the class)."""
@@ -190,7 +192,8 @@ class StageClock:
 
     def record(self) -> dict:
         running = ({"stage": self.running["stage"], "since": self.running["since"],
-                    "minutes": round(self.running["seconds"] / 60, 2)} if self.running else None)
+                    "minutes": round(self.running["seconds"] / 60, 2), "origin": self.running["origin"]}
+                   if self.running else None)
         return {"stage_minutes": self.minutes, "resumed_stages": self.resumed,
                 "interrupted_minutes": self.interrupted, "running": running}
 
@@ -297,7 +300,7 @@ def main(argv: list[str] | None = None, profile: str | None = None) -> int:
                 if needed is not None and name not in needed:
                     continue
                 up_to_date = run_dvc(dest, "status", "--quiet", name).returncode == 0
-                clock.start(name)
+                clock.start(name, {"commit": source["commit"], "overrides": list(overrides)})
                 if args.results and not up_to_date and (args.results / "dvc.lock").is_file():
                     write_provenance(args.results, profile, overrides, done, source, clock)  # mark it running
                 save = ((lambda: write_provenance(args.results, profile, overrides, done, source, clock))

@@ -151,9 +151,11 @@ def test_the_stage_clock_adds_the_interrupted_runs_and_skips_held_time(tmp_path,
     now = [0.0]
     monkeypatch.setattr(profile_run.time, "monotonic", lambda: now[0])
 
+    origin = {"commit": "a" * 40, "overrides": ["profile=converged"]}
+
     def run(minutes: float, finish: bool) -> dict:
         clock = profile_run.StageClock(tmp_path)
-        clock.start("sweep_beta")
+        clock.start("sweep_beta", origin)
         for _ in range(int(minutes * 4)):
             now[0] += 15.0
             clock.tick()
@@ -167,7 +169,7 @@ def test_the_stage_clock_adds_the_interrupted_runs_and_skips_held_time(tmp_path,
     assert second["running"]["minutes"] == 5.0 and second["interrupted_minutes"] == {"sweep_beta": 3.0}
 
     clock = profile_run.StageClock(tmp_path)
-    clock.start("sweep_beta")
+    clock.start("sweep_beta", origin)
     now[0] += 15.0
     clock.tick()
     now[0] += 600.0  # held (SIGSTOP) for ten minutes
@@ -179,14 +181,34 @@ def test_the_stage_clock_adds_the_interrupted_runs_and_skips_held_time(tmp_path,
     assert record["resumed_stages"] == ["sweep_beta"] and record["interrupted_minutes"] == {"sweep_beta": 5.0}
 
 
+@pytest.mark.parametrize("changed", ["commit", "overrides"])
+def test_minutes_of_a_run_with_other_code_or_overrides_are_not_carried(tmp_path, monkeypatch, changed):
+    """A stage taken up again by a run of another commit or other overrides may start its work
+    over (a training's fingerprint names its code and settings): the interrupted run's minutes are
+    not added; the stage is still listed as resumed."""
+    monkeypatch.setattr(profile_run.time, "monotonic", lambda: 0.0)
+    before = {"commit": "a" * 40, "overrides": ["profile=grc"]}
+    (tmp_path / "provenance.json").write_text(json.dumps(
+        {"stage_minutes": {}, "running": {"stage": "train@flexible", "since": "x", "minutes": 26.0,
+                                          "origin": before}}))
+    after = {**before, changed: "b" * 40 if changed == "commit" else ["profile=grc", "train.epochs=60"]}
+    clock = profile_run.StageClock(tmp_path)
+    clock.start("train@flexible", after)
+    clock.stop(ran=True)
+    record = clock.record()
+    assert record["stage_minutes"] == {"train@flexible": 0.0} and record["interrupted_minutes"] == {}
+    assert record["resumed_stages"] == ["train@flexible"]
+
+
 def test_a_stage_finished_but_not_recorded_keeps_the_minutes_it_had(tmp_path, monkeypatch):
     """A run cut off after DVC finished a stage but before it wrote the minutes: the next run
     finds the stage up to date and records what the interrupted run had counted."""
     monkeypatch.setattr(profile_run.time, "monotonic", lambda: 0.0)
+    origin = {"commit": "a" * 40, "overrides": ["profile=converged"]}
     (tmp_path / "provenance.json").write_text(json.dumps(
-        {"stage_minutes": {}, "running": {"stage": "evaluate", "since": "x", "minutes": 7.5}}))
+        {"stage_minutes": {}, "running": {"stage": "evaluate", "since": "x", "minutes": 7.5, "origin": origin}}))
     clock = profile_run.StageClock(tmp_path)
-    clock.start("evaluate")
+    clock.start("evaluate", origin)
     clock.stop(ran=False)
     assert clock.record()["stage_minutes"] == {"evaluate": 7.5}
 
