@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None, profile: str | None = None) -> int:
             sys.stdout.flush()
             if not args.stepwise:
                 code = subprocess.run([dvc, "repro", *targets], cwd=dest, env=env).returncode
-                done.extend(targets or ["all"])
+                done.extend(t for t in targets or ["all"] if t not in done)
                 return code
             needed = needed_stages(dest, targets) if targets else None
             for name in stage_names(dest):
@@ -309,7 +309,8 @@ def main(argv: list[str] | None = None, profile: str | None = None) -> int:
                 if code != 0:
                     return code
                 clock.stop(ran=not up_to_date)
-                done.append(name)
+                if name not in done:  # the beta step's pass and the main pass share the stages before it
+                    done.append(name)
                 if args.results:
                     copy_results(dest, args.results)
                     write_provenance(args.results, profile, overrides, done, source, clock)

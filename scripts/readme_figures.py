@@ -244,7 +244,7 @@ def long_run_block(run: Path, intro: str) -> str:
     if not (run / "metrics.json").is_file() or not (run / "table1.md").is_file():
         lock = _shown(run) / "dvc.lock"
         return textwrap.fill(f"{intro} is under way (code of commit {str(prov.get('commit'))[:7]}); stages done, in "
-                             f"`{lock}`: {', '.join(prov.get('stages_done') or ['none'])}.",
+                             f"`{lock}`: {', '.join(dict.fromkeys(prov.get('stages_done') or ['none']))}.",
                              width=100, break_on_hyphens=False)
     metrics = _json(run / "metrics.json")
     filt = _json(run / "filter.json")

@@ -95,6 +95,14 @@ def test_a_converged_run_under_way_is_named_as_such_and_none_leaves_the_block_em
     under_way = figures.blocks_of(figures.README, converged=_converged_run(tmp_path, finished=False))
     assert "is under way" in under_way["converged"].replace("\n", " ")
     assert "filter, tokenize, train@global." in under_way["converged"].replace("\n", " ")
+    # a provenance that lists a stage twice (the beta step's pass and the main pass) names it once
+    import json
+
+    run = tmp_path / "converged"
+    prov = json.loads((run / "provenance.json").read_text())
+    (run / "provenance.json").write_text(json.dumps({**prov, "stages_done": prov["stages_done"] * 2}))
+    twice = figures.blocks_of(figures.README, converged=run)["converged"].replace("\n", " ")
+    assert twice.count("tokenize") == 1 and twice.endswith(": filter, tokenize, train@global.")
     assert under_way["headline"].startswith("In the default profile's 3-epoch models")
     assert under_way["claims"].startswith("**Claims** (3-epoch default profile")
     assert figures.blocks_of(figures.README, converged=tmp_path / "none")["converged"] == ""
