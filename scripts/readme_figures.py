@@ -258,23 +258,91 @@ def long_run_block(run: Path, intro: str) -> str:
     parts = [textwrap.fill(caption, width=100, break_on_hyphens=False), "",
              *_table_lines((run / "table1.md").read_text(encoding="utf-8")), "",
              finetuning_block(metrics, beta, run / "dvc.lock")]
-    minutes = prov.get("stage_minutes") or {}
-    if minutes:
-        def group(prefix: str) -> float:
-            return sum(m for s, m in minutes.items() if s.startswith(prefix))
+    wall = wall_time(prov)
+    if wall:
+        parts += ["", wall]
+    return "\n".join(parts)
 
-        resumed = [s for s in prov.get("resumed_stages") or [] if s in minutes]
-        counted = [s for s in resumed if s in (prov.get("interrupted_minutes") or {})]
-        partial = [s for s in resumed if s not in counted]
-        notes = ([f"{', '.join(counted)}: resumed after an interruption, every run's minutes"] if counted else []) + \
-                ([f"{', '.join(partial)}: resumed after an interruption, the last run's minutes only"] if partial else [])
-        text = (f"Wall time ({_machine(prov)}, counted while running): {sum(minutes.values()) / 60:.1f} h in all; "
-                f"training {group('train@') / 60:.1f} h, fine-tuning and controls "
-                f"{(group('finetune@') + group('control@')) / 60:.1f} h, "
-                + ", ".join(f"{s} {m:.0f} min" for s, m in minutes.items() if "@" not in s and m >= 1)
-                + (f" ({'; '.join(notes)})" if notes else "")
-                + ".")
-        parts += ["", textwrap.fill(text, width=100, break_on_hyphens=False)]
+
+def wall_time(prov: dict) -> str:
+    """A long run's minutes per stage (its ``provenance.json``), grouped, and which resumed
+    stages count every run's minutes and which the last run's only; empty if none recorded."""
+    minutes = prov.get("stage_minutes") or {}
+    if not minutes:
+        return ""
+
+    def group(prefix: str) -> float:
+        return sum(m for s, m in minutes.items() if s.startswith(prefix))
+
+    resumed = [s for s in prov.get("resumed_stages") or [] if s in minutes]
+    counted = [s for s in resumed if s in (prov.get("interrupted_minutes") or {})]
+    partial = [s for s in resumed if s not in counted]
+    notes = ([f"{', '.join(counted)}: resumed after an interruption, every run's minutes"] if counted else []) + \
+            ([f"{', '.join(partial)}: resumed after an interruption, the last run's minutes only"] if partial else [])
+    text = (f"Wall time ({_machine(prov)}, counted while running): {sum(minutes.values()) / 60:.1f} h in all; "
+            f"training {group('train@') / 60:.1f} h, fine-tuning and controls "
+            f"{(group('finetune@') + group('control@')) / 60:.1f} h, "
+            + ", ".join(f"{s} {m:.0f} min" for s, m in minutes.items() if "@" not in s and m >= 1)
+            + (f" ({'; '.join(notes)})" if notes else "")
+            + ".")
+    return textwrap.fill(text, width=100, break_on_hyphens=False)
+
+
+#: the columns of a run's Table 1 that the README's block of a second corpus shows
+CORPUS_COLUMNS = ("model", "window", "reduction", "BLEU", "chrF", "AER", "epochs (best)")
+
+
+def _table_rows(markdown: str) -> list[dict[str, str]]:
+    """The rows of the first Markdown table of ``markdown``, each a dict keyed by its header."""
+    lines = _table_lines(markdown)
+
+    def cells(line: str) -> list[str]:
+        return [c.strip() for c in line.strip().strip("|").split("|")]
+
+    header = cells(lines[0])
+    return [dict(zip(header, cells(line))) for line in lines[2:]]
+
+
+def corpus_block(run: Path, intro: str, default_filter: dict) -> str:
+    """A long run on a second corpus (``make grc``, ``results/grc/``): Table 1 cut to the columns
+    of :data:`CORPUS_COLUMNS` under a caption that sets its reordering beside the default
+    corpus's, the fine-tuning against its control in one sentence, where the whole table, the
+    claims and the figures are, and the wall time; while it is under way, the stages done."""
+    if not (run / "metrics.json").is_file() or not (run / "table1.md").is_file():
+        return long_run_block(run, intro)
+    prov, metrics, filt = _json(run / "provenance.json"), _json(run / "metrics.json"), _json(run / "filter.json")
+    where = _shown(run)
+    reordering, default = filt.get("reordering"), default_filter.get("reordering")
+    crossing = (f"; {reordering['crossing_link_pairs']:.1%} of gold link pairs cross, in "
+                f"{reordering['sentences_with_crossing']:.0%} of pairs" if reordering else "")
+    if reordering and default:
+        crossing += f" (default corpus: {default['crossing_link_pairs']:.1%}, {default['sentences_with_crossing']:.0%})"
+    caption = (f"{intro}, code of commit {str(prov.get('commit'))[:7]}: every model and fine-tuning until dev BLEU "
+               f"stopped improving, ‡ where one reached its cap; {filt['splits']['train']['pairs']:,} training pairs, "
+               f"{filt['splits'][metrics['split']]['pairs']:,} {metrics['split']} pairs, beam "
+               f"{metrics['beam_size']}{crossing}; AER against the human alignments.")
+    rows = _table_rows((run / "table1.md").read_text(encoding="utf-8"))
+    table = ["| " + " | ".join(CORPUS_COLUMNS) + " |", "|" + "---|" * len(CORPUS_COLUMNS),
+             *("| " + " | ".join(row.get(c, "") for c in CORPUS_COLUMNS) + " |" for row in rows)]
+    parts = [textwrap.fill(caption, width=100, break_on_hyphens=False), "", *table, ""]
+    effect = metrics.get("finetuning_effect", {}).get("flexible_ft_tau")
+    models = metrics["models"]
+    if effect and {"flexible_ft_tau", "flexible_ctl_tau"} <= set(models):
+        ft, ctl = models["flexible_ft_tau"], models["flexible_ctl_tau"]
+        text = (f"Fine-tuned at β = {finetuned_beta(run / 'dvc.lock')} (selected by `sweep_beta` on dev) against "
+                f"its β = 0 control at τ = {effect['tau']:g}: window {ft['window']:.2f} against {ctl['window']:.2f}, "
+                f"Δ BLEU {effect['bleu']:+.2f} (p = {effect['p_value']:.3f}). ")
+    else:
+        text = ""
+    figures = [f.name for f in sorted((run / "figures").glob("*.png"))] if (run / "figures").is_dir() else []
+    text += (f"All columns: `{where}/table1.md`"
+             + (f"; claims: `{where}/compare.md`" if (run / "compare.md").is_file() else "")
+             + (f"; figures in `{where}/figures/`: " + ", ".join(f"`{f}`" for f in figures) if figures else "")
+             + ".")
+    parts.append(textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False))
+    wall = wall_time(prov)
+    if wall:
+        parts += ["", wall]
     return "\n".join(parts)
 
 
@@ -282,6 +350,10 @@ def long_run_block(run: Path, intro: str) -> str:
 CLAIM_LABELS = {"a": "Flexible τ=∞ ≥ Global", "b": "τ cuts 56–64% of positions at ≤ 0.5 BLEU",
                 "c": "fine-tuning narrows the window (vs a control)", "c+sact": "the same, Flexible+SACT",
                 "d": "Local-p > Global", "e": "SACT > Global", "f": "Flexible > a fixed window of equal size"}
+
+
+#: how the claims line names the run whose compare stage it reports (by its results folder)
+CLAIM_SOURCES = {"converged": "converged run", "grc": "Greek → English run"}
 
 
 def claims_block(path: Path) -> str:
@@ -305,7 +377,7 @@ def claims_block(path: Path) -> str:
         return text
 
     where = _shown(path.parent)
-    source = "converged run" if where.name == "converged" else "3-epoch default profile"
+    source = CLAIM_SOURCES.get(where.name, "3-epoch default profile")
     text = (f"**Claims** ({source}, {report['split']} set, `{where}/compare.md`; Δ BLEU [95% CI], Holm-adjusted p; "
             "[rules](docs/method.md#claims)): " + "; ".join(item(c) for c in report["claims"]) + ".")
     return textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False)
@@ -404,7 +476,7 @@ def blocks_of(path: Path, converged: Path = ROOT / "results" / "converged") -> d
     return {
         "headline": head,
         "converged": long_run_block(converged, LONG_RUNS["converged"]),
-        "grc": long_run_block(ROOT / "results" / "grc", LONG_RUNS["grc"]),
+        "grc": corpus_block(ROOT / "results" / "grc", LONG_RUNS["grc"], filt),
         "results": (results_pointer(filt, metrics) if done else
                     results_block((ROOT / "results" / "table1.md").read_text(encoding="utf-8"), filt, metrics)),
         "seeds": seeds_block(converged / "seeds" / "summary.csv" if (converged / "seeds" / "summary.csv").is_file()

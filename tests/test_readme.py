@@ -125,3 +125,40 @@ def test_the_seeds_block_adds_the_comparisons_paired_by_seed(tmp_path):
     text = " ".join(figures.seeds_block(tmp_path / "summary.csv").split())
     assert "Across seeds" in text and "Flexible τ=∞ − Global, BLEU +1.07 [" in text
     assert "fine-tuned − control" not in text  # measured on no seed
+
+
+def test_the_grc_block_shows_its_table_cut_to_the_readmes_columns_beside_the_default_corpus(tmp_path):
+    """A finished run on a second corpus: its Table 1's rows with the columns the README keeps,
+    its reordering beside the default corpus's, its fine-tuning against the control, where the
+    rest is, the wall time; its claims line names the run."""
+    import json
+    import shutil
+
+    from conftest import load_script
+
+    figures = load_script("readme_figures")
+    run = _converged_run(tmp_path, finished=True).rename(tmp_path / "grc")
+    (run / "figures").mkdir()
+    (run / "figures" / "tradeoff.png").write_bytes(b"png")
+    shutil.copy2(ROOT / "results/compare.md", run)
+    filt = json.loads((run / "filter.json").read_text())
+    filt["reordering"] = {**filt["reordering"], "crossing_link_pairs": 0.0669, "sentences_with_crossing": 0.945}
+    (run / "filter.json").write_text(json.dumps(filt))
+    default = json.loads((ROOT / "results/filter.json").read_text())
+    block = figures.corpus_block(run, "`make grc` (a second corpus)", default)
+    text = " ".join(block.split())
+    assert "6.7% of gold link pairs cross, in 94% of pairs (default corpus: " \
+           f"{default['reordering']['crossing_link_pairs']:.1%}" in text
+    table = [line for line in block.splitlines() if line.startswith("|")]
+    assert table[0] == "| model | window | reduction | BLEU | chrF | AER | epochs (best) |"
+    source = figures._table_rows((run / "table1.md").read_text())
+    assert len(table) == len(source) + 2
+    glob = next(r for r in source if r["model"] == "Global")
+    assert f"| Global | {glob['window']} | {glob['reduction']} | {glob['BLEU']} | {glob['chrF']} | {glob['AER']} |" \
+           in block
+    assert "Fine-tuned at β = 10 (selected by `sweep_beta` on dev) against its β = 0 control" in text
+    assert "claims: `" in text and "`tradeoff.png`" in text and "5.4 h in all" in text
+    assert figures.claims_block(run / "compare.json").startswith("**Claims** (Greek → English run")
+    (tmp_path / "under_way").mkdir()
+    under_way = figures.corpus_block(_converged_run(tmp_path / "under_way", finished=False), "`make grc`", default)
+    assert "is under way" in " ".join(under_way.split())
