@@ -62,6 +62,16 @@ def first_batches(split: EncodedSplit, data: ParallelData, batch_size: int, n: i
     return [collate([data[i] for i in idx]) for idx in list(sampler)[:n]]
 
 
+def rotating_rounds(contenders: list, step, rounds: int) -> dict:
+    """Each contender's figures over ``rounds`` rounds, every round measuring all of them, the
+    first of a round moving by one each time, so that the machine's drift falls on all alike."""
+    rates: dict = {c: [] for c in contenders}
+    for r in range(rounds):
+        for c in contenders[r % len(contenders):] + contenders[:r % len(contenders)]:
+            rates[c].append(step(c))
+    return rates
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--params", default="params.yaml")
@@ -111,11 +121,7 @@ def main() -> None:
 
     for c in contenders:  # warm-up
         step(c)
-    rates: dict[tuple[str, str], list[float]] = {c: [] for c in contenders}
-    for r in range(args.rounds):
-        order = contenders[r % len(contenders):] + contenders[:r % len(contenders)]
-        for c in order:
-            rates[c].append(step(c))
+    rates = rotating_rounds(contenders, step, args.rounds)
 
     m = cfg.model
     print(f"train_throughput: {len(batches)} batches of {cfg.train.batch_size} pairs ({tokens} target tokens), "
@@ -203,13 +209,9 @@ def batch_size_scaling(args: argparse.Namespace) -> None:
         model, opt, batches, tokens = setups[c]
         return tokens / training_round(model, opt, batches, float(cfg.trainer.gradient_clip_val), precision)
 
-    contenders = list(setups)
-    for c in contenders:  # warm-up
+    for c in setups:  # warm-up
         step(c)
-    rates: dict[tuple[str, int], list[float]] = {c: [] for c in contenders}
-    for r in range(args.rounds):
-        for c in contenders[r % len(contenders):] + contenders[:r % len(contenders)]:
-            rates[c].append(step(c))
+    rates = rotating_rounds(list(setups), step, args.rounds)
     print(f"train_throughput --batch-sizes: {pairs} pairs per measurement, {args.rounds} rounds, {args.threads} "
           f"threads, precision {precision}")
     print(f"{'variant':15s} {'batch':>6s} {'tokens/s':>10s} {'spread':>17s} {'min/epoch':>10s} "
@@ -247,11 +249,8 @@ def compiled_step(args: argparse.Namespace) -> None:
     warm = {}
     for c, (model, opt) in setups.items():  # warm-up: compiles every graph the rounds will need
         warm[c] = training_round(model, opt, batches, clip, precision)
-    rates: dict[tuple[str, str], list[float]] = {c: [] for c in setups}
-    contenders = list(setups)
-    for r in range(args.rounds):
-        for c in contenders[r % len(contenders):] + contenders[:r % len(contenders)]:
-            rates[c].append(tokens / training_round(*setups[c], batches, clip, precision))
+    rates = rotating_rounds(list(setups), lambda c: tokens / training_round(*setups[c], batches, clip, precision),
+                            args.rounds)
     print(f"train_throughput --compile: {len(batches)} batches of {cfg.train.batch_size} pairs ({tokens} target "
           f"tokens), {args.rounds} rounds, {args.threads} threads, precision {precision}, torch {torch.__version__}")
     print(f"{'variant':15s} {'step':>9s} {'tokens/s':>10s} {'spread':>17s} {'min/epoch':>10s} {'warm-up s':>10s} "
