@@ -383,6 +383,10 @@ def claims_block(path: Path) -> str:
     return textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False)
 
 
+#: how the reordering line names each real corpus of ``make reordering`` (its data folder's name)
+CORPUS_LABELS = {"bible": "Bible", "nt_grc_en": "Greek NT"}
+
+
 def reordering_block(path: Path) -> str:
     """What ``make reordering`` found (``results/reordering/summary.json``): per level of the
     synthetic task and per real corpus, the crossing-link share, flexible attention's window at
@@ -412,7 +416,8 @@ def reordering_block(path: Path) -> str:
             f"vs Global (local-m, D = {synthetic[0]['local_D']}: {each(delta(p, 'local_m') for p in synthetic)}).")
     for p in points:
         if p["source"] != "synthetic":
-            text += (f" {p['source'].split(' ')[0].capitalize()} ({100 * p['crossing_link_pairs']:.1f}% cross): "
+            corpus = p["source"].split(" ")[0]
+            text += (f" {CORPUS_LABELS.get(corpus, corpus)} ({100 * p['crossing_link_pairs']:.1f}% cross): "
                      f"{share(p)}% of {p['global_window']:.1f}, {delta(p, 'flexible')} (local-m, D = {p['local_D']}: "
                      f"{delta(p, 'local_m')}).")
     return textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False)
