@@ -167,8 +167,8 @@ def finetuned_beta(lock: Path) -> str:
 
 
 SEED_ROWS = (("Global", "global", False), ("Flexible τ=∞", "flexible", False),
-             ("+ fine-tuning τ=∞", "flexible_ft", False),
-             ("+ fine-tuning, τ selected per seed", "flexible_ft_tau", True))
+             ("fine-tuned τ=∞", "flexible_ft", False),
+             ("fine-tuned at the τ selected per seed", "flexible_ft_tau", True))
 
 
 def seeds_block(summary_csv: Path) -> str:
@@ -188,14 +188,14 @@ def seeds_block(summary_csv: Path) -> str:
         return f"{fmt.format(statistics.mean(values))} ± {fmt.format(statistics.stdev(values))}"
 
     seeds = ", ".join(job["train.seed"] for job in jobs)
-    caption = (f"Training noise: seeds {seeds} (`+sweep=seeds`, "
-               f"`{_shown(summary_csv.parent)}/summary.csv`), test set, mean ± sd:")
-    lines = [textwrap.fill(caption, width=100, break_on_hyphens=False), "",
-             "| model | BLEU | chrF | window |", "|---|---|---|---|"]
+    entries = []
     for name, key, windowed in SEED_ROWS:
-        window = (f"{cell(key + '_window', '{:.1f}')} (−{100 * statistics.mean(float(j[key + '_reduction']) for j in jobs):.0f}%)"
-                  if windowed else f"{float(jobs[0]['global_window']):.1f}")
-        lines.append(f"| {name} | {cell(key + '_bleu')} | {cell(key + '_chrf')} | {window} |")
+        window = (f", window {cell(key + '_window', '{:.1f}')}, "
+                  f"−{100 * statistics.mean(float(j[key + '_reduction']) for j in jobs):.0f}%" if windowed else "")
+        entries.append(f"{name} {cell(key + '_bleu')} (chrF {cell(key + '_chrf')}{window})")
+    text = (f"**Training noise**: seeds {seeds} (`+sweep=seeds`, `{_shown(summary_csv.parent)}/summary.csv`), "
+            f"test set, mean ± sd of BLEU: " + "; ".join(entries) + ".")
+    lines = [textwrap.fill(text, width=100, break_on_hyphens=False)]
     paired = summary_csv.parent / "paired.json"
     if paired.is_file():  # the headline comparisons paired by seed (flexatt.seeds)
         tested = [c for c in _json(paired)["comparisons"] if c["n"] >= 2 and c["ci"]]
@@ -226,14 +226,16 @@ def char_block(run: Path) -> str:
     return textwrap.fill(text, width=100, break_on_hyphens=False)
 
 
-#: how the README introduces each long run's block: its command and what it is
+#: how the README introduces each long run's block (its command and what it is), and how long it
+#: is expected to take, said while it is under way (a finished run gives its own minutes)
 LONG_RUNS = {
-    "converged": "`make converged` (the `converged` profile, [long runs](#configuration); about 17 h on 2 cores in float32)",
-    "grc": "`make grc` (Koine Greek → English, the `grc` profile, [long runs](#configuration); hours on 2 cores)",
+    "converged": ("`make converged` (the `converged` profile, [long runs](#configuration))",
+                  "about 17 h on 2 cores in float32"),
+    "grc": ("`make grc` (Koine Greek → English, [long runs](#configuration))", "hours on 2 cores"),
 }
 
 
-def long_run_block(run: Path, intro: str) -> str:
+def long_run_block(run: Path, intro: str, estimate: str = "") -> str:
     """A long run of ``scripts/profile_run.py --stepwise`` (``results/<profile>/``): its Table 1
     under a caption (stopping rule, source commit, data, reordering), the fine-tuning against its
     control at the β the sweep chose, and the minutes each stage took; while it is under way, the
@@ -243,7 +245,8 @@ def long_run_block(run: Path, intro: str) -> str:
     prov = _json(run / "provenance.json")
     if not (run / "metrics.json").is_file() or not (run / "table1.md").is_file():
         lock = _shown(run) / "dvc.lock"
-        return textwrap.fill(f"{intro} is under way (code of commit {str(prov.get('commit'))[:7]}); stages done, in "
+        lead = f"{intro}, {estimate}," if estimate else intro
+        return textwrap.fill(f"{lead} is under way (code of commit {str(prov.get('commit'))[:7]}); stages done, in "
                              f"`{lock}`: {', '.join(dict.fromkeys(prov.get('stages_done') or ['none']))}.",
                              width=100, break_on_hyphens=False)
     metrics = _json(run / "metrics.json")
@@ -277,9 +280,9 @@ def wall_time(prov: dict) -> str:
     resumed = [s for s in prov.get("resumed_stages") or [] if s in minutes]
     counted = [s for s in resumed if s in (prov.get("interrupted_minutes") or {})]
     partial = [s for s in resumed if s not in counted]
-    notes = ([f"{', '.join(counted)}: resumed after an interruption, every run's minutes"] if counted else []) + \
-            ([f"{', '.join(partial)}: resumed after an interruption, the last run's minutes only"] if partial else [])
-    text = (f"Wall time ({_machine(prov)}, counted while running): {sum(minutes.values()) / 60:.1f} h in all; "
+    notes = ([f"resumed, every run counted: {', '.join(counted)}"] if counted else []) + \
+            ([f"resumed, the last run only: {', '.join(partial)}"] if partial else [])
+    text = (f"Wall time ({_machine(prov)}): {sum(minutes.values()) / 60:.1f} h in all; "
             f"training {group('train@') / 60:.1f} h, fine-tuning and controls "
             f"{(group('finetune@') + group('control@')) / 60:.1f} h, "
             + ", ".join(f"{s} {m:.0f} min" for s, m in minutes.items() if "@" not in s and m >= 1)
@@ -303,22 +306,22 @@ def _table_rows(markdown: str) -> list[dict[str, str]]:
     return [dict(zip(header, cells(line))) for line in lines[2:]]
 
 
-def corpus_block(run: Path, intro: str, default_filter: dict) -> str:
+def corpus_block(run: Path, intro: str, default_filter: dict, estimate: str = "") -> str:
     """A long run on a second corpus (``make grc``, ``results/grc/``): Table 1 cut to the columns
     of :data:`CORPUS_COLUMNS` under a caption that sets its reordering beside the default
     corpus's, the fine-tuning against its control in one sentence, where the whole table, the
     claims and the figures are, and the wall time; while it is under way, the stages done."""
     if not (run / "metrics.json").is_file() or not (run / "table1.md").is_file():
-        return long_run_block(run, intro)
+        return long_run_block(run, intro, estimate)
     prov, metrics, filt = _json(run / "provenance.json"), _json(run / "metrics.json"), _json(run / "filter.json")
     where = _shown(run)
     reordering, default = filt.get("reordering"), default_filter.get("reordering")
     crossing = (f"; {reordering['crossing_link_pairs']:.1%} of gold link pairs cross, in "
                 f"{reordering['sentences_with_crossing']:.0%} of pairs" if reordering else "")
     if reordering and default:
-        crossing += f" (default corpus: {default['crossing_link_pairs']:.1%}, {default['sentences_with_crossing']:.0%})"
-    caption = (f"{intro}, code of commit {str(prov.get('commit'))[:7]}: every model and fine-tuning until dev BLEU "
-               f"stopped improving, ‡ where one reached its cap; {filt['splits']['train']['pairs']:,} training pairs, "
+        crossing += f" (default corpus {default['crossing_link_pairs']:.1%}, {default['sentences_with_crossing']:.0%})"
+    caption = (f"{intro}, commit {str(prov.get('commit'))[:7]}, trained until dev BLEU stopped improving "
+               f"(‡ at the cap): {filt['splits']['train']['pairs']:,} training and "
                f"{filt['splits'][metrics['split']]['pairs']:,} {metrics['split']} pairs, beam "
                f"{metrics['beam_size']}{crossing}; AER against the human alignments.")
     rows = _table_rows((run / "table1.md").read_text(encoding="utf-8"))
@@ -334,11 +337,9 @@ def corpus_block(run: Path, intro: str, default_filter: dict) -> str:
                 f"Δ BLEU {effect['bleu']:+.2f} (p = {effect['p_value']:.3f}). ")
     else:
         text = ""
-    figures = [f.name for f in sorted((run / "figures").glob("*.png"))] if (run / "figures").is_dir() else []
     text += (f"All columns: `{where}/table1.md`"
              + (f"; claims: `{where}/compare.md`" if (run / "compare.md").is_file() else "")
-             + (f"; figures in `{where}/figures/`: " + ", ".join(f"`{f}`" for f in figures) if figures else "")
-             + ".")
+             + (f"; figures: `{where}/figures/`" if (run / "figures").is_dir() else "") + ".")
     parts.append(textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False))
     wall = wall_time(prov)
     if wall:
@@ -480,8 +481,8 @@ def blocks_of(path: Path, converged: Path = ROOT / "results" / "converged") -> d
     claims = converged / "compare.json" if (converged / "compare.json").is_file() else ROOT / "results" / "compare.json"
     return {
         "headline": head,
-        "converged": long_run_block(converged, LONG_RUNS["converged"]),
-        "grc": corpus_block(ROOT / "results" / "grc", LONG_RUNS["grc"], filt),
+        "converged": long_run_block(converged, *LONG_RUNS["converged"]),
+        "grc": corpus_block(ROOT / "results" / "grc", LONG_RUNS["grc"][0], filt, LONG_RUNS["grc"][1]),
         "results": (results_pointer(filt, metrics) if done else
                     results_block((ROOT / "results" / "table1.md").read_text(encoding="utf-8"), filt, metrics)),
         "seeds": seeds_block(converged / "seeds" / "summary.csv" if (converged / "seeds" / "summary.csv").is_file()

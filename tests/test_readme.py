@@ -79,10 +79,9 @@ def test_the_converged_run_heads_the_readme_once_it_is_committed(tmp_path):
     assert table and table[0] in (run / "table1.md").read_text()
     assert "at β = 10 the fine-tuned flexible model" in converged.replace("\n", " ")
     wall = " ".join(converged.split())
-    assert "Wall time (A CPU, 2 logical cores, AVX2, no native bf16, torch 2.13.0, counted while running): " \
-           "5.4 h in all" in wall
-    assert "sweep_beta: resumed after an interruption, every run's minutes" in wall
-    assert "train@flexible: resumed after an interruption, the last run's minutes only" in wall
+    assert "Wall time (A CPU, 2 logical cores, AVX2, no native bf16, torch 2.13.0): 5.4 h in all" in wall
+    assert "resumed, every run counted: sweep_beta" in wall
+    assert "resumed, the last run only: train@flexible" in wall
     assert blocks["claims"].startswith("**Claims** (converged run")
     assert "`results/table1.md`" in blocks["results"] and "|" not in blocks["results"]  # named, not shown
     assert blocks["finetuning"] == ""  # the converged block says it
@@ -147,7 +146,7 @@ def test_the_grc_block_shows_its_table_cut_to_the_readmes_columns_beside_the_def
     default = json.loads((ROOT / "results/filter.json").read_text())
     block = figures.corpus_block(run, "`make grc` (a second corpus)", default)
     text = " ".join(block.split())
-    assert "6.7% of gold link pairs cross, in 94% of pairs (default corpus: " \
+    assert "6.7% of gold link pairs cross, in 94% of pairs (default corpus " \
            f"{default['reordering']['crossing_link_pairs']:.1%}" in text
     table = [line for line in block.splitlines() if line.startswith("|")]
     assert table[0] == "| model | window | reduction | BLEU | chrF | AER | epochs (best) |"
@@ -157,7 +156,7 @@ def test_the_grc_block_shows_its_table_cut_to_the_readmes_columns_beside_the_def
     assert f"| Global | {glob['window']} | {glob['reduction']} | {glob['BLEU']} | {glob['chrF']} | {glob['AER']} |" \
            in block
     assert "Fine-tuned at β = 10 (selected by `sweep_beta` on dev) against its β = 0 control" in text
-    assert "claims: `" in text and "`tradeoff.png`" in text and "5.4 h in all" in text
+    assert "claims: `" in text and "/figures/`." in text and "5.4 h in all" in text
     assert figures.claims_block(run / "compare.json").startswith("**Claims** (Greek → English run")
     (tmp_path / "under_way").mkdir()
     under_way = figures.corpus_block(_converged_run(tmp_path / "under_way", finished=False), "`make grc`", default)
