@@ -306,6 +306,10 @@ def _table_rows(markdown: str) -> list[dict[str, str]]:
     return [dict(zip(header, cells(line))) for line in lines[2:]]
 
 
+def _signed(x: float) -> str:
+    return f"{x:+.2f}".replace("-", "−")
+
+
 def corpus_block(run: Path, intro: str, default_filter: dict, estimate: str = "") -> str:
     """A long run on a second corpus (``make grc``, ``results/grc/``): Table 1 cut to the columns
     of :data:`CORPUS_COLUMNS` under a caption that sets its reordering beside the default
@@ -332,14 +336,23 @@ def corpus_block(run: Path, intro: str, default_filter: dict, estimate: str = ""
     models = metrics["models"]
     if effect and {"flexible_ft_tau", "flexible_ctl_tau"} <= set(models):
         ft, ctl = models["flexible_ft_tau"], models["flexible_ctl_tau"]
-        text = (f"Fine-tuned at β = {finetuned_beta(run / 'dvc.lock')} (selected by `sweep_beta` on dev) against "
-                f"its β = 0 control at τ = {effect['tau']:g}: window {ft['window']:.2f} against {ctl['window']:.2f}, "
+        text = (f"Fine-tuned (β = {finetuned_beta(run / 'dvc.lock')}, chosen on dev) vs its β = 0 control "
+                f"at τ = {effect['tau']:g}: window {ft['window']:.2f} vs {ctl['window']:.2f}, "
                 f"Δ BLEU {effect['bleu']:+.2f} (p = {effect['p_value']:.3f}). ")
     else:
         text = ""
-    text += (f"All columns: `{where}/table1.md`"
-             + (f"; claims: `{where}/compare.md`" if (run / "compare.md").is_file() else "")
-             + (f"; figures: `{where}/figures/`" if (run / "figures").is_dir() else "") + ".")
+    matched = _json(run / "compare.json").get("matched") if (run / "compare.json").is_file() else None
+    if matched:  # flexible (and fine-tuned) at the window of each fixed one, tau matched on dev
+        by_fixed: dict[str, list[dict]] = {}
+        for pair in sorted(matched, key=lambda pair: pair["D"]):
+            kind = "" if pair.get("attention", "local_m") == "local_m" else pair["attention"].replace("_", "-") + " "
+            by_fixed.setdefault(f"{kind}D = {pair['D']}", []).append(pair)
+        names = " / ".join(dict.fromkeys(pair["model"].replace("flexible_ft", "fine-tuned") for pair in matched))
+        text += (f"At local-m's window (τ matched on dev), Δ BLEU of {names}: " + ", ".join(
+            f"{fixed} {' / '.join(_signed(p['delta']) + ('*' if p['outcome'] != 'equal' else '') for p in pairs)}"
+            for fixed, pairs in by_fixed.items()) + " (* Holm p < 0.05). ")
+    text += (f"In `{where}/`: " + ", ".join(f"`{name}`" for name in ("table1.md", "compare.md", "figures/")
+                                           if (run / name).exists()) + ".")
     parts.append(textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False))
     wall = wall_time(prov)
     if wall:

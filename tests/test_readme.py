@@ -155,8 +155,13 @@ def test_the_grc_block_shows_its_table_cut_to_the_readmes_columns_beside_the_def
     glob = next(r for r in source if r["model"] == "Global")
     assert f"| Global | {glob['window']} | {glob['reduction']} | {glob['BLEU']} | {glob['chrF']} | {glob['AER']} |" \
            in block
-    assert "Fine-tuned at β = 10 (selected by `sweep_beta` on dev) against its β = 0 control" in text
-    assert "claims: `" in text and "/figures/`." in text and "5.4 h in all" in text
+    assert "Fine-tuned (β = 10, chosen on dev) vs its β = 0 control" in text
+    assert "`table1.md`, `compare.md`, `figures/`." in text and "5.4 h in all" in text
+    # flexible at each fixed window, by D: the compare stage's matched pairs, * where Holm p < 0.05
+    matched = json.loads((run / "compare.json").read_text())["matched"]
+    first = min(matched, key=lambda pair: pair["D"])
+    assert f"D = {first['D']} {first['delta']:+.2f}".replace("-", "−") in text
+    assert ("*" in text.split(f"D = {first['D']}")[1].split(",")[0]) == (first["outcome"] != "equal")
     assert figures.claims_block(run / "compare.json").startswith("**Claims** (Greek → English run")
     (tmp_path / "under_way").mkdir()
     under_way = figures.corpus_block(_converged_run(tmp_path / "under_way", finished=False), "`make grc`", default)
