@@ -377,14 +377,11 @@ def claims_block(path: Path) -> str:
         return ""
     report = _json(path)
 
-    def num(x: float) -> str:
-        return f"{x:+.2f}".replace("-", "−")
-
     def item(c: dict) -> str:
         text = f"{c['id']}. {CLAIM_LABELS.get(c['id'], c['claim'])}: **{c['verdict']}**"
         if c.get("effect") is not None:
             lo, hi = c["ci"]
-            text += f" ({num(c['effect'])} [{num(lo)}, {num(hi)}], p {c['p']:.3f})"
+            text += f" ({_signed(c['effect'])} [{_signed(lo)}, {_signed(hi)}], p {c['p']:.3f})"
         elif c["id"] == "f" and c.get("outcomes"):
             o = c["outcomes"]
             text += f" ({o['better']} better, {o['equal']} equal, {o['worse']} worse)"
