@@ -90,10 +90,10 @@ def headline(metrics: dict, params: dict, filt: dict, converged: bool = False) -
     pair = f"{LANGUAGES.get(data['src_lang'], data['src_lang'])} → {LANGUAGES.get(data['tgt_lang'], data['tgt_lang'])}"
     tau = "τ = ∞ (no τ kept dev BLEU within the tolerance)" if ft_tau["tau"] is None else f"τ = {ft_tau['tau']:g}"
     evaluated = filt["splits"][metrics["split"]]["pairs"]
-    which = ("With every model trained until its dev BLEU stopped improving ([converged run](#converged-models))"
+    which = ("With every model trained until its dev BLEU stopped improving (the converged run)"
              if converged else "In the default profile's 3-epoch models (an hour's demonstration, still "
-             "improving; see the [converged run](#converged-models))")
-    table = "[Table](#converged-models)" if converged else "[Table 1](#results)"
+             "improving; see the [converged run](#results))")
+    table = "[Table 1](#results)"
     return textwrap.fill(f"{which}, on the default corpus ({pair} Bible verses, {evaluated:,} {metrics['split']} "
             f"sentences, beam {metrics['beam_size']}) the fine-tuned flexible model at the τ selected on dev ({tau}) "
             f"scores **{ft_tau['window']:.1f} positions per step instead of {glob['window']:.1f} "
@@ -112,14 +112,11 @@ def results_block(table_md: str, filt: dict, metrics: dict) -> str:
     return caption + "\n\n" + "\n".join(_table_lines(table_md))
 
 
-def results_pointer(filt: dict, metrics: dict) -> str:
+def results_pointer() -> str:
     """Where a committed converged run heads the README, the default profile's Table 1 is named,
     not shown: its 3-epoch models are the hour-long demonstration."""
-    text = (f"The default profile's Table 1 (`dvc repro`, 3 epochs, {filt['splits']['train']['pairs']:,} training "
-            f"pairs, {filt['splits'][metrics['split']]['pairs']:,} {metrics['split']} pairs, beam {metrics['beam_size']}; "
-            "a demonstration, its models still improving) is in `results/table1.md`; the converged run's "
-            "is [below](#converged-models).")
-    return textwrap.fill(text, width=100, break_on_hyphens=False)
+    return ("The default profile's Table 1 (`dvc repro`: the same corpus, 3 epochs; a demonstration, its "
+            "models still\nimproving) is in `results/table1.md`.")
 
 
 def finetuning_block(metrics: dict, beta: dict | None, lock: Path = ROOT / "dvc.lock") -> str:
@@ -137,14 +134,16 @@ def finetuning_block(metrics: dict, beta: dict | None, lock: Path = ROOT / "dvc.
     paper = " (the paper's)" if beta_used == "0.1" else ""
     text = (f"**Fine-tuning against its control** (β = 0, the same extra epochs): at β = {beta_used}{paper} "
             f"the fine-tuned flexible model scores {ft['window']:.2f} positions per step at "
-            f"τ = {effect['tau']:g}, its control {ctl['window']:.2f} (Δ BLEU {effect['bleu']:+.2f}, p = "
+            f"τ = {effect['tau']:g}, its control {ctl['window']:.2f} (Δ BLEU {_signed(effect['bleu'])}, p = "
             f"{effect['p_value']:.3f}): **on this corpus fine-tuning at that β {verdict}**"
-            + ("" if narrows else "; its gain over Flexible τ = ∞ is the extra epoch's") + ".")
+            + ("" if narrows or effect["p_value"] < 0.05 else "; its gain over Flexible τ = ∞ comes from training longer")
+            + ".")
     if beta:
         ref, points = beta["reference"], beta["points"]
         chosen = next((q for q in points if q["beta"] == beta.get("selected_beta")), None)
         if chosen and chosen["window"] <= 0.95 * ref["window"]:
-            text += (f" A larger β does (`sweep_beta`, dev, τ = {beta['tau']:g}): at β = {chosen['beta']:g} mean "
+            lead = ("On dev the sweep chose it" if f"{chosen['beta']:g}" == beta_used else "A larger β does")
+            text += (f" {lead} (`sweep_beta`, dev, τ = {beta['tau']:g}): at β = {chosen['beta']:g} mean "
                      f"g_t {ref['g_mean']:.2f} → {chosen['g_mean']:.2f} and window {ref['window']:.2f} → "
                      f"{chosen['window']:.2f} at dev BLEU {chosen['dev_bleu']:.2f} (β = 0: {ref['dev_bleu']:.2f})")
             last = points[-1]
@@ -166,13 +165,25 @@ def finetuned_beta(lock: Path) -> str:
     return f"{(_params()['finetune']['beta'] if beta is None else beta):g}"
 
 
-SEED_ROWS = (("Global", "global", False), ("Flexible τ=∞", "flexible", False),
-             ("fine-tuned τ=∞", "flexible_ft", False),
-             ("fine-tuned at the τ selected per seed", "flexible_ft_tau", True))
+#: the seeds block's rows (label, column prefix of the seeds summary), each shown where the summary
+#: has its ``_bleu`` column, with its window where it has a ``_window`` column
+SEED_ROWS = (("Global", "global"), ("Flexible τ=∞", "flexible"), ("fine-tuned τ=∞", "flexible_ft"),
+             ("fine-tuned at the τ selected per seed", "flexible_ft_tau"),
+             ("its control at that τ", "flexible_ctl_tau"), ("local-m at the nearest window", "local"))
+
+#: the seeds block's names for the comparisons paired by seed (``flexatt.seeds.PAIRS``, keyed by a, b)
+SEED_PAIRS = {("flexible_bleu", "global_bleu"): "Flexible τ=∞ − Global",
+              ("flexible_ft_tau_bleu", "flexible_ft_bleu"): "fine-tuned at its τ − at τ=∞",
+              ("flexible_ft_bleu", "flexible_ctl_bleu"): "fine-tuned − control at τ=∞",
+              ("flexible_ft_tau_bleu", "flexible_ctl_tau_bleu"): "fine-tuned − control at its τ",
+              ("flexible_ft_tau_window", "flexible_ctl_tau_window"): "the same in window",
+              ("flexible_ft_tau_bleu", "local_bleu"): "fine-tuned at its τ − local-m"}
 
 
 def seeds_block(summary_csv: Path) -> str:
-    """Mean ± sample standard deviation over the seed sweep's completed jobs (its ``summary.csv``)."""
+    """Mean ± sample standard deviation of test BLEU (and window) over the seed sweep's completed
+    jobs (its ``summary.csv``), then the headline comparisons paired by seed where the sweep wrote
+    them (``paired.json``, :mod:`flexatt.seeds`), in one paragraph."""
     if not summary_csv.exists():
         return ""
     import csv
@@ -187,24 +198,31 @@ def seeds_block(summary_csv: Path) -> str:
         values = [float(job[key]) for job in jobs]
         return f"{fmt.format(statistics.mean(values))} ± {fmt.format(statistics.stdev(values))}"
 
+    def has(key: str) -> bool:
+        return all((job.get(key) or "").strip() for job in jobs)
+
     seeds = ", ".join(job["train.seed"] for job in jobs)
     entries = []
-    for name, key, windowed in SEED_ROWS:
-        window = (f", window {cell(key + '_window', '{:.1f}')}, "
-                  f"−{100 * statistics.mean(float(j[key + '_reduction']) for j in jobs):.0f}%" if windowed else "")
-        entries.append(f"{name} {cell(key + '_bleu')} (chrF {cell(key + '_chrf')}{window})")
+    for name, key in SEED_ROWS:
+        if not has(key + "_bleu"):
+            continue
+        window = ""
+        if has(key + "_window") and key != "global":
+            cut = (f", −{100 * statistics.mean(float(j[key + '_reduction']) for j in jobs):.0f}%"
+                   if has(key + "_reduction") else "")
+            window = f" (window {cell(key + '_window', '{:.1f}')}{cut})"
+        entries.append(f"{name} {cell(key + '_bleu')}{window}")
     text = (f"**Training noise**: seeds {seeds} (`+sweep=seeds`, `{_shown(summary_csv.parent)}/summary.csv`), "
-            f"test set, mean ± sd of BLEU: " + "; ".join(entries) + ".")
-    lines = [textwrap.fill(text, width=100, break_on_hyphens=False)]
+            f"test BLEU, mean ± sd: " + "; ".join(entries) + ".")
     paired = summary_csv.parent / "paired.json"
     if paired.is_file():  # the headline comparisons paired by seed (flexatt.seeds)
         tested = [c for c in _json(paired)["comparisons"] if c["n"] >= 2 and c["ci"]]
         if tested:
-            text = "Across seeds (paired by seed; mean [95% t interval], Holm-adjusted paired t-test p): " + "; ".join(
-                f"{c['label']} {c['mean']:+.2f} [{c['ci'][0]:+.2f}, {c['ci'][1]:+.2f}]"
+            text += " Paired by seed (mean [95% t interval], Holm-adjusted paired t-test p): " + "; ".join(
+                f"{SEED_PAIRS.get((c['a'], c['b']), c['label'])} {_signed(c['mean'])} "
+                f"[{_signed(c['ci'][0])}, {_signed(c['ci'][1])}]"
                 + (f", p {c['p_holm']:.3f}" if c["p_holm"] is not None else "") for c in tested) + "."
-            lines += ["", textwrap.fill(text, width=100, break_on_hyphens=False)]
-    return "\n".join(lines)
+    return textwrap.fill(text, width=100, break_on_hyphens=False)
 
 
 def char_block(run: Path) -> str:
@@ -237,8 +255,8 @@ LONG_RUNS = {
 
 def long_run_block(run: Path, intro: str, estimate: str = "") -> str:
     """A long run of ``scripts/profile_run.py --stepwise`` (``results/<profile>/``): its Table 1
-    under a caption (stopping rule, source commit, data, reordering), the fine-tuning against its
-    control at the β the sweep chose, and the minutes each stage took; while it is under way, the
+    under a caption (stopping rule, source commit, data, reordering, the minutes each stage took),
+    the fine-tuning against its control at the β the sweep chose; while it is under way, the
     stages done so far; nothing before it starts."""
     if not (run / "provenance.json").is_file():
         return ""
@@ -256,20 +274,17 @@ def long_run_block(run: Path, intro: str, estimate: str = "") -> str:
     caption = (f"{intro}, `{_shown(run)}/`, code of commit {str(prov.get('commit'))[:7]}: "
                f"every model and fine-tuning until dev BLEU stopped improving, ‡ where one reached its cap; "
                f"{filt['splits']['train']['pairs']:,} training pairs, {filt['splits'][metrics['split']]['pairs']:,} "
-               f"{metrics['split']} pairs, beam {metrics['beam_size']}{crossing}.")
+               f"{metrics['split']} pairs, beam {metrics['beam_size']}{crossing}. {wall_time(prov)}")
     beta = _json(run / "sweep_beta.json") if (run / "sweep_beta.json").is_file() else None
-    parts = [textwrap.fill(caption, width=100, break_on_hyphens=False), "",
-             *_table_lines((run / "table1.md").read_text(encoding="utf-8")), "",
-             finetuning_block(metrics, beta, run / "dvc.lock")]
-    wall = wall_time(prov)
-    if wall:
-        parts += ["", wall]
-    return "\n".join(parts)
+    return "\n".join([textwrap.fill(caption.strip(), width=100, break_on_hyphens=False), "",
+                      *_table_lines((run / "table1.md").read_text(encoding="utf-8")), "",
+                      finetuning_block(metrics, beta, run / "dvc.lock")])
 
 
 def wall_time(prov: dict) -> str:
     """A long run's minutes per stage (its ``provenance.json``), grouped, and which resumed
-    stages count every run's minutes and which the last run's only; empty if none recorded."""
+    stages count every run's minutes and which the last run's only, as a sentence to fill into
+    a paragraph; empty if none recorded."""
     minutes = prov.get("stage_minutes") or {}
     if not minutes:
         return ""
@@ -288,7 +303,7 @@ def wall_time(prov: dict) -> str:
             + ", ".join(f"{s} {m:.0f} min" for s, m in minutes.items() if "@" not in s and m >= 1)
             + (f" ({'; '.join(notes)})" if notes else "")
             + ".")
-    return textwrap.fill(text, width=100, break_on_hyphens=False)
+    return text
 
 
 #: the columns of a run's Table 1 that the README's block of a second corpus shows
@@ -352,11 +367,8 @@ def corpus_block(run: Path, intro: str, default_filter: dict, estimate: str = ""
             f"{fixed} {' / '.join(_signed(p['delta']) + ('*' if p['outcome'] != 'equal' else '') for p in pairs)}"
             for fixed, pairs in by_fixed.items()) + " (* Holm p < 0.05). ")
     text += (f"In `{where}/`: " + ", ".join(f"`{name}`" for name in ("table1.md", "compare.md", "figures/")
-                                           if (run / name).exists()) + ".")
-    parts.append(textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False))
-    wall = wall_time(prov)
-    if wall:
-        parts += ["", wall]
+                                           if (run / name).exists()) + f". {wall_time(prov)}")
+    parts.append(textwrap.fill(text.strip(), width=100, break_on_hyphens=False, break_long_words=False))
     return "\n".join(parts)
 
 
@@ -493,7 +505,7 @@ def blocks_of(path: Path, converged: Path = ROOT / "results" / "converged") -> d
         "headline": head,
         "converged": long_run_block(converged, *LONG_RUNS["converged"]),
         "grc": corpus_block(ROOT / "results" / "grc", LONG_RUNS["grc"][0], filt, LONG_RUNS["grc"][1]),
-        "results": (results_pointer(filt, metrics) if done else
+        "results": (results_pointer() if done else
                     results_block((ROOT / "results" / "table1.md").read_text(encoding="utf-8"), filt, metrics)),
         "seeds": seeds_block(converged / "seeds" / "summary.csv" if (converged / "seeds" / "summary.csv").is_file()
                              else ROOT / "results" / "seeds" / "summary.csv"),

@@ -78,6 +78,7 @@ def test_the_converged_run_heads_the_readme_once_it_is_committed(tmp_path):
     table = [line for line in converged.splitlines() if line.startswith("| Global |")]
     assert table and table[0] in (run / "table1.md").read_text()
     assert "at β = 10 the fine-tuned flexible model" in converged.replace("\n", " ")
+    assert "On dev the sweep chose it (`sweep_beta`" in converged.replace("\n", " ")  # the β it ran with
     wall = " ".join(converged.split())
     assert "Wall time (A CPU, 2 logical cores, AVX2, no native bf16, torch 2.13.0): 5.4 h in all" in wall
     assert "resumed, every run counted: sweep_beta" in wall
@@ -118,12 +119,12 @@ def test_the_seeds_block_adds_the_comparisons_paired_by_seed(tmp_path):
 
     figures = load_script("readme_figures")
     shutil.copy2(ROOT / "results/seeds/summary.csv", tmp_path)
-    assert "Across seeds" not in figures.seeds_block(tmp_path / "summary.csv")
+    assert "Paired by seed" not in figures.seeds_block(tmp_path / "summary.csv")
     rows = [{"status": "COMPLETED", "flexible_bleu": f, "global_bleu": g} for f, g in ((18.0, 17.0), (18.5, 17.0), (17.9, 17.2))]
     (tmp_path / "paired.json").write_text(json.dumps({"comparisons": seeds.paired(rows)}))
     text = " ".join(figures.seeds_block(tmp_path / "summary.csv").split())
-    assert "Across seeds" in text and "Flexible τ=∞ − Global, BLEU +1.07 [" in text
-    assert "fine-tuned − control" not in text  # measured on no seed
+    assert "Paired by seed" in text and "Flexible τ=∞ − Global +1.07 [" in text
+    assert "fine-tuned − control" not in text and "its control" not in text  # measured on no seed
 
 
 def test_the_grc_block_shows_its_table_cut_to_the_readmes_columns_beside_the_default_corpus(tmp_path):
@@ -166,3 +167,46 @@ def test_the_grc_block_shows_its_table_cut_to_the_readmes_columns_beside_the_def
     (tmp_path / "under_way").mkdir()
     under_way = figures.corpus_block(_converged_run(tmp_path / "under_way", finished=False), "`make grc`", default)
     assert "is under way" in " ".join(under_way.split())
+
+
+def _landed_run(tmp_path: Path) -> Path:
+    """A finished converged run as large as the converged profile's: Table 1 with local-m and
+    local-p at D = 2, 5 and 10, and the seeds sweep with every column of ``+sweep=seeds`` and
+    its comparisons paired by seed."""
+    import csv
+    import json
+
+    from flexatt import seeds
+
+    run = _converged_run(tmp_path, finished=True)
+    lines = (run / "table1.md").read_text(encoding="utf-8").splitlines()
+    for name in ("Local-m", "Local-p"):
+        at = next(i for i, line in enumerate(lines) if line.startswith(f"| {name} (D=10) |"))
+        lines[at + 1:at + 1] = [lines[at].replace("(D=10)", f"(D={d})") for d in (2, 5)]
+    (run / "table1.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    columns = ("global_bleu", "flexible_bleu", "flexible_ft_bleu", "flexible_ft_tau_bleu", "flexible_ctl_bleu",
+               "flexible_ctl_tau_bleu", "local_bleu", "global_chrf", "flexible_chrf", "flexible_ft_chrf",
+               "flexible_ft_tau_chrf", "global_window", "flexible_ft_tau_window", "flexible_ctl_tau_window",
+               "local_window", "flexible_ft_tau_reduction", "selected_tau")
+    jobs = [{"job": i, "status": "COMPLETED", "train.seed": i + 1,
+             **{c: round(30.0 + i * 0.37 + k * 0.11, 2) for k, c in enumerate(columns)}} for i in range(3)]
+    (run / "seeds").mkdir()
+    with open(run / "seeds" / "summary.csv", "w", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["job", "status", "train.seed", *columns])
+        writer.writeheader()
+        writer.writerows(jobs)
+    (run / "seeds" / "paired.json").write_text(json.dumps({"comparisons": seeds.paired(jobs)}))
+    return run
+
+
+def test_a_landed_converged_run_with_its_seeds_keeps_the_readme_within_its_length(tmp_path):
+    """The README as it will read once the converged run and its seeds are committed: every
+    block generated from a run of the converged profile's size stays within the 250 lines."""
+    from conftest import load_script
+
+    figures = load_script("readme_figures")
+    run = _landed_run(tmp_path)
+    blocks = figures.blocks_of(figures.README, converged=run)
+    assert "| Local-p (D=5) |" in blocks["converged"] and "Paired by seed" in blocks["seeds"]
+    text = figures.fill(figures.README.read_text(encoding="utf-8"), blocks, figures.README)
+    assert len(text.splitlines()) <= 250
