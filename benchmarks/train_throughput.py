@@ -88,7 +88,11 @@ def main() -> None:
                         help="instead of timing: where a training step's time goes (torch.profiler), per variant")
     parser.add_argument("--compile", action="store_true",
                         help="instead: eager against a torch.compile'd decoder step recurrence, per variant")
+    parser.add_argument("--concurrent", type=int, metavar="N",
+                        help="instead: one process of --threads threads against N processes of --threads/N at once")
     args = parser.parse_args()
+    if args.concurrent:
+        return concurrency(args)
     if args.compile:
         return compiled_step(args)
     if args.batch_sizes:
@@ -261,6 +265,75 @@ def compiled_step(args: argparse.Namespace) -> None:
             med = statistics.median(rates[v, mode])
             print(f"{v:15s} {mode:>9s} {med:10.0f} {min(rates[v, mode]):8.0f}–{max(rates[v, mode]):<8.0f} "
                   f"{epoch_tokens / med / 60:10.2f} {warm[v, mode]:10.1f} {med / base:8.2f}x")
+
+
+def _setup(params: str, variant: str, batches: int, threads: int):
+    """A model of ``variant`` with its optimiser, the first ``batches`` training batches, their
+    target tokens, the clipping and the resolved precision, at ``threads`` threads."""
+    torch.set_num_threads(threads)
+    cfg = load_params(params)
+    split, data, vocab_size = training_split(cfg)
+    batch_list = first_batches(split, data, cfg.train.batch_size, batches)
+    precision = str(resolve_precision(cfg.trainer.precision, str(cfg.trainer.accelerator))[0])
+    torch.manual_seed(0)
+    model = build_model(model_config(cfg, variant), *vocab_size, PAD_ID).train()
+    return (model, torch.optim.Adam(model.parameters(), lr=1e-3), batch_list,
+            sum(b.n_tgt_tokens for b in batch_list), float(cfg.trainer.gradient_clip_val), precision)
+
+
+def _concurrent_worker(params: str, variant: str, batches: int, threads: int, rounds: int, start, rates) -> None:
+    """One of ``--concurrent``'s processes: a warm-up and ``rounds`` timed training rounds, each
+    begun when every process (and the parent) has reached ``start``; tokens/s go to ``rates``."""
+    model, opt, batch_list, tokens, clip, precision = _setup(params, variant, batches, threads)
+    for _ in range(rounds + 1):
+        start.wait()
+        rates.put(tokens / training_round(model, opt, batch_list, clip, precision))
+
+
+def concurrency(args: argparse.Namespace) -> None:
+    """Tokens per second, summed over processes, of one training process with ``--threads``
+    threads and of ``--concurrent`` processes of ``--threads``/N threads training at once."""
+    import multiprocessing as mp
+
+    n = args.concurrent
+    if n < 2 or args.threads % n:
+        sys.exit(f"error: --concurrent {n}: give 2 or more processes that divide --threads {args.threads}")
+    ctx = mp.get_context("spawn")
+    cfg = load_params(args.params)
+    epoch_tokens = None
+    print(f"train_throughput --concurrent {n}: {args.batches} batches of {cfg.train.batch_size} pairs per process "
+          f"and round, {args.rounds} rounds; 1 process of {args.threads} threads against {n} of "
+          f"{args.threads // n} at once (tokens/s summed over processes)")
+    print(f"{'variant':15s} {'processes':>13s} {'tokens/s':>10s} {'spread':>17s} {'min/epoch':>10s} {'vs one':>8s}")
+    for v in args.variants or list(cfg.variants):
+        start, rates = ctx.Barrier(n + 1), ctx.Queue()
+        workers = [ctx.Process(target=_concurrent_worker, daemon=True,
+                               args=(args.params, v, args.batches, args.threads // n, args.rounds, start, rates))
+                   for _ in range(n)]
+        for w in workers:
+            w.start()
+        model, opt, batch_list, tokens, clip, precision = _setup(args.params, v, args.batches, args.threads)
+        if epoch_tokens is None:
+            split = training_split(cfg)[0]
+            epoch_tokens = int(split.tgt_lengths.sum()) + len(split)
+        one, many = f"1 x {args.threads}", f"{n} x {args.threads // n}"
+
+        def step(c: str) -> float:
+            if c == one:
+                return tokens / training_round(model, opt, batch_list, clip, precision)
+            start.wait()
+            return sum(rates.get() for _ in range(n))
+
+        step(many)  # warm-up of both
+        step(one)
+        result = rotating_rounds([one, many], step, args.rounds)
+        for w in workers:
+            w.join()
+        base = statistics.median(result[one])
+        for c in (one, many):
+            med = statistics.median(result[c])
+            print(f"{v:15s} {c:>13s} {med:10.0f} {min(result[c]):8.0f}–{max(result[c]):<8.0f} "
+                  f"{epoch_tokens / med / 60:10.2f} {med / base:7.2f}x")
 
 
 if __name__ == "__main__":

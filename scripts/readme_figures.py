@@ -115,8 +115,8 @@ def results_block(table_md: str, filt: dict, metrics: dict) -> str:
 def results_pointer() -> str:
     """Where a committed converged run heads the README, the default profile's Table 1 is named,
     not shown: its 3-epoch models are the hour-long demonstration."""
-    return ("The default profile's Table 1 (`dvc repro`: the same corpus, 3 epochs; a demonstration, its "
-            "models still\nimproving) is in `results/table1.md`.")
+    return textwrap.fill("The default profile's Table 1 (`dvc repro`: the same corpus, 3 epochs; a demonstration, "
+                         "its models still improving) is in `results/table1.md`.", width=100)
 
 
 def finetuning_block(metrics: dict, beta: dict | None, lock: Path = ROOT / "dvc.lock") -> str:
@@ -212,7 +212,7 @@ def seeds_block(summary_csv: Path) -> str:
                    if has(key + "_reduction") else "")
             window = f" (window {cell(key + '_window', '{:.1f}')}{cut})"
         entries.append(f"{name} {cell(key + '_bleu')}{window}")
-    text = (f"**Training noise**: seeds {seeds} (`+sweep=seeds`, `{_shown(summary_csv.parent)}/summary.csv`), "
+    text = (f"**Training noise**: seeds {seeds} (`+sweep=seeds`, `{_shown(summary_csv.parent)}/`), "
             f"test BLEU, mean ± sd: " + "; ".join(entries) + ".")
     paired = summary_csv.parent / "paired.json"
     if paired.is_file():  # the headline comparisons paired by seed (flexatt.seeds)
@@ -272,7 +272,7 @@ def long_run_block(run: Path, intro: str, estimate: str = "") -> str:
     reordering = filt.get("reordering")
     crossing = (f"; {reordering['crossing_link_pairs']:.1%} of gold link pairs cross" if reordering else "")
     caption = (f"{intro}, `{_shown(run)}/`, code of commit {str(prov.get('commit'))[:7]}: "
-               f"every model and fine-tuning until dev BLEU stopped improving, ‡ where one reached its cap; "
+               f"every model and fine-tuning until dev BLEU stopped improving; "
                f"{filt['splits']['train']['pairs']:,} training pairs, {filt['splits'][metrics['split']]['pairs']:,} "
                f"{metrics['split']} pairs, beam {metrics['beam_size']}{crossing}. {wall_time(prov)}")
     beta = _json(run / "sweep_beta.json") if (run / "sweep_beta.json").is_file() else None

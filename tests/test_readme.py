@@ -196,15 +196,28 @@ def _landed_run(tmp_path: Path) -> Path:
         writer.writeheader()
         writer.writerows(jobs)
     (run / "seeds" / "paired.json").write_text(json.dumps({"comparisons": seeds.paired(jobs)}))
+    prov = json.loads((run / "provenance.json").read_text())
+    trained = ["global", "local_m", "local_p", "local_m_d2", "local_m_d5", "local_p_d2", "local_p_d5", "flexible",
+               "sact", "flexible_sact"]
+    minutes = {"filter": 0.4, "tokenize": 0.3, **{f"train@{v}": 85.5 for v in trained},
+               **{f"{s}@{v}": 33.3 for s in ("finetune", "control") for v in ("flexible", "flexible_sact")},
+               "sweep_beta": 211.0, "sweep_sigma": 31.0, "sweep_tau": 22.0, "evaluate": 34.0, "compare": 12.0}
+    (run / "provenance.json").write_text(json.dumps({
+        **prov, "stage_minutes": minutes, "resumed_stages": ["train@flexible", "sweep_beta", "train@local_m_d5"],
+        "interrupted_minutes": {"sweep_beta": 43.0, "train@local_m_d5": 20.0}}))
     return run
 
 
-def test_a_landed_converged_run_with_its_seeds_keeps_the_readme_within_its_length(tmp_path):
+def test_a_landed_converged_run_with_its_seeds_keeps_the_readme_within_its_length(tmp_path, monkeypatch):
     """The README as it will read once the converged run and its seeds are committed: every
-    block generated from a run of the converged profile's size stays within the 250 lines."""
+    block generated from a run of the converged profile's size stays within the 250 lines (the
+    run's files named as the README will name them, in results/converged/)."""
     from conftest import load_script
 
     figures = load_script("readme_figures")
+    shown = figures._shown
+    monkeypatch.setattr(figures, "_shown", lambda path: Path("results") / path.relative_to(tmp_path)
+                        if path.is_relative_to(tmp_path) else shown(path))
     run = _landed_run(tmp_path)
     blocks = figures.blocks_of(figures.README, converged=run)
     assert "| Local-p (D=5) |" in blocks["converged"] and "Paired by seed" in blocks["seeds"]
