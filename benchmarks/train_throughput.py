@@ -27,6 +27,12 @@ give training. Compilation happens in the warm-up, over every batch, so the roun
 ``--batch-sizes`` measures the variants at several batch sizes instead (at the resolved
 precision), each on as many pairs as ``--batches`` batches of ``train.batch_size`` hold, side by
 side in rotating rounds: how much of an epoch's time a larger batch saves on this CPU.
+
+``--concurrent N`` measures instead one training process with ``--threads`` threads against N
+processes of ``--threads``/N threads each (at least one: N above ``--threads`` oversubscribes the
+cores, as a joblib sweep of more jobs than cores does), training at once (started together every
+round), in rotating rounds: whether trainings side by side (``dvc queue start -j 2``, a joblib
+sweep) finish more work per hour than one after the other with every thread.
 """
 
 from __future__ import annotations
@@ -89,7 +95,7 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true",
                         help="instead: eager against a torch.compile'd decoder step recurrence, per variant")
     parser.add_argument("--concurrent", type=int, metavar="N",
-                        help="instead: one process of --threads threads against N processes of --threads/N at once")
+                        help="instead: one process of --threads threads against N processes of --threads/N (>= 1) at once")
     args = parser.parse_args()
     if args.concurrent:
         return concurrency(args)
@@ -296,19 +302,20 @@ def concurrency(args: argparse.Namespace) -> None:
     import multiprocessing as mp
 
     n = args.concurrent
-    if n < 2 or args.threads % n:
-        sys.exit(f"error: --concurrent {n}: give 2 or more processes that divide --threads {args.threads}")
+    if n < 2:
+        sys.exit(f"error: --concurrent {n}: give 2 or more processes")
+    each = max(1, args.threads // n)
     ctx = mp.get_context("spawn")
     cfg = load_params(args.params)
     epoch_tokens = None
     print(f"train_throughput --concurrent {n}: {args.batches} batches of {cfg.train.batch_size} pairs per process "
           f"and round, {args.rounds} rounds; 1 process of {args.threads} threads against {n} of "
-          f"{args.threads // n} at once (tokens/s summed over processes)")
+          f"{each} at once (tokens/s summed over processes)")
     print(f"{'variant':15s} {'processes':>13s} {'tokens/s':>10s} {'spread':>17s} {'min/epoch':>10s} {'vs one':>8s}")
     for v in args.variants or list(cfg.variants):
         start, rates = ctx.Barrier(n + 1), ctx.Queue()
         workers = [ctx.Process(target=_concurrent_worker, daemon=True,
-                               args=(args.params, v, args.batches, args.threads // n, args.rounds, start, rates))
+                               args=(args.params, v, args.batches, each, args.rounds, start, rates))
                    for _ in range(n)]
         for w in workers:
             w.start()
@@ -316,7 +323,7 @@ def concurrency(args: argparse.Namespace) -> None:
         if epoch_tokens is None:
             split = training_split(cfg)[0]
             epoch_tokens = int(split.tgt_lengths.sum()) + len(split)
-        one, many = f"1 x {args.threads}", f"{n} x {args.threads // n}"
+        one, many = f"1 x {args.threads}", f"{n} x {each}"
 
         def step(c: str) -> float:
             if c == one:

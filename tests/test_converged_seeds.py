@@ -23,10 +23,10 @@ def test_the_local_m_nearest_the_fine_tuned_window_is_replicated():
 
 
 def test_the_sweep_runs_in_a_fixed_folder_so_that_it_resumes():
-    cmd = seeds.command([1, 2, 3], "local_m_d5")
+    cmd = seeds.command([1, 2, 3], "local_m_d5", 3)
     assert cmd[0] == sys.executable and cmd[1:5] == ["-m", "flexatt.stages.replicate", "-m", "+sweep=seeds"]
     assert "train.seed=1,2,3" in cmd and "seeds_local=local_m_d5" in cmd
-    assert f"hydra.sweep.dir={seeds.SWEEP_DIR}" in cmd
+    assert f"hydra.sweep.dir={seeds.SWEEP_DIR}" in cmd and "hydra.launcher.n_jobs=3" in cmd
 
 
 def test_it_needs_a_kept_converged_copy_and_its_table(tmp_path, capsys):
@@ -42,7 +42,14 @@ def test_it_needs_a_kept_converged_copy_and_its_table(tmp_path, capsys):
     results.mkdir()
     (results / "metrics.json").write_text(json.dumps(table(local_m=21.0, local_m_d5=11.0)))
     assert seeds.main(["--keep", str(tmp_path), "--results", str(results), "--seeds", "2", "3", "--dry-run"]) == 0
-    assert "train.seed=2,3 seeds_local=local_m_d5" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "train.seed=2,3 seeds_local=local_m_d5" in out and out.rstrip().endswith("hydra.launcher.n_jobs=2")
+    seeds.main(["--keep", str(tmp_path), "--results", str(results), "--dry-run"])
+    assert capsys.readouterr().out.rstrip().endswith("hydra.launcher.n_jobs=3")  # every seed at once
+    seeds.main(["--keep", str(tmp_path), "--results", str(results), "--jobs", "1", "--dry-run"])
+    assert capsys.readouterr().out.rstrip().endswith("hydra.launcher.n_jobs=1")
+    with pytest.raises(SystemExit):
+        seeds.main(["--keep", str(tmp_path), "--results", str(results), "--jobs", "0", "--dry-run"])
 
 
 def test_make_runs_it_on_the_converged_copy():

@@ -41,9 +41,10 @@ SWEEPS = {
     "seeds": ("replicate", ["train.seed"], ["train.out_dir", "train.metrics_dir", "finetune.out_dir",
                                             "finetune.metrics_dir", "finetune.control_out_dir"]),
 }
-#: sweeps whose main metric is not dev BLEU, and sweeps that run one job at a time
+#: sweeps whose main metric is not dev BLEU, and sweeps that run another number of jobs at once
+#: than the launcher's 2 (the seeds sweep: its 3 seeds)
 MAIN_METRIC = {"seeds": "flexible_ft_tau_bleu"}
-N_JOBS = {"seeds": 1}
+N_JOBS = {"seeds": 3}
 JOB_DIR = "${hydra:sweep.dir}/${hydra:sweep.subdir}"
 
 
