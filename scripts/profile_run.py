@@ -231,10 +231,15 @@ def selected_beta(copy: Path) -> float | None:
     return json.loads((copy / out).read_text(encoding="utf-8"))["selected_beta"]
 
 
+#: what other scripts add to a run's results folder (``converged_seeds.py``: ``seeds/``), kept
+#: when :func:`copy_results` replaces the pipeline's part of it
+KEPT = ("seeds",)
+
+
 def copy_results(copy: Path, dest: Path) -> list[str]:
     """Replace ``dest`` with the copy's ``dvc.lock`` and the outputs under ``results/`` of the
-    stages it lists (what this run made; files of stages it did not run are left out).
-    Returns the copied paths, relative to ``results/``."""
+    stages it lists (what this run made; files of stages it did not run are left out), keeping
+    the :data:`KEPT` entries of ``dest``. Returns the copied paths, relative to ``results/``."""
     import yaml
 
     lock = yaml.safe_load((copy / "dvc.lock").read_text(encoding="utf-8"))
@@ -242,7 +247,13 @@ def copy_results(copy: Path, dest: Path) -> list[str]:
     files = sorted({f for out in outs if out.parts[0] == "results"
                     for f in ([copy / out] if (copy / out).is_file() else (copy / out).rglob("*")) if f.is_file()})
     if dest.exists():
-        shutil.rmtree(dest)
+        for entry in dest.iterdir():
+            if entry.name in KEPT:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
     copied = []
     for f in files:
         rel = f.relative_to(copy / "results")

@@ -64,11 +64,15 @@ def test_copy_results_takes_only_the_outputs_the_lock_lists(tmp_path):
     for rel in ("results/tokenize.json", "results/train/global.json", "results/train/global.csv",
                 "results/train/local_m.json", "results/figures/evaluate/a.png", "artifacts/tok/x.npz"):
         (copy / rel).write_text(rel)
-    dest.mkdir()
+    (dest / "train").mkdir(parents=True)
     (dest / "stale.json").write_text("old")
+    (dest / "train/stale.json").write_text("old")
+    (dest / "seeds").mkdir()  # what converged_seeds.py adds after the pipeline: kept
+    (dest / "seeds/summary.csv").write_text("seed")
     copied = profile_run.copy_results(copy, dest)
     assert copied == ["figures/evaluate/a.png", "tokenize.json", "train/global.csv", "train/global.json"]
-    assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()) == sorted([*copied, "dvc.lock"])
+    assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()) == sorted(
+        [*copied, "dvc.lock", "seeds/summary.csv"])
     assert (dest / "train/global.json").read_text() == "results/train/global.json"
 
 
