@@ -248,7 +248,7 @@ def char_block(run: Path) -> str:
 #: is expected to take, said while it is under way (a finished run gives its own minutes)
 LONG_RUNS = {
     "converged": ("`make converged` (the `converged` profile, [long runs](#configuration))",
-                  "about 23 h on 2 cores in float32"),
+                  "about 17 h on 2 cores in float32"),
     "grc": ("`make grc` (Koine Greek → English, [long runs](#configuration))", "hours on 2 cores"),
 }
 
