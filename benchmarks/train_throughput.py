@@ -307,7 +307,8 @@ def concurrency(args: argparse.Namespace) -> None:
     each = max(1, args.threads // n)
     ctx = mp.get_context("spawn")
     cfg = load_params(args.params)
-    epoch_tokens = None
+    split = training_split(cfg)[0]
+    epoch_tokens = int(split.tgt_lengths.sum()) + len(split)
     print(f"train_throughput --concurrent {n}: {args.batches} batches of {cfg.train.batch_size} pairs per process "
           f"and round, {args.rounds} rounds; 1 process of {args.threads} threads against {n} of "
           f"{each} at once (tokens/s summed over processes)")
@@ -320,9 +321,6 @@ def concurrency(args: argparse.Namespace) -> None:
         for w in workers:
             w.start()
         model, opt, batch_list, tokens, clip, precision = _setup(args.params, v, args.batches, args.threads)
-        if epoch_tokens is None:
-            split = training_split(cfg)[0]
-            epoch_tokens = int(split.tgt_lengths.sum()) + len(split)
         one, many = f"1 x {args.threads}", f"{n} x {each}"
 
         def step(c: str) -> float:
