@@ -376,13 +376,17 @@ def restore(copy: Path, results: Path) -> None:
 
 
 def needed_stages(copy: Path, targets: list[str]) -> set[str]:
-    """``targets`` and every stage they depend on (the nodes of ``dvc dag --dot TARGETS``)."""
+    """``targets`` and every stage they depend on: the nodes of ``dvc dag --dot TARGET`` for each
+    target (``dvc dag`` takes one target at a time)."""
     import re
 
-    result = run_dvc(copy, "dag", "--dot", *targets)
-    if result.returncode != 0:
-        sys.exit(f"error: dvc dag {' '.join(targets)} failed in {copy}: {result.stderr.strip()}")
-    return set(re.findall(r'^"([^"]+)";$', result.stdout, flags=re.M))
+    needed: set[str] = set()
+    for target in targets:
+        result = run_dvc(copy, "dag", "--dot", target)
+        if result.returncode != 0:
+            sys.exit(f"error: dvc dag {target} failed in {copy}: {result.stderr.strip()}")
+        needed |= set(re.findall(r'^"([^"]+)";$', result.stdout, flags=re.M))
+    return needed
 
 
 def write_provenance(dest: Path, profile: str, overrides: list[str], stages: list[str], source: dict,

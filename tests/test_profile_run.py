@@ -83,6 +83,19 @@ def test_help(script):
     assert result.returncode == 0 and "--keep" in result.stdout and "--targets" in result.stdout
 
 
+def test_needed_stages_joins_the_ancestors_of_every_target(tmp_path):
+    """Two targets with different ancestors: both chains are run, and nothing else (``dvc dag``
+    itself takes a single target)."""
+    stages = {name: {"cmd": "true", "deps": [dep], "outs": [out]} for name, dep, out in [
+        ("a", "in.txt", "a.txt"), ("b", "a.txt", "b.txt"), ("c", "in.txt", "c.txt"), ("d", "c.txt", "d.txt"),
+        ("e", "in.txt", "e.txt")]}
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": stages}))
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    assert profile_run.run_dvc(tmp_path, "init", "-q").returncode == 0
+    assert profile_run.needed_stages(tmp_path, ["b", "d"]) == {"a", "b", "c", "d"}
+    assert profile_run.needed_stages(tmp_path, ["b"]) == {"a", "b"}
+
+
 @pytest.mark.slow
 def test_a_stepwise_run_hands_back_each_stage_and_resumes_from_the_cache(tmp_path):
     """--stepwise --results copies the results and the provenance after every stage; a new copy
