@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None, profile: str | None = None) -> int:
         if args.results and not (dest / "dvc.lock").is_file():
             restore(dest, args.results)
         dvc, env = dvc_env(dest)
-        done: list[str] = []
+        done = earlier_stages(args.results, dest, source) if args.results else []
         clock = StageClock(args.results if args.stepwise else None)
 
         def repro(targets: list[str]) -> int:
@@ -373,6 +373,23 @@ def restore(copy: Path, results: Path) -> None:
     shutil.copy2(lock, copy / "dvc.lock")
     checkout = run_dvc(copy, "checkout")
     print(f"resuming from {lock}: dvc checkout {'restored the completed stages' if checkout.returncode == 0 else 'restored what the cache holds'}")
+
+
+def earlier_stages(results: Path, copy: Path, source: dict) -> list[str]:
+    """The stages an earlier run of the same code (commit) recorded as done in ``results``'
+    ``provenance.json`` and that the copy's ``dvc.lock`` still holds: a run made of several
+    invocations (``--targets A``, then ``--targets B``, then the rest) lists every stage it has
+    done, not only the last invocation's."""
+    import yaml
+
+    provenance, lock = results / "provenance.json", copy / "dvc.lock"
+    if not provenance.is_file() or not lock.is_file():
+        return []
+    old = json.loads(provenance.read_text(encoding="utf-8"))
+    if old.get("commit") != source.get("commit"):
+        return []
+    locked = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages") or {}
+    return [name for name in dict.fromkeys(old.get("stages_done") or []) if name in locked]
 
 
 def needed_stages(copy: Path, targets: list[str]) -> set[str]:

@@ -83,6 +83,21 @@ def test_help(script):
     assert result.returncode == 0 and "--keep" in result.stdout and "--targets" in result.stdout
 
 
+def test_a_run_in_several_invocations_keeps_the_stages_its_earlier_ones_did(tmp_path):
+    """--targets A, then --targets B: B's invocation lists A's stages too, those its copy's lock
+    holds, in their order and once; an earlier run of other code lists none."""
+    (tmp_path / "results").mkdir()
+    (tmp_path / "copy").mkdir()
+    (tmp_path / "results/provenance.json").write_text(json.dumps(
+        {"commit": "abc", "stages_done": ["filter", "tokenize", "train@global", "tokenize", "train@lost"]}))
+    (tmp_path / "copy/dvc.lock").write_text(yaml.safe_dump(
+        {"schema": "2.0", "stages": {name: {"cmd": "true"} for name in ("filter", "tokenize", "train@global")}}))
+    earlier = profile_run.earlier_stages(tmp_path / "results", tmp_path / "copy", {"commit": "abc"})
+    assert earlier == ["filter", "tokenize", "train@global"]
+    assert profile_run.earlier_stages(tmp_path / "results", tmp_path / "copy", {"commit": "def"}) == []
+    assert profile_run.earlier_stages(tmp_path / "none", tmp_path / "copy", {"commit": "abc"}) == []
+
+
 def test_needed_stages_joins_the_ancestors_of_every_target(tmp_path):
     """Two targets with different ancestors: both chains are run, and nothing else (``dvc dag``
     itself takes a single target)."""
