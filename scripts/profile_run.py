@@ -145,6 +145,11 @@ class StageClock:
       that finished them — only where the run that takes the stage up again has the same code
       (commit) and overrides, so that it continues the same work. Otherwise (or where the
       interrupted run recorded no minutes) the stage's minutes are those of the finishing run only.
+      A stage that runs again from its start (its code, data or params changed) drops what
+      earlier runs recorded of it: it is neither resumed nor given their minutes.
+
+    Minutes measured on another machine (``machine`` differs from the ``provenance.json``'s) are
+    not this machine's: the clock then starts empty, as a run on a new kind of machine.
 
     Time is counted by ticks of at most :data:`TICK` seconds: while the processes are stopped
     (``SIGSTOP``, e.g. to give a CI run the cores) no tick comes, and the gap after it counts as one
@@ -153,10 +158,12 @@ class StageClock:
     TICK = 15.0
     SAVE_EVERY = 60.0
 
-    def __init__(self, results: Path | None):
+    def __init__(self, results: Path | None, machine: dict | None = None):
         old = {}
         if results is not None and (results / "provenance.json").is_file():
             old = json.loads((results / "provenance.json").read_text(encoding="utf-8"))
+        if machine is not None and old.get("machine") not in (None, machine):
+            old = {}
         self.minutes: dict[str, float] = dict(old.get("stage_minutes", {}))
         self.resumed: list[str] = list(old.get("resumed_stages", []))
         self.interrupted: dict[str, float] = dict(old.get("interrupted_minutes", {}))
@@ -169,10 +176,11 @@ class StageClock:
         """Start counting ``stage``, run by ``origin`` (``{"commit", "overrides"}``); the minutes an
         interrupted run of the same origin had counted of it are carried on."""
         left, origin = self.left, origin or {}
-        if left.get("stage") == stage and left.get("minutes") and left.get("origin") == origin:
+        carried = left.get("stage") == stage and bool(left.get("minutes")) and left.get("origin") == origin
+        if carried:
             self.interrupted[stage] = left["minutes"]
         self.running = {"stage": stage, "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "origin": origin,
-                        "seconds": 60 * self.interrupted.get(stage, 0.0), "last": time.monotonic()}
+                        "seconds": 60 * left["minutes"] if carried else 0.0, "last": time.monotonic()}
 
     def tick(self) -> None:
         """Count the time since the last tick (at most two ticks' worth: see the class)."""
@@ -188,6 +196,9 @@ class StageClock:
         # off before writing them; what it had counted stands
         if stage and (ran or (stage not in self.minutes and stage in self.interrupted)):
             self.minutes[stage] = round(self.running["seconds"] / 60, 2)
+        if stage and ran and stage != self.left.get("stage"):  # ran from its start: earlier runs' record of it is void
+            self.interrupted.pop(stage, None)
+            self.resumed = [s for s in self.resumed if s != stage]
         self.running = None
 
     def record(self) -> dict:
@@ -236,13 +247,18 @@ def selected_beta(copy: Path) -> float | None:
 KEPT = ("seeds",)
 
 
-def copy_results(copy: Path, dest: Path) -> list[str]:
+def copy_results(copy: Path, dest: Path, stages: list[str] | None = None) -> list[str]:
     """Replace ``dest`` with the copy's ``dvc.lock`` and the outputs under ``results/`` of the
     stages it lists (what this run made; files of stages it did not run are left out), keeping
-    the :data:`KEPT` entries of ``dest``. Returns the copied paths, relative to ``results/``."""
+    the :data:`KEPT` entries of ``dest``. ``stages``: only these stages' lock entries and outputs
+    (a stepwise run's stages done: not those that a restored lock of an earlier run, on other
+    code or another machine, still lists while this run has yet to make them again). Returns the
+    copied paths, relative to ``results/``."""
     import yaml
 
     lock = yaml.safe_load((copy / "dvc.lock").read_text(encoding="utf-8"))
+    if stages is not None:
+        lock["stages"] = {name: entry for name, entry in lock["stages"].items() if name in stages}
     outs = [Path(o["path"]) for stage in lock["stages"].values() for o in stage.get("outs", [])]
     files = sorted({f for out in outs if out.parts[0] == "results"
                     for f in ([copy / out] if (copy / out).is_file() else (copy / out).rglob("*")) if f.is_file()})
@@ -260,7 +276,10 @@ def copy_results(copy: Path, dest: Path) -> list[str]:
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(f, dest / rel)
         copied.append(str(rel))
-    shutil.copy2(copy / "dvc.lock", dest / "dvc.lock")
+    if stages is None:
+        shutil.copy2(copy / "dvc.lock", dest / "dvc.lock")
+    else:
+        (dest / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False, width=1 << 20), encoding="utf-8")
     return copied
 
 
@@ -298,7 +317,7 @@ def main(argv: list[str] | None = None, profile: str | None = None) -> int:
             restore(dest, args.results)
         dvc, env = dvc_env(dest)
         done = earlier_stages(args.results, dest, source) if args.results else []
-        clock = StageClock(args.results if args.stepwise else None)
+        clock = StageClock(args.results if args.stepwise else None, machine() if args.stepwise else None)
 
         def repro(targets: list[str]) -> int:
             sys.stdout.flush()
@@ -323,7 +342,7 @@ def main(argv: list[str] | None = None, profile: str | None = None) -> int:
                 if name not in done:  # the beta step's pass and the main pass share the stages before it
                     done.append(name)
                 if args.results:
-                    copy_results(dest, args.results)
+                    copy_results(dest, args.results, done)
                     write_provenance(args.results, profile, overrides, done, source, clock)
             return 0
 
@@ -348,7 +367,7 @@ def main(argv: list[str] | None = None, profile: str | None = None) -> int:
             print(f"Figures: {where}/results/figures/; metrics: results/*.json (dvc metrics show); "
                   f"W&B runs: {where}/wandb/")
             if args.results:
-                copied = copy_results(dest, args.results)
+                copied = copy_results(dest, args.results, done if args.stepwise else None)
                 write_provenance(args.results, profile, overrides, done, source, clock if args.stepwise else None)
                 print(f"{len(copied)} result files and dvc.lock copied to {args.results}")
         return returncode

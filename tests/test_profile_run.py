@@ -76,6 +76,26 @@ def test_copy_results_takes_only_the_outputs_the_lock_lists(tmp_path):
     assert (dest / "train/global.json").read_text() == "results/train/global.json"
 
 
+def test_copy_results_of_the_stages_this_run_did(tmp_path):
+    """With ``stages``, only those stages' outputs and lock entries: a lock restored from an
+    earlier run still lists stages this run has yet to make again, and their files stay out."""
+    copy, dest = tmp_path / "copy", tmp_path / "results"
+    lock = {"schema": "2.0", "stages": {
+        "train@flexible": {"cmd": "x", "outs": [{"path": "results/train/flexible.json", "md5": "new"}]},
+        "train@global": {"cmd": "x", "outs": [{"path": "results/train/global.json", "md5": "old"}]}}}
+    (copy / "results/train").mkdir(parents=True)
+    (copy / "dvc.lock").write_text(yaml.safe_dump(lock))
+    for name in ("flexible", "global"):
+        (copy / f"results/train/{name}.json").write_text(name)
+    (dest / "train").mkdir(parents=True)
+    (dest / "train/global.json").write_text("an earlier run's")
+    assert profile_run.copy_results(copy, dest, ["train@flexible"]) == ["train/flexible.json"]
+    assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()) == [
+        "dvc.lock", "train/flexible.json"]
+    written = yaml.safe_load((dest / "dvc.lock").read_text())
+    assert written == {"schema": "2.0", "stages": {"train@flexible": lock["stages"]["train@flexible"]}}
+
+
 @pytest.mark.parametrize("script", ["profile_run.py", "smoke.py"])
 def test_help(script):
     result = subprocess.run([sys.executable, str(ROOT / "scripts" / script), "--help"], capture_output=True,
@@ -243,6 +263,42 @@ def test_a_stage_finished_but_not_recorded_keeps_the_minutes_it_had(tmp_path, mo
     clock.start("evaluate", origin)
     clock.stop(ran=False)
     assert clock.record()["stage_minutes"] == {"evaluate": 7.5}
+
+
+def test_a_stage_that_runs_again_from_its_start_drops_the_earlier_runs_record(tmp_path, monkeypatch):
+    """A finished stage that an earlier run had resumed (its interrupted minutes part of its
+    total) runs again from its start (new code): it gets this run's minutes only and is no longer
+    listed as resumed; a stage that stays up to date keeps its record."""
+    now = [0.0]
+    monkeypatch.setattr(profile_run.time, "monotonic", lambda: now[0])
+    (tmp_path / "provenance.json").write_text(json.dumps(
+        {"stage_minutes": {"sweep_beta": 183.8, "train@global": 35.7}, "resumed_stages": ["sweep_beta", "train@global"],
+         "interrupted_minutes": {"sweep_beta": 43.0, "train@global": 5.0}, "running": None}))
+    clock = profile_run.StageClock(tmp_path)
+    clock.start("sweep_beta", {"commit": "b" * 40, "overrides": []})
+    for _ in range(8):
+        now[0] += 15.0
+        clock.tick()
+    clock.stop(ran=True)
+    clock.start("train@global", {"commit": "b" * 40, "overrides": []})
+    clock.stop(ran=False)
+    record = clock.record()
+    assert record["stage_minutes"] == {"sweep_beta": 2.0, "train@global": 35.7}
+    assert record["resumed_stages"] == ["train@global"] and record["interrupted_minutes"] == {"train@global": 5.0}
+
+
+def test_minutes_of_another_machine_are_not_carried(tmp_path):
+    """A run on another kind of machine starts an empty clock; on the same machine it carries on."""
+    here = {"cpu": "AMD EPYC", "simd": "AVX512", "native_bf16": True}
+    (tmp_path / "provenance.json").write_text(json.dumps(
+        {"stage_minutes": {"train@flexible": 87.2}, "resumed_stages": ["train@flexible"],
+         "interrupted_minutes": {}, "running": {"stage": "train@local_p", "minutes": 12.0},
+         "machine": {**here, "simd": "AVX2", "native_bf16": False}}))
+    assert profile_run.StageClock(tmp_path, here).record() == {
+        "stage_minutes": {}, "resumed_stages": [], "interrupted_minutes": {}, "running": None}
+    carried = profile_run.StageClock(tmp_path, {**here, "simd": "AVX2", "native_bf16": False}).record()
+    assert carried["stage_minutes"] == {"train@flexible": 87.2}
+    assert carried["resumed_stages"] == ["train@flexible", "train@local_p"]
 
 
 def test_run_counted_ticks_and_saves_while_the_command_runs(tmp_path, monkeypatch):
