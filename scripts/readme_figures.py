@@ -165,6 +165,23 @@ def finetuned_beta(lock: Path) -> str:
     return f"{(_params()['finetune']['beta'] if beta is None else beta):g}"
 
 
+def stopping_rule(lock: Path) -> str:
+    """How the run of ``lock`` stopped its trainings, from the params its ``train@flexible`` ran
+    with: "trained until dev BLEU stopped improving (the learning rate halved after N epochs
+    without a better one, stopped after M; ‡ at the cap)"."""
+    import yaml
+
+    stage = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages", {}).get("train@flexible") \
+        if lock.is_file() else None
+    params = ((stage or {}).get("params") or {}).get("params.yaml", {})
+    halve, stop = params.get("train.lr_plateau_patience", 1), params.get("train.early_stopping_patience")
+    if stop is None:
+        return "trained for a fixed number of epochs"
+    epochs = lambda n: f"{n} epoch{'s' if n != 1 else ''}"  # noqa: E731
+    return (f"trained until dev BLEU stopped improving (the learning rate halved after {epochs(halve)} "
+            f"without a better one, stopped after {stop}; ‡ at the cap)")
+
+
 #: the seeds block's rows (label, column prefix of the seeds summary), each shown where the summary
 #: has its ``_bleu`` column, with its window where it has a ``_window`` column
 SEED_ROWS = (("Global", "global"), ("Flexible τ=∞", "flexible"), ("fine-tuned τ=∞", "flexible_ft"),
@@ -248,7 +265,7 @@ def char_block(run: Path) -> str:
 #: is expected to take, said while it is under way (a finished run gives its own minutes)
 LONG_RUNS = {
     "converged": ("`make converged` (the `converged` profile, [long runs](#configuration))",
-                  "about 17 h on 2 cores in float32"),
+                  "about 14 h on 2 cores with native bf16, 22 h in float32"),
     "grc": ("`make grc` (Koine Greek → English, [long runs](#configuration))", "hours on 2 cores"),
 }
 
@@ -272,7 +289,7 @@ def long_run_block(run: Path, intro: str, estimate: str = "") -> str:
     reordering = filt.get("reordering")
     crossing = (f"; {reordering['crossing_link_pairs']:.1%} of gold link pairs cross" if reordering else "")
     caption = (f"{intro}, `{_shown(run)}/`, code of commit {str(prov.get('commit'))[:7]}: "
-               f"every model and fine-tuning until dev BLEU stopped improving; "
+               f"every model and fine-tuning {stopping_rule(run / 'dvc.lock')}; "
                f"{filt['splits']['train']['pairs']:,} training pairs, {filt['splits'][metrics['split']]['pairs']:,} "
                f"{metrics['split']} pairs, beam {metrics['beam_size']}{crossing}. {wall_time(prov)}")
     beta = _json(run / "sweep_beta.json") if (run / "sweep_beta.json").is_file() else None
@@ -339,8 +356,8 @@ def corpus_block(run: Path, intro: str, default_filter: dict, estimate: str = ""
                 f"{reordering['sentences_with_crossing']:.0%} of pairs" if reordering else "")
     if reordering and default:
         crossing += f" (default corpus {default['crossing_link_pairs']:.1%}, {default['sentences_with_crossing']:.0%})"
-    caption = (f"{intro}, commit {str(prov.get('commit'))[:7]}, trained until dev BLEU stopped improving "
-               f"(‡ at the cap): {filt['splits']['train']['pairs']:,} training and "
+    caption = (f"{intro}, commit {str(prov.get('commit'))[:7]}, {stopping_rule(run / 'dvc.lock')}: "
+               f"{filt['splits']['train']['pairs']:,} training and "
                f"{filt['splits'][metrics['split']]['pairs']:,} {metrics['split']} pairs, beam "
                f"{metrics['beam_size']}{crossing}; AER against the human alignments.")
     rows = _table_rows((run / "table1.md").read_text(encoding="utf-8"))

@@ -160,10 +160,11 @@ def test_the_grc_profile_trains_on_the_greek_corpus_under_the_converged_stopping
     assert {"global", "local_m", "flexible"} <= set(params.variants) and params.finetune.variants == ["flexible"]
     assert {"global", "local_m", "flexible", "flexible_ft"} <= set(params.evaluate.checkpoints)
     # the cap is grc's own (an epoch here is a seventh of the default corpus's); the rule is converged's
-    assert (params.train.epochs, params.train.early_stopping_patience, params.finetune.epochs) == (60, 2, 60)
+    assert (params.train.epochs, params.train.early_stopping_patience, params.finetune.epochs) == (60, 4, 60)
     converged = ROOT / "conf/profile/converged.yaml"
     if converged.is_file():  # the stopping rule is converged's: keep the two profiles equal
         rule = OmegaConf.load(converged)
         assert params.train.early_stopping_patience == rule.train.early_stopping_patience
         assert params.train.lr_schedule == rule.train.get("lr_schedule", params.train.lr_schedule)
+        assert params.train.lr_plateau_patience == rule.train.get("lr_plateau_patience", 1)
         assert params.train.epochs >= rule.train.epochs and params.finetune.epochs >= rule.finetune.epochs

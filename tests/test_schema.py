@@ -100,6 +100,7 @@ RULES = [
     ("train.lr", 0.0, "train.lr: must be > 0.0 (got 0.0)"),
     ("train.lr_schedule", "cosine", "train.lr_schedule: must be one of fixed, plateau (got 'cosine')"),
     ("train.early_stopping_patience", 0, "train.early_stopping_patience: must be >= 1 (got 0)"),
+    ("train.lr_plateau_patience", 0, "train.lr_plateau_patience: must be >= 1 (got 0)"),
     ("finetune.variant", "bahdanau", "finetune.variant: must be one of global, local_m"),
     ("finetune.variants", ["flexible", "bahdanau"], "finetune.variants[1]: must be one of global, local_m"),
     ("finetune.beta", -0.1, "finetune.beta: must be >= 0.0 (got -0.1)"),

@@ -220,6 +220,39 @@ def test_lr_schedule_and_the_lr_column(in_dir, forced_bleu, monkeypatch, schedul
     assert metrics["precision"] in ("bf16-mixed", "32-true") and metrics["precision_reason"]
 
 
+def test_plateau_patience_2_halves_only_after_two_epochs_without_a_better_dev_bleu(in_dir, forced_bleu):
+    """``train.lr_plateau_patience=2``: a single worse epoch (epoch 2) keeps the rate; epochs 4
+    and 5, both below epoch 3's best, halve it for epoch 6. The same dev BLEU under patience 1
+    halves after epochs 2, 4 and 5."""
+    values = [5.0, 4.0, 6.0, 5.0, 5.0, 7.0]
+    forced_bleu(values)
+    lr = None
+    for patience, factors in ((2, [1, 1, 1, 1, 1, 0.5]), (1, [1, 1, 0.5, 0.5, 0.25, 0.125])):
+        cfg = load_params("params.yaml", [f"train.out_dir=pp{patience}", f"train.metrics_dir=ppr{patience}",
+                                          "train.lr_schedule=plateau", f"train.lr_plateau_patience={patience}"])
+        lr = cfg.train.lr
+        metrics, _ = train(cfg, "global", epochs=6)
+        rows = _curve(in_dir / f"ppr{patience}/global.csv")
+        assert [float(r["lr"]) for r in rows] == pytest.approx([lr * f for f in factors]), patience
+        assert [float(r["val_bleu"]) for r in rows] == values and metrics["best_epoch"] == 6
+        run = json.loads((in_dir / f"pp{patience}/global/run.json").read_text())
+        assert run["lr_plateau_patience"] == patience
+
+
+def test_the_converged_rule_stops_after_two_halvings_without_a_better_dev_bleu(in_dir, forced_bleu):
+    """Halve after 2 epochs without a better dev BLEU, stop after 4 (the ``converged`` profile's
+    rule): after epoch 3's best, epochs 4-5 halve the rate, epochs 6-7 halve it again and stop
+    the run; epoch 8's better BLEU is never reached."""
+    forced_bleu([5.0, 4.0, 6.0, 5.0, 5.0, 5.5, 5.9, 9.0])
+    cfg = load_params("params.yaml", ["train.out_dir=cr", "train.metrics_dir=crr", "train.lr_schedule=plateau",
+                                      "train.lr_plateau_patience=2", "train.early_stopping_patience=4"])
+    metrics, _ = train(cfg, "global", epochs=8)
+    lr = cfg.train.lr
+    rows = _curve(in_dir / "crr/global.csv")
+    assert [float(r["lr"]) for r in rows] == pytest.approx([lr, lr, lr, lr, lr, lr / 2, lr / 2])
+    assert metrics["epochs"] == 7 and metrics["best_epoch"] == 3 and metrics["dev_bleu"] == 6.0
+
+
 def test_early_stopping_watches_dev_bleu(in_dir, forced_bleu):
     forced_bleu([5.0, 4.0, 3.0, 8.0, 9.0])
     cfg = load_params("params.yaml", ["train.out_dir=es", "train.metrics_dir=esr", "train.early_stopping_patience=2"])

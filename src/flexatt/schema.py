@@ -265,6 +265,7 @@ class Train(Group):
     batch_size: PositiveInt = 64
     lr: PositiveFloat = 0.002
     lr_schedule: Literal[LR_SCHEDULES] = "plateau"
+    lr_plateau_patience: PositiveInt = 1
     lr_halve_from_epoch: PositiveInt = 3
     early_stopping_patience: Optional[PositiveInt] = None
     val_max_len_ratio: PositiveFloat = 2.0

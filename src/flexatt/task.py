@@ -3,7 +3,8 @@
 ``TranslationTask`` holds only what training needs: the loss (teacher-forced cross-entropy, or
 the fine-tuning objective J = CE − β·mean g_t of Flexible Attention eq. 9), Adam with a learning
 rate schedule (``train.lr_schedule``: ``fixed`` halves it every epoch from a configured epoch on,
-``plateau`` halves it after every epoch whose dev BLEU is no better than the best before), and
+``plateau`` halves it after ``train.lr_plateau_patience`` epochs whose dev BLEU is no better than
+the best before), and
 validation by greedy decoding of the dev set scored with BLEU. The network lives in
 ``flexatt.model``; the data in ``flexatt.data.datamodule``; decoding in ``flexatt.decoding``; the
 Trainer and its run in ``flexatt.trainer``.
@@ -51,23 +52,30 @@ class TranslationTask(pl.LightningModule):
             from an epoch-end checkpoint continues exactly as an uninterrupted one.
         max_len_ratio: greedy validation decodes at most ``ratio · S + 10`` tokens.
         lr_schedule: ``fixed`` (:func:`lr_factor`, stepped by Lightning at the end of every
-            epoch) or ``plateau``: ``ReduceLROnPlateau(mode="max", factor=0.5, patience=0)``
-            on the dev BLEU (``val/bleu``), stepped by :meth:`on_validation_epoch_end` as soon
+            epoch) or ``plateau``: ``ReduceLROnPlateau(mode="max", factor=0.5)`` on the dev
+            BLEU (``val/bleu``), halving after ``lr_plateau_patience`` epochs without a better
+            one (counted since the best epoch or the last halving), stepped by :meth:`on_validation_epoch_end` as soon
             as the BLEU of a fitting epoch is known, so that the epoch-end checkpoint holds the
             stepped state (:meth:`on_save_checkpoint`) and a resumed run halves exactly where an
             uninterrupted one does. Lightning's own plateau stepping comes after the checkpoint
             and is skipped on resume; it is not used. Without dev BLEU (no detokenizer) the
             rate stays constant.
+        lr_plateau_patience: with ``lr_schedule="plateau"``, how many epochs without a better
+            dev BLEU halve the rate (1: every such epoch; 2: a single worse epoch, which dev BLEU's
+            epoch-to-epoch noise gives while a model still improves, does not).
         vocab_digests: ``{"src": sha, "tgt": sha}`` of the SentencePiece models, saved with the
             hyperparameters so that a checkpoint refuses another vocabulary of the same size.
     """
 
     def __init__(self, model_cfg: dict, src_vocab: int, tgt_vocab: int, lr: float = 1e-3,
                  halve_from: int = 4, beta: float = 0.0, seed: int = 0, max_len_ratio: float = 2.0,
-                 lr_schedule: str = "fixed", vocab_digests: dict[str, str] | None = None):
+                 lr_schedule: str = "fixed", vocab_digests: dict[str, str] | None = None,
+                 lr_plateau_patience: int = 1):
         super().__init__()
         if lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"train.lr_schedule: must be one of {', '.join(LR_SCHEDULES)} (got {lr_schedule!r})")
+        if isinstance(lr_plateau_patience, bool) or not isinstance(lr_plateau_patience, int) or lr_plateau_patience < 1:
+            raise ValueError(f"train.lr_plateau_patience: must be an integer >= 1 (got {lr_plateau_patience!r})")
         self.save_hyperparameters()
         self.model = build_model(model_cfg, src_vocab, tgt_vocab, PAD_ID)
         self.detokenize: Callable[[list[list[int]]], list[str]] | None = None
@@ -137,8 +145,10 @@ class TranslationTask(pl.LightningModule):
     def configure_optimizers(self) -> Any:
         optimizer = torch.optim.Adam(self.model.parameters(), lr=self.hparams.lr)
         if self.hparams.get("lr_schedule", "fixed") == "plateau":
+            # torch's patience is the number of worse epochs tolerated; ours counts the one that halves
+            patience = self.hparams.get("lr_plateau_patience", 1) - 1
             self.plateau = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="max", factor=0.5,
-                                                                      patience=0)
+                                                                      patience=patience)
             if self._plateau_state is not None:
                 self.plateau.load_state_dict(self._plateau_state)
             return optimizer

@@ -182,6 +182,7 @@ def train(cfg: DictConfig | schema.Params, variant: str, *, out_dir: str | None 
     epochs = epochs if epochs is not None else t.epochs
     lr = lr if lr is not None else t.lr
     batch_size, halve_from, lr_schedule, seed, ratio = t.batch_size, t.lr_halve_from_epoch, t.lr_schedule, t.seed, t.val_max_len_ratio
+    plateau_patience = t.lr_plateau_patience
     trainer_cfg = p.trainer.model_dump(exclude_unset=True)
     log_checkpoint = p.logger.log_checkpoint
     model_cfg = require_registered(model_config(p, variant))
@@ -195,7 +196,7 @@ def train(cfg: DictConfig | schema.Params, variant: str, *, out_dir: str | None 
     pl.seed_everything(seed, workers=True, verbose=False)
     task = TranslationTask(model_cfg, len(src_vocab), len(tgt_vocab), lr=lr, halve_from=halve_from,
                            beta=beta, seed=seed, max_len_ratio=ratio, lr_schedule=lr_schedule,
-                           vocab_digests={side: file_digest(tok_dir / f"{side}.model") for side in SIDES})
+                           lr_plateau_patience=plateau_patience, vocab_digests={side: file_digest(tok_dir / f"{side}.model") for side in SIDES})
     if init_from is not None:
         init_from = Path(init_from)
         if not init_from.is_file():
@@ -207,6 +208,7 @@ def train(cfg: DictConfig | schema.Params, variant: str, *, out_dir: str | None 
     fingerprint = {
         "variant": variant, "model": model_cfg, "epochs": epochs, "lr": lr, "beta": beta,
         "batch_size": batch_size, "halve_from": halve_from, "lr_schedule": lr_schedule, "seed": seed,
+        "lr_plateau_patience": plateau_patience,
         "trainer": schema.as_dict(p).get("trainer", {}),
         "data": file_digest(tok_dir / "train.npz"), "code": _code_digest(),
         "init_from": file_digest(init_from) if init_from else None,
