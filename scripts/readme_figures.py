@@ -154,14 +154,20 @@ def finetuning_block(metrics: dict, beta: dict | None, lock: Path = ROOT / "dvc.
     return textwrap.fill(text, width=100, break_on_hyphens=False)
 
 
+def _lock_params(lock: Path, stage: str) -> dict:
+    """The params.yaml values ``stage`` of ``lock`` (a ``dvc.lock``) ran with; empty where the
+    lock or the stage is missing."""
+    import yaml
+
+    entry = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages", {}).get(stage) \
+        if lock.is_file() else None
+    return ((entry or {}).get("params") or {}).get("params.yaml", {})
+
+
 def finetuned_beta(lock: Path) -> str:
     """The β that ``finetune@flexible`` of ``lock`` ran with (for a converged run, the one its
     ``sweep_beta`` selected); ``finetune.beta`` of params.yaml where the lock has no such stage."""
-    import yaml
-
-    stage = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages", {}).get("finetune@flexible") \
-        if lock.is_file() else None
-    beta = ((stage or {}).get("params") or {}).get("params.yaml", {}).get("finetune.beta")
+    beta = _lock_params(lock, "finetune@flexible").get("finetune.beta")
     return f"{(_params()['finetune']['beta'] if beta is None else beta):g}"
 
 
@@ -169,11 +175,7 @@ def stopping_rule(lock: Path) -> str:
     """How the run of ``lock`` stopped its trainings, from the params its ``train@flexible`` ran
     with: "trained until dev BLEU stopped improving (the learning rate halved after N epochs
     without a better one, stopped after M; ‡ at the cap)"."""
-    import yaml
-
-    stage = (yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages", {}).get("train@flexible") \
-        if lock.is_file() else None
-    params = ((stage or {}).get("params") or {}).get("params.yaml", {})
+    params = _lock_params(lock, "train@flexible")
     halve, stop = params.get("train.lr_plateau_patience", 1), params.get("train.early_stopping_patience")
     if stop is None:
         return "trained for a fixed number of epochs"
