@@ -383,7 +383,7 @@ def corpus_block(run: Path, intro: str, default_filter: dict, estimate: str = ""
             by_fixed.setdefault(f"{kind}D = {pair['D']}", []).append(pair)
         names = " / ".join(dict.fromkeys(pair["model"].replace("flexible_ft", "fine-tuned") for pair in matched))
         text += (f"At local-m's window (τ matched on dev), Δ BLEU of {names}: " + ", ".join(
-            f"{fixed} {' / '.join(_signed(p['delta']) + ('*' if p['outcome'] != 'equal' else '') for p in pairs)}"
+            f"{fixed} {' / '.join(_signed(p['delta']) + ('*' if p['outcome'] in SIGNIFICANT else '') for p in pairs)}"
             for fixed, pairs in by_fixed.items()) + " (* Holm p < 0.05). ")
     text += (f"In `{where}/`: " + ", ".join(f"`{name}`" for name in ("table1.md", "compare.md", "figures/")
                                            if (run / name).exists()) + f". {wall_time(prov)}")
@@ -391,10 +391,15 @@ def corpus_block(run: Path, intro: str, default_filter: dict, estimate: str = ""
     return "\n".join(parts)
 
 
+#: matched-window outcomes that a significant difference gives
+SIGNIFICANT = ("better", "worse")
+
+
 #: the README's short name of each claim of ``results/compare.json`` (its own text otherwise)
 CLAIM_LABELS = {"a": "Flexible τ=∞ ≥ Global", "b": "τ cuts 56–64% of positions at ≤ 0.5 BLEU",
                 "c": "fine-tuning narrows the window (vs a control)", "c+sact": "the same, Flexible+SACT",
-                "d": "Local-p > Global", "e": "SACT > Global", "f": "Flexible > a fixed window of equal size"}
+                "d": "Local-p > Global", "e": "SACT > Global", "e2": "SACT gains +2 BLEU over Global",
+                "f": "Flexible > a fixed window of equal size"}
 
 
 #: how the claims line names the run whose compare stage it reports (by its results folder)
@@ -415,7 +420,8 @@ def claims_block(path: Path) -> str:
             text += f" ({_signed(c['effect'])} [{_signed(lo)}, {_signed(hi)}], p {c['p']:.3f})"
         elif c["id"] == "f" and c.get("outcomes"):
             o = c["outcomes"]
-            text += f" ({o['better']} better, {o['equal']} equal, {o['worse']} worse)"
+            text += (f" ({o['better']} better, {o['equal']} equal, {o['worse']} worse"
+                     + (f", {o['not matched']} not matched" if o.get("not matched") else "") + ")")
         return text
 
     where = _shown(path.parent)

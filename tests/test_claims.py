@@ -5,6 +5,7 @@ and on a tiny model), and the stage itself on the smoke pipeline (slow)."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import os
@@ -15,7 +16,8 @@ import torch
 
 from flexatt import claims
 from flexatt.claims import (adjust, bleu_difference, claims_table, compare_pair, holm, match_window, outcome,
-                            verdict_better, verdict_not_worse, verdict_within)
+                            verdict_better, verdict_effect, verdict_not_worse, verdict_within,
+                            windows_match)
 from flexatt.metrics import bleu_significance, corpus_bleu
 
 REFS = ["the cat sat on the mat", "a dog ran in the park", "she reads a book at night",
@@ -122,17 +124,58 @@ def test_compare_pair_reports_both_tests_and_both_intervals():
 # Verdicts
 
 
-@pytest.mark.parametrize("delta, p, better, not_worse, pair", [
-    (1.0, 0.01, "holds", "holds", "better"),
-    (1.0, 0.20, "inconclusive", "holds", "equal"),
-    (-1.0, 0.01, "fails", "fails", "worse"),
-    (-1.0, 0.20, "inconclusive", "inconclusive", "equal"),
-    (0.0, 0.01, "inconclusive", "holds", "equal"),
+@pytest.mark.parametrize("ci, p, better, not_worse, pair", [
+    ([0.4, 1.6], 0.01, "holds", "holds", "better"),
+    ([-0.2, 2.2], 0.20, "inconclusive", "holds", "equal"),
+    ([-1.6, -0.4], 0.01, "fails", "fails", "worse"),
+    ([-1.9, -0.1], 0.20, "inconclusive", "inconclusive", "equal"),
+    ([-0.4, 0.4], 0.01, "inconclusive", "holds", "equal"),
+    # the bootstrap p reads one tail: p < α while the 95% interval still contains 0
+    ([-0.40, 5.10], 0.048, "inconclusive", "holds", "equal"),
+    ([-5.10, 0.40], 0.048, "inconclusive", "inconclusive", "equal"),
+    # a tiny gain whose interval allows a loss beyond the margin: not shown to be "≥"
+    ([-1.6, 1.5], 0.98, "inconclusive", "inconclusive", "equal"),
+    # significantly worse, even within the margin: "≥" fails
+    ([-0.45, -0.15], 0.01, "fails", "fails", "worse"),
 ])
-def test_the_verdict_rules(delta, p, better, not_worse, pair):
-    assert verdict_better(delta, p, 0.05) == better
-    assert verdict_not_worse(delta, p, 0.05) == not_worse
-    assert outcome(delta, p, 0.05) == pair
+def test_the_verdict_rules(ci, p, better, not_worse, pair):
+    assert verdict_better(ci, p, 0.05) == better
+    assert verdict_not_worse(ci, p, 0.05, 0.5) == not_worse
+    assert outcome(ci, p, 0.05) == pair
+
+
+@pytest.mark.parametrize("ci, verdict", [([1.2, 3.0], "holds"), ([0.1, 0.5], "fails"), ([2.1, 3.0], "fails"),
+                                         ([-0.5, 2.5], "inconclusive")])
+def test_a_papers_effect_is_read_from_the_interval(ci, verdict):
+    assert verdict_effect(ci, 2.0) == verdict
+
+
+def test_sacrebleus_bootstrap_p_can_fall_below_alpha_while_the_interval_contains_zero():
+    """Real sacrebleu tests of two random systems (one keeps 70% of the reference words, the other
+    64%): within a few draws the bootstrap p is below 0.05 while the 95% interval of Δ (the same
+    resamples) contains 0, its one-tailed reading; the verdict there is inconclusive."""
+    rng = np.random.default_rng(0)
+    words = [f"w{i}" for i in range(30)]
+    refs = [" ".join(rng.choice(words, 8)) for _ in range(80)]
+
+    def noisy(keep):
+        return [" ".join(w if rng.random() < keep else rng.choice(words) for w in r.split()) for r in refs]
+
+    for _ in range(6):
+        a, b = noisy(0.70), noisy(0.64)
+        p = bleu_significance({"A": a, "B": b}, [refs], {"A": "B", "B": None}, n_samples=1000, seed=1)["A"]["p_value"]
+        ci = bleu_difference(a, b, refs, n_samples=1000, seed=1)["ci"]
+        if p < 0.05 and ci[0] <= 0 <= ci[1]:
+            break
+    else:
+        pytest.fail("no draw with p < 0.05 and an interval containing 0")
+    assert verdict_better(ci, p, 0.05) == "inconclusive" and outcome(ci, p, 0.05) == "equal"
+
+
+@pytest.mark.parametrize("window, target, match", [(10.0, 10.0, True), (10.9, 10.0, True), (11.2, 10.0, False),
+                                                   (8.9, 10.0, False)])
+def test_a_match_is_a_dev_window_within_ten_percent(window, target, match):
+    assert windows_match(window, target) is match
 
 
 @pytest.mark.parametrize("ci, verdict", [([-0.4, 0.3], "holds"), ([-0.5, 0.3], "holds"),
@@ -176,8 +219,10 @@ def test_the_claims_table_on_synthetic_results():
     assert table["c+sact"]["verdict"] == "not measured"
     assert set(table["c+sact"]["missing"]) == {"flexible_sact_ft_tau", "flexible_sact_ctl_tau"}
     assert table["d"]["verdict"] == "fails"  # local-p significantly below Global
-    assert table["e"]["verdict"] == "inconclusive" and "outside the CI" in table["e"]["detail"]
-    assert table["f"]["verdict"] == "inconclusive" and table["f"]["outcomes"] == {"better": 1, "equal": 1, "worse": 0}
+    assert table["e"]["verdict"] == "inconclusive"  # p 0.09
+    assert table["e2"]["verdict"] == "fails" and "outside the CI" in table["e2"]["detail"]  # +2 above [−0.1, 1.3]
+    assert table["f"]["verdict"] == "inconclusive"
+    assert table["f"]["outcomes"] == {"better": 1, "equal": 1, "worse": 0, "not matched": 0}
 
 
 def test_claim_verdicts_move_with_the_evidence():
@@ -190,12 +235,31 @@ def test_claim_verdicts_move_with_the_evidence():
     assert table["b"]["verdict"] == "fails"  # only 43% fewer positions
     assert table["c"]["verdict"] == "fails"  # wider than the control
     assert table["d"]["verdict"] == "not measured"  # no comparison of local_p
-    assert table["e"]["verdict"] == "holds" and "inside the CI" in table["e"]["detail"]
+    assert table["e"]["verdict"] == "holds"
+    assert table["e2"]["verdict"] == "holds" and "inside the CI" in table["e2"]["detail"]
     assert table["f"]["verdict"] == "not measured"
     worse = [*MATCHED, {"model": "flexible", "local": "local_p", "outcome": "worse"}]
     assert {c["id"]: c for c in claims_table(rows, comps, worse)}["f"]["verdict"] == "fails"
     better = [{**m, "outcome": "better"} for m in MATCHED]
     assert {c["id"]: c for c in claims_table(rows, comps, better)}["f"]["verdict"] == "holds"
+
+
+def test_pairs_whose_windows_did_not_match_are_left_out_of_claim_f():
+    pairs = [*MATCHED, {"model": "flexible", "local": "local_p", "outcome": "not matched"}]
+    f = {c["id"]: c for c in claims_table(ROWS, COMPS, pairs)}["f"]
+    assert f["verdict"] == "inconclusive" and f["outcomes"]["not matched"] == 1 and "1 not matched" in f["detail"]
+    better = [{**m, "outcome": "better"} for m in MATCHED] + [pairs[-1]]
+    assert {c["id"]: c for c in claims_table(ROWS, COMPS, better)}["f"]["verdict"] == "holds"
+    none = [{**m, "outcome": "not matched"} for m in MATCHED]
+    assert {c["id"]: c for c in claims_table(ROWS, COMPS, none)}["f"]["verdict"] == "not measured"
+
+
+def test_fine_tuning_is_not_judged_where_no_tau_was_selected():
+    """Without a selected τ both _tau rows decode at τ = ∞, where the windows are equal by
+    construction: claim c is not measured, not failed."""
+    rows = {**ROWS, "flexible_ft_tau": _row(35.0, 19.1, tau=None), "flexible_ctl_tau": _row(35.0, 19.0, tau=None)}
+    c = {c["id"]: c for c in claims_table(rows, COMPS, MATCHED)}["c"]
+    assert c["verdict"] == "not measured" and "selected none" in c["missing"][0]
 
 
 def test_nothing_measured_is_not_an_error():
@@ -317,7 +381,7 @@ def check_compare_outputs(copy) -> None:
     for m in report["matched"]:
         assert m["D"] == 3  # the smoke profile's model.local_D
         assert abs(m["dev"]["window"] - m["dev"]["target"]) < 0.5
-        assert m["outcome"] in ("better", "equal", "worse") and 0 < m["p"] <= 1 and 0 < m["p_ar"] <= 1
+        assert m["outcome"] in ("better", "equal", "worse", "not matched") and 0 < m["p"] <= 1 and 0 < m["p_ar"] <= 1
     table1 = report["table1"]
     metrics = json.loads((copy / "results/metrics.json").read_text())["models"]
     assert set(table1) == {r for r, m in metrics.items() if m.get("p_value_against")}
@@ -327,6 +391,8 @@ def check_compare_outputs(copy) -> None:
     curve = (copy / "results/plots/matched_window.csv").read_text().splitlines()
     assert curve[0] == "model,kind,split,tau,window,bleu,ci_low,ci_high"
     assert any(line.startswith("flexible,curve,") for line in curve) and any(",fixed," in line for line in curve)
+    points = list(csv.DictReader(curve))
+    assert all(r["ci_low"] and r["ci_high"] for r in points if r["kind"] == "curve")  # every τ point, with its CI
     assert (copy / "results/figures/matched_window.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = (copy / "results/compare.md").read_text()
     for heading in ("## Claims", "## Matched windows", "## Table 1 comparisons, Holm-adjusted"):

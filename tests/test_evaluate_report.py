@@ -89,7 +89,7 @@ def test_finetuning_effect_is_finetuned_minus_control():
     assert effect["flexible_ft_tau"]["p_value"] == 1.0  # identical hypotheses
     table = render_table({**results, "global": _row(20.0, None, None, None)}, _cfg(), "test", 5, None, effect)
     assert "## Fine-tuning against its control" in table
-    assert "| + fine-tuning τ=2 | 2 | +0.50 | 1.000 | +0.1000 | -1.50 |" in table
+    assert "| Flexible + fine-tuning τ=2 | 2 | +0.50 | 1.000 | +0.1000 | -1.50 |" in table
 
 
 def _cfg():
@@ -100,6 +100,20 @@ def _row(bleu, ci, p, against, tau=None, **extra):
     return {"tau": tau, "window": 20.0, "reduction": 0.25, "bleu": bleu, "chrf": 50.0, "bleu_tok": bleu + 1,
             "ribes": 0.8, "aer": 0.4, "decode_ms": 3.0, "bleu_signature": "nrefs:1|tok:13a",
             "chrf_signature": "nrefs:1|nc:6", "bleu_ci": ci, "p_value": p, "p_value_against": against, **extra}
+
+
+def test_a_control_trains_its_budget_and_is_not_marked_as_capped():
+    budget = {"epochs": 6, "best_epoch": 2, "cap": 6, "stopped": "budget"}
+    results = {
+        "global": _row(20.0, [19.4, 20.6], None, None, reduction=0.0,
+                       training={"epochs": 30, "best_epoch": 30, "cap": 30, "stopped": "cap"}),
+        "flexible_ctl": _row(20.2, [19.6, 20.8], 0.4, "global", training=budget),
+        "flexible_ctl_tau": _row(20.0, [19.4, 20.6], 0.3, "flexible_ctl", tau=1.2, training=budget),
+    }
+    table = render_table(results, _cfg(), "test", 5, {"n_samples": 1000, "seed": 1234})
+    cells = [line for line in table.splitlines() if line.startswith("| ") and "| 6 (2)" in line]
+    assert len(cells) == 2 and not any("‡" in line for line in cells)
+    assert "| 30 (30)‡ |" in table and "Every row trained by the stopping rule reached its cap." in table
 
 
 def test_render_table_shows_interval_dagger_and_footnotes():
@@ -125,7 +139,7 @@ def test_render_table_shows_interval_dagger_and_footnotes():
     assert row["Global"].endswith("| 9 (7) | 3.0 |")  # a result that does not say which backend
     assert row["Local-m (D=10)"].endswith("| 30 (30)‡ | 3.0 |")  # stopped at the cap
     assert row["Flexible τ=0.8"].endswith("| – | 3.0 (kernel) |")  # no training record
-    assert "‡ stopped at the cap" in table and "Every row reached its cap" not in table
+    assert "‡ stopped at the cap" in table and "reached its cap" not in table
     assert "| 50.00 |" in row["Global"]  # chrF
     assert "(docs/method.md, Window); reduction against Global." in table
     assert "sacrebleu's paired bootstrap resampling (1000 resamples, seed 1234)" in table

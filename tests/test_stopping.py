@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from flexatt.errors import DataError
-from flexatt.stopping import CAP, EARLY_STOPPING, run_summary
+from flexatt.stopping import BUDGET, CAP, EARLY_STOPPING, run_summary
 
 
 def test_a_run_that_did_all_its_epochs_reached_its_cap(smoke_trained, tmp_path):
@@ -26,6 +26,13 @@ def test_fewer_epochs_than_the_cap_is_early_stopping(smoke_trained, tmp_path):
     run = json.loads((folder / "run.json").read_text())
     (folder / "run.json").write_text(json.dumps({**run, "epochs": run["epochs"] + 5}))
     assert run_summary(folder / "best.ckpt")["stopped"] == EARLY_STOPPING
+
+
+def test_a_fixed_budget_is_neither_a_cap_nor_early_stopping(smoke_trained):
+    """A control trains its fine-tuning's epochs by design: reaching them is not a cap."""
+    folder = smoke_trained / "m" / "flexible"
+    summary = run_summary(folder / "best.ckpt", fixed_budget=True)
+    assert summary["stopped"] == BUDGET and summary["epochs"] == summary["cap"]
 
 
 def test_a_checkpoint_without_its_training_folder_has_no_summary(smoke_trained, tmp_path):

@@ -4,12 +4,18 @@ table and the matched-window search. Pure functions; ``flexatt.stages.compare`` 
 
 Every comparison is of two systems A and B translating the same test sentences against the same
 reference: Δ = BLEU(A) − BLEU(B) (sacrebleu, :func:`flexatt.metrics.corpus_bleu`), its 95%
-paired-bootstrap interval (:func:`bleu_difference`), and two two-sided p-values of H0 "Δ = 0":
+paired-bootstrap interval (:func:`bleu_difference`), and two p-values of H0 "Δ = 0":
 sacrebleu's paired bootstrap resampling (Koehn 2004; the test of Table 1) and sacrebleu's
 approximate randomisation (Riezler & Maxwell 2005), both through
 :func:`flexatt.metrics.bleu_significance`. Each p-value is Holm-adjusted within its family
-(:func:`holm`, :func:`adjust`); verdicts read the adjusted bootstrap p (the AR p is reported
-beside it, with whether it agrees).
+(:func:`holm`, :func:`adjust`); verdicts read the adjusted bootstrap p together with the interval
+(the AR p is reported beside it, with whether it agrees).
+
+sacrebleu's bootstrap p is the share of resamples whose centred statistic |Δ*| − mean |Δ*|
+exceeds |Δ|. Where the two systems clearly differ, |Δ*| ≈ Δ* and mean |Δ*| ≈ Δ, so p ≈ P(Δ* − Δ >
+Δ): the tail of one side. It falls below 0.05 near Δ/σ ≈ 1.64, while the 95% interval excludes 0
+only from Δ/σ ≈ 1.96. A verdict of a difference therefore needs both: the adjusted p below α and
+the interval on one side of 0 (:func:`verdict_better`).
 """
 
 from __future__ import annotations
@@ -24,9 +30,9 @@ from sacrebleu.metrics import BLEU
 from flexatt.evaluation import bisect_log_tau
 from flexatt.metrics import BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED, bleu_significance, corpus_bleu
 
-__all__ = ["ALPHA", "MARGIN", "CLAIMS", "LOCAL_ATTENTIONS", "adjust", "bleu_difference", "claims_table",
-           "compare_pair", "holm", "match_window", "outcome", "verdict_better", "verdict_not_worse",
-           "verdict_within"]
+__all__ = ["ALPHA", "MARGIN", "CLAIMS", "LOCAL_ATTENTIONS", "MATCH_TOLERANCE", "adjust", "bleu_difference",
+           "claims_table", "compare_pair", "holm", "match_window", "outcome", "verdict_better",
+           "verdict_effect", "verdict_not_worse", "verdict_within", "windows_match"]
 
 K = TypeVar("K", bound=Hashable)
 
@@ -42,8 +48,13 @@ PAPER_REDUCTION = (0.56, 0.64)
 #: Mean windows of two models that decode almost alike differ by hundredths of a position; without a
 #: test over sentences for windows, a smaller mean alone would call any such difference a narrowing.
 MIN_NARROWING = 0.05
+#: a matched window is one whose mean dev window is within this share of the fixed window's
+#: (10%); a search that ends farther away (the window jumps past the target between two τ) leaves
+#: the pair "not matched", outside claim f
+MATCH_TOLERANCE = 0.10
 
 HOLDS, FAILS, INCONCLUSIVE, NOT_MEASURED = "holds", "fails", "inconclusive", "not measured"
+NOT_MATCHED = "not matched"
 
 
 # --------------------------------------------------------------------------------------------
@@ -161,8 +172,9 @@ def compare_pair(hyp_a: Sequence[str], hyp_b: Sequence[str], references: Sequenc
     """Every number of one comparison A vs B: ``bleu_a``, ``bleu_b``, their 95% intervals
     ``ci_a``, ``ci_b`` (sacrebleu's per-system bootstrap interval, as Table 1), ``delta`` and its
     interval ``ci`` (:func:`bleu_difference`), ``p_bs`` (paired bootstrap, ``n_samples``
-    resamples) and ``p_ar`` (approximate randomisation, ``ar_trials`` trials), both two-sided,
-    unadjusted, from :func:`flexatt.metrics.bleu_significance` with the same ``seed``."""
+    resamples; see the module's docstring for what it measures) and ``p_ar`` (approximate
+    randomisation, ``ar_trials`` trials, two-sided), both unadjusted, from
+    :func:`flexatt.metrics.bleu_significance` with the same ``seed``."""
     systems, against = {"A": list(hyp_a), "B": list(hyp_b)}, {"A": "B", "B": None}
     bs = bleu_significance(systems, [list(references)], against, n_samples=n_samples, seed=seed)
     ar = bleu_significance(systems, [list(references)], against, n_samples=ar_trials, seed=seed, test="ar")
@@ -177,21 +189,30 @@ def compare_pair(hyp_a: Sequence[str], hyp_b: Sequence[str], references: Sequenc
 # Verdicts
 
 
-def verdict_better(delta: float, p: float, alpha: float = ALPHA) -> str:
-    """"A > B": holds when Δ > 0 and the adjusted p < α; fails when Δ < 0 and p < α (B is
-    significantly better); inconclusive otherwise (no significant difference)."""
-    if p < alpha and delta != 0:
-        return HOLDS if delta > 0 else FAILS
+def _side(ci: Sequence[float]) -> int:
+    """+1 when the 95% interval of Δ lies above 0, −1 when below, 0 when it contains 0."""
+    low, high = ci
+    return 1 if low > 0 else -1 if high < 0 else 0
+
+
+def verdict_better(ci: Sequence[float], p: float, alpha: float = ALPHA) -> str:
+    """"A > B": holds when the adjusted p < α and the 95% interval of Δ lies above 0; fails when
+    the adjusted p < α and the interval lies below 0 (B significantly better); inconclusive
+    otherwise. Both, because the bootstrap p alone reads one tail (the module's docstring)."""
+    side = _side(ci)
+    if p < alpha and side:
+        return HOLDS if side > 0 else FAILS
     return INCONCLUSIVE
 
 
-def verdict_not_worse(delta: float, p: float, alpha: float = ALPHA) -> str:
-    """"A ≥ B": fails when Δ < 0 and the adjusted p < α (A is significantly worse); holds when
-    Δ ≥ 0 (the data agree with the claim and do not contradict it); inconclusive when Δ < 0
-    without a significant difference."""
-    if delta < 0:
-        return FAILS if p < alpha else INCONCLUSIVE
-    return HOLDS
+def verdict_not_worse(ci: Sequence[float], p: float, alpha: float = ALPHA, margin: float = MARGIN) -> str:
+    """"A ≥ B", read as non-inferiority: fails when A is significantly worse (the adjusted p < α
+    and the 95% interval of Δ below 0); holds when the interval excludes a loss of more than
+    ``margin`` (low ≥ −margin); inconclusive otherwise (the data allow a loss beyond the margin
+    without showing one)."""
+    if p < alpha and _side(ci) < 0:
+        return FAILS
+    return verdict_within(ci, margin) if verdict_within(ci, margin) == HOLDS else INCONCLUSIVE
 
 
 def verdict_within(ci: Sequence[float], margin: float = MARGIN) -> str:
@@ -204,12 +225,26 @@ def verdict_within(ci: Sequence[float], margin: float = MARGIN) -> str:
     return FAILS if high < -margin else INCONCLUSIVE
 
 
-def outcome(delta: float, p: float, alpha: float = ALPHA) -> str:
-    """A matched-window pair from A's side: ``better`` / ``worse`` (Δ > 0 / Δ < 0 with the
-    adjusted p < α), else ``equal`` (no significant difference)."""
-    if p < alpha and delta != 0:
-        return "better" if delta > 0 else "worse"
-    return "equal"
+def verdict_effect(ci: Sequence[float], effect: float) -> str:
+    """"A gains ``effect`` BLEU over B" (a paper's reported gain): fails when the 95% interval of Δ
+    excludes ``effect``; holds when it contains ``effect`` and excludes 0 (a gain of that size,
+    and a gain at all); inconclusive when it contains both."""
+    low, high = ci
+    if not low <= effect <= high:
+        return FAILS
+    return HOLDS if _side(ci) > 0 else INCONCLUSIVE
+
+
+def windows_match(dev_window: float, target: float, tolerance: float = MATCH_TOLERANCE) -> bool:
+    """Whether a flexible model's mean dev window matches a fixed window's (``target``): within
+    ``tolerance`` of it, relative."""
+    return abs(dev_window - target) <= tolerance * target
+
+
+def outcome(ci: Sequence[float], p: float, alpha: float = ALPHA) -> str:
+    """A matched-window pair from A's side: ``better`` / ``worse`` where :func:`verdict_better`
+    holds / fails, else ``equal`` (no significant difference)."""
+    return {HOLDS: "better", FAILS: "worse"}.get(verdict_better(ci, p, alpha), "equal")
 
 
 #: the claims (docs/method.md, Claims): id, statement, source, the rows it compares (A, B) and
@@ -227,8 +262,10 @@ CLAIMS = (
      "rule": "narrower+within", "at_inf": ("flexible_sact_ft", "flexible_sact_ctl")},
     {"id": "d", "claim": "Local-p > Global", "source": "Luong et al. 2015, Table 1", "a": "local_p", "b": "global",
      "rule": "better"},
-    {"id": "e", "claim": "SACT > Global (+2 BLEU)", "source": "Lin et al. 2018", "a": "sact", "b": "global",
-     "rule": "better", "paper_effect": 2.0},
+    {"id": "e", "claim": "SACT > Global", "source": "Lin et al. 2018", "a": "sact", "b": "global",
+     "rule": "better"},
+    {"id": "e2", "claim": "SACT gains +2 BLEU over Global", "source": "Lin et al. 2018", "a": "sact", "b": "global",
+     "rule": "effect", "paper_effect": 2.0},
     {"id": "f", "claim": "Flexible beats a fixed window of equal size (matched windows)",
      "source": "Shu & Nakayama 2017, §5", "rule": "matched"},
 )
@@ -249,7 +286,7 @@ def claims_table(rows: Mapping[str, dict], comparisons: Sequence[dict], matched:
 
     Verdict rules (α = ``alpha``, δ = ``margin``, p the adjusted bootstrap p):
 
-    * a (``not_worse``): :func:`verdict_not_worse`;
+    * a (``not_worse``): :func:`verdict_not_worse` (non-inferiority with the margin);
     * b (``within+reduction``): holds when the window reduction 1 − window(A)/window(B) is at
       least 56% (the paper's lower bound) and :func:`verdict_within` holds; fails when the
       reduction is below 56% or :func:`verdict_within` fails; inconclusive otherwise;
@@ -258,10 +295,13 @@ def claims_table(rows: Mapping[str, dict], comparisons: Sequence[dict], matched:
       at the same τ and
       :func:`verdict_within` holds for their BLEU; fails when the window is not that much smaller or
       :func:`verdict_within` fails; inconclusive otherwise. The means of g_t and the pair at
-      τ = ∞ (fine-tuned vs control) are reported in ``detail``;
-    * d, e (``better``): :func:`verdict_better`; e also shows the paper's effect (+2 BLEU);
-    * f (``matched``): over every matched pair (:func:`outcome`), holds when every pair is
-      ``better``, fails when any pair is ``worse``, inconclusive otherwise.
+      τ = ∞ (fine-tuned vs control) are reported in ``detail``; not measured where no τ was
+      selected (both rows then decode at τ = ∞);
+    * d, e (``better``): :func:`verdict_better`;
+    * e2 (``effect``): :func:`verdict_effect` with the paper's +2 BLEU;
+    * f (``matched``): over every matched pair (:func:`outcome`; pairs whose dev windows do not
+      match, :func:`windows_match`, are counted apart), holds when every pair is ``better``, fails when
+      any pair is ``worse``, inconclusive otherwise.
 
     A claim whose rows (or comparisons) are missing is ``not measured``, with ``missing``.
     """
@@ -282,16 +322,17 @@ def claims_table(rows: Mapping[str, dict], comparisons: Sequence[dict], matched:
                       "p_ar": c["p_ar_holm"], "ar_agrees": c.get("ar_agrees"), "family": c["family"]})
         rule = spec["rule"]
         if rule == "not_worse":
-            entry["verdict"] = verdict_not_worse(c["delta"], c["p_bs_holm"], alpha)
-            entry["detail"] = f"BLEU {ra['bleu']:.2f} vs {rb['bleu']:.2f}"
+            entry["verdict"] = verdict_not_worse(c["ci"], c["p_bs_holm"], alpha, margin)
+            entry["detail"] = f"BLEU {ra['bleu']:.2f} vs {rb['bleu']:.2f}, margin {margin:g}"
         elif rule == "better":
-            entry["verdict"] = verdict_better(c["delta"], c["p_bs_holm"], alpha)
+            entry["verdict"] = verdict_better(c["ci"], c["p_bs_holm"], alpha)
             entry["detail"] = f"BLEU {ra['bleu']:.2f} vs {rb['bleu']:.2f}"
-            if "paper_effect" in spec:
-                lo, hi = c["ci"]
-                entry["paper_effect"] = spec["paper_effect"]
-                entry["detail"] += (f"; paper +{spec['paper_effect']:g} BLEU "
-                                    f"{'inside' if lo <= spec['paper_effect'] <= hi else 'outside'} the CI")
+        elif rule == "effect":
+            lo, hi = c["ci"]
+            entry["paper_effect"] = spec["paper_effect"]
+            entry["verdict"] = verdict_effect(c["ci"], spec["paper_effect"])
+            entry["detail"] = (f"BLEU {ra['bleu']:.2f} vs {rb['bleu']:.2f}; paper +{spec['paper_effect']:g} BLEU "
+                               f"{'inside' if lo <= spec['paper_effect'] <= hi else 'outside'} the CI")
         elif rule == "within+reduction":
             reduction = 1.0 - ra["window"] / rb["window"]
             within = verdict_within(c["ci"], margin)
@@ -302,6 +343,11 @@ def claims_table(rows: Mapping[str, dict], comparisons: Sequence[dict], matched:
             entry["detail"] = (f"τ={tau}: window {ra['window']:.1f} vs {rb['window']:.1f} (−{100 * reduction:.0f}%, "
                                f"paper 56–64%); BLEU {ra['bleu']:.2f} vs {rb['bleu']:.2f}, margin {margin:g}")
         elif rule == "narrower+within":
+            if ra.get("tau") is None:  # no τ selected: both rows decode at τ = ∞, where windows are equal
+                entry.update({"verdict": NOT_MEASURED, "missing": [f"a selected τ for {a[:-4]} (sweep_tau selected "
+                                                                   "none within its tolerance)"]})
+                out.append(entry)
+                continue
             narrower = ra["window"] <= (1.0 - MIN_NARROWING) * rb["window"]
             within = verdict_within(c["ci"], margin)
             entry["verdict"] = (FAILS if not narrower or within == FAILS
@@ -324,15 +370,19 @@ def claims_table(rows: Mapping[str, dict], comparisons: Sequence[dict], matched:
     return out
 
 
-def _matched_claim(matched: Sequence[dict], comparisons: Sequence[dict]) -> dict:
-    if not matched:
+def _matched_claim(pairs: Sequence[dict], comparisons: Sequence[dict]) -> dict:
+    if not pairs:
         return {"verdict": NOT_MEASURED, "missing": ["matched-window pairs (no local row or flexible model)"]}
-    outcomes = [m["outcome"] for m in matched]
+    outcomes = [m["outcome"] for m in pairs if m["outcome"] != NOT_MATCHED]
+    counts = {o: [m["outcome"] for m in pairs].count(o) for o in ("better", "equal", "worse", NOT_MATCHED)}
+    detail = (f"{counts['better']} better, {counts['equal']} equal, {counts['worse']} worse"
+              + (f", {counts[NOT_MATCHED]} not matched" if counts[NOT_MATCHED] else "") + ": "
+              + "; ".join(f"{m['model']} vs {m['local']}: {m['outcome']}" for m in pairs))
+    if not outcomes:
+        return {"verdict": NOT_MEASURED, "pairs": len(pairs), "outcomes": counts, "detail": detail,
+                "missing": [f"a flexible dev window within {100 * MATCH_TOLERANCE:.0f}% of a fixed window's"]}
     verdict = (HOLDS if all(o == "better" for o in outcomes) else FAILS if "worse" in outcomes else INCONCLUSIVE)
-    counts = {o: outcomes.count(o) for o in ("better", "equal", "worse")}
-    pairs = [f"{m['model']} vs {m['local']}: {m['outcome']}" for m in matched]
-    return {"verdict": verdict, "pairs": len(matched), "outcomes": counts,
-            "detail": f"{counts['better']} better, {counts['equal']} equal, {counts['worse']} worse: " + "; ".join(pairs)}
+    return {"verdict": verdict, "pairs": len(pairs), "outcomes": counts, "detail": detail}
 
 
 # --------------------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ the number of epochs done, ``best.ckpt`` the epoch of the best dev BLEU, and ``r
 cap (``epochs``: the Trainer's ``max_epochs``). A run that did fewer epochs than its cap was
 stopped by early stopping (``train.early_stopping_patience`` epochs without a better dev BLEU);
 one that did all of them reached its cap, which a stopping-rule comparison flags: that model
-may still have been improving.
+may still have been improving. A control (:mod:`flexatt.stages.control`) trains a fixed budget,
+its fine-tuning's epochs, with early stopping off: it ends at that budget by design, not at a cap.
 """
 
 from __future__ import annotations
@@ -19,11 +20,13 @@ from flexatt.errors import DataError
 #: ``stopped`` values
 EARLY_STOPPING = "early stopping"
 CAP = "cap"
+BUDGET = "budget"
 
 
-def run_summary(checkpoint: str | Path) -> dict | None:
+def run_summary(checkpoint: str | Path, fixed_budget: bool = False) -> dict | None:
     """``{"epochs", "best_epoch", "cap", "stopped"}`` of the run whose best checkpoint is
-    ``checkpoint`` (1-based epochs; ``stopped``: :data:`EARLY_STOPPING` or :data:`CAP`), or
+    ``checkpoint`` (1-based epochs; ``stopped``: :data:`EARLY_STOPPING` or :data:`CAP`, and
+    :data:`BUDGET` for a run that trained a ``fixed_budget`` of epochs by design, a control), or
     ``None`` for a checkpoint without its training folder (no ``last.ckpt`` and ``run.json``
     beside it: copied from elsewhere).
 
@@ -40,4 +43,5 @@ def run_summary(checkpoint: str | Path) -> dict | None:
         raise DataError(run, f"has no epochs entry ({exc})") from None
     epochs = int(read_checkpoint(last)["epoch"]) + 1
     best = int(read_checkpoint(checkpoint)["epoch"]) + 1
-    return {"epochs": epochs, "best_epoch": best, "cap": cap, "stopped": CAP if epochs >= cap else EARLY_STOPPING}
+    stopped = BUDGET if fixed_budget else CAP if epochs >= cap else EARLY_STOPPING
+    return {"epochs": epochs, "best_epoch": best, "cap": cap, "stopped": stopped}

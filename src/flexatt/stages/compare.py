@@ -8,9 +8,10 @@ windows of the same size, and the multiple-testing correction of every compariso
    (:func:`flexatt.claims.match_window`: bisection on log τ, bracketed by the dev points that
    ``sweep_tau`` already decoded), then the flexible model decoded on **test** at that τ and
    compared with the fixed-window row on test.
-2. **τ curves on test** of every model of ``compare.curve_models`` at ``sweep_tau.curve_taus``
-   (the ``sweep_tau`` stage's test curve is reused for its ``curve_model``; those points carry no
-   interval, since that stage keeps no translations).
+2. **τ curves on test** of every model of ``compare.curve_models`` at ``sweep_tau.curve_taus``,
+   each point with its 95% bootstrap interval (``sweep_tau`` keeps no translations, so its
+   ``curve_model`` is decoded again here; a point that scores otherwise than that stage's test
+   curve is reported).
 3. **Comparisons** (:func:`flexatt.claims.compare_pair`): Δ BLEU with its 95% paired-bootstrap
    interval, the paired bootstrap p (``evaluate.bootstrap_samples``, ``evaluate.bootstrap_seed``:
    the resamples of Table 1) and the approximate-randomisation p (``compare.ar_trials``), for two
@@ -49,8 +50,8 @@ from omegaconf import DictConfig
 
 from flexatt import config as C
 from flexatt import figures, schema
-from flexatt.claims import (CLAIMS, LOCAL_ATTENTIONS, NOT_MEASURED, adjust, claims_table, compare_pair,
-                            match_window, outcome)
+from flexatt.claims import (CLAIMS, LOCAL_ATTENTIONS, MATCH_TOLERANCE, NOT_MATCHED, NOT_MEASURED, adjust,
+                            claims_table, compare_pair, match_window, outcome, windows_match)
 from flexatt.errors import DataError
 from flexatt.evaluation import EvalSet
 from flexatt.io import atomic_path, write_json
@@ -177,7 +178,9 @@ def run(cfg: DictConfig | schema.Params) -> dict:
     for m in matched:
         c = by_pair[(m["name"], m["local"])]
         m.update({"delta": c["delta"], "ci": c["ci"], "ci_flexible": c["ci_a"], "p": c["p_bs_holm"],
-                  "p_ar": c["p_ar_holm"], "outcome": outcome(c["delta"], c["p_bs_holm"], alpha)})
+                  "p_ar": c["p_ar_holm"],
+                  "outcome": (outcome(c["ci"], c["p_bs_holm"], alpha)
+                              if windows_match(m["dev"]["window"], m["dev"]["target"]) else NOT_MATCHED)})
     claims = claims_table(rows, comparisons, matched, alpha=alpha, margin=margin)
     table1 = {c["a"]: {"against": c["b"], "p_value": rows[c["a"]].get("p_value"), "p_bs": c["p_bs"],
                        "p_bs_holm": c["p_bs_holm"], "p_ar": c["p_ar"], "p_ar_holm": c["p_ar_holm"],
@@ -241,26 +244,28 @@ def run(cfg: DictConfig | schema.Params) -> dict:
 def tau_curves(p: schema.Params, decoder: Decoder, sweep: dict, split: str, seed: int,
                 n_samples: int) -> dict[str, list[dict]]:
     """Every model of ``compare.curve_models`` on ``split`` at ``sweep_tau.curve_taus``: label →
-    points (``tau``, ``window``, ``bleu``, ``ci``). The sweep_tau stage's curve is reused for its
-    ``curve_model`` (no interval: that stage keeps no translations); other models are decoded
-    here, with sacrebleu's bootstrap interval of each point."""
+    points (``tau``, ``window``, ``bleu``, ``ci``: sacrebleu's bootstrap interval of each point).
+    The sweep_tau stage's test curve of the same model, where it has one, must agree: a point
+    whose window or BLEU differs is printed as a warning (decoding is deterministic)."""
     curves = {}
     for model in p.compare.curve_models:
         if model not in p.evaluate.checkpoints:
             continue
-        reused = [r for r in sweep.get("curve", []) if r["model"] == model and r["split"] == split]
-        if model == p.sweep_tau.curve_model and reused:
-            curves[model] = [{"tau": r["tau"], "window": r["window"], "bleu": r["bleu"], "ci": None,
-                              "source": "sweep_tau"} for r in reused]
-            continue
+        earlier = {(math.inf if r["tau"] is None else r["tau"]): r for r in sweep.get("curve", [])
+                   if r["model"] == model and r["split"] == split}
         taus = list(p.sweep_tau.curve_taus)
         pts = [decoder.point(model, split, tau) for tau in taus]
         names = [f"tau={tau:g}" for tau in taus]
         ci = bleu_significance({n: decoder.hypotheses[(model, split, tau)] for n, tau in zip(names, taus)},
                                [decoder.sets[split].references], {n: None for n in names},
                                n_samples=n_samples, seed=seed)
-        curves[model] = [{"tau": pt["tau"], "window": pt["window"], "bleu": pt["bleu"], "ci": ci[n]["bleu_ci"],
-                          "source": "compare"} for n, pt in zip(names, pts)]
+        curves[model] = [{"tau": pt["tau"], "window": pt["window"], "bleu": pt["bleu"], "ci": ci[n]["bleu_ci"]}
+                         for n, pt in zip(names, pts)]
+        for tau, pt in zip(taus, pts):
+            old = earlier.get(tau)
+            if old is not None and (old["window"], old["bleu"]) != (pt["window"], pt["bleu"]):
+                print(f"compare: warning: {model} at tau={tau:g} on {split}: window {pt['window']}, BLEU {pt['bleu']} "
+                      f"here; window {old['window']}, BLEU {old['bleu']} in sweep_tau's curve", flush=True)
     return curves
 
 
@@ -298,25 +303,30 @@ def render(report: dict) -> str:
     bs, ar = report["bootstrap"], report["ar"]
     lines = [f"# Claims and matched windows — {report['split']} set", "",
              "## Claims", "",
-             "| claim | source | A vs B | effect (Δ BLEU) | 95% CI | p (Holm) | p AR (Holm) | verdict | detail |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "| claim | source | A vs B | effect (Δ BLEU) | 95% CI | p (Holm) | p AR (Holm) | family | verdict | detail |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for c in report["claims"]:
         pair = f"{c['a']} vs {c['b']}" if c.get("a") else "matched pairs"
         if c["verdict"] == NOT_MEASURED:
-            lines.append(f"| {c['id']}. {c['claim']} | {c['source']} | {pair} | – | – | – | – | not measured | "
+            lines.append(f"| {c['id']}. {c['claim']} | {c['source']} | {pair} | – | – | – | – | – | not measured | "
                          f"missing: {', '.join(c.get('missing', []))} |")
             continue
         effect = "–" if c.get("effect") is None else f"{c['effect']:+.2f}"
         lines.append(f"| {c['id']}. {c['claim']} | {c['source']} | {pair} | {effect} | {_ci(c.get('ci'))} | "
-                     f"{_p(c.get('p'))} | {_p(c.get('p_ar'))} | **{c['verdict']}** | {c.get('detail', '')} |")
+                     f"{_p(c.get('p'))} | {_p(c.get('p_ar'))} | {c.get('family') or '–'} | **{c['verdict']}** | "
+                     f"{c.get('detail', '')} |")
     lines += ["", f"Δ = BLEU(A) − BLEU(B) on the same sentences; 95% CI: paired bootstrap percentile interval "
-              f"({bs['n_samples']} resamples, seed {bs['seed']}); p: two-sided paired bootstrap (sacrebleu), "
-              f"Holm-adjusted within its family; p AR: approximate randomisation ({ar['n_trials']} trials), "
-              f"Holm-adjusted likewise. Verdicts (α = {alpha:g}, margin δ = {margin:g} BLEU; docs/method.md, "
-              "Claims): A > B holds when Δ > 0 and p < α, fails when Δ < 0 and p < α; A ≥ B fails when Δ < 0 "
-              "and p < α, holds when Δ ≥ 0; \"at ≤ δ BLEU\" holds when the CI's low end ≥ −δ, fails when its "
-              "high end < −δ; otherwise inconclusive. b also needs a reduction ≥ 56%; c a smaller window than "
-              "the control at the same τ; f holds when every matched pair is better, fails when any is worse."]
+              f"({bs['n_samples']} resamples, seed {bs['seed']}); p: paired bootstrap (sacrebleu; where the systems "
+              "differ it reads one tail, so p < 0.05 can come with a CI that contains 0), Holm-adjusted within "
+              f"its family (table1: Table 1's comparisons; compare: the ones this stage adds); p AR: approximate "
+              f"randomisation ({ar['n_trials']} trials), Holm-adjusted likewise. Verdicts (α = {alpha:g}, "
+              f"margin δ = {margin:g} BLEU; docs/method.md, Claims): A > B holds when p < α and the CI lies "
+              "above 0, fails when p < α and the CI lies below 0; A ≥ B fails when p < α and the CI lies below "
+              "0, holds when the CI's low end ≥ −δ; \"at ≤ δ BLEU\" holds when the CI's low end ≥ −δ, fails "
+              "when its high end < −δ; a paper's gain of +x fails when the CI excludes x, holds when it "
+              "contains x and lies above 0; otherwise inconclusive. b also needs a reduction ≥ 56%; c a window "
+              "at least 5% smaller than the control's at the same τ; f holds when every matched pair is "
+              "better, fails when any is worse."]
     lines += ["", "## Matched windows", "",
               "| flexible | fixed window | τ (matched on dev) | dev window flex / fixed | test window flex / fixed | "
               "test BLEU flex / fixed | Δ BLEU [95% CI] | p (Holm) | p AR (Holm) | outcome |",
@@ -330,7 +340,9 @@ def render(report: dict) -> str:
     if not report["matched"]:
         lines.append("| – | no fixed-window row or flexible model evaluated | | | | | | | | |")
     lines += ["", "τ: the threshold at which the flexible model's mean dev window is nearest the fixed window's "
-              f"(bisection on log τ); outcome: better / worse when p (Holm) < {alpha:g}, else equal."]
+              f"(bisection on log τ); outcome: better / worse when p (Holm) < {alpha:g} and the CI lies on that "
+              f"side of 0, else equal; not matched when the dev windows differ by more than "
+              f"{100 * MATCH_TOLERANCE:.0f}% (left out of claim f)."]
     lines += ["", "## Table 1 comparisons, Holm-adjusted", "",
               "| row | against | p (Table 1) | p (Holm) | p AR | p AR (Holm) |", "|---|---|---|---|---|---|"]
     for row, t in report["table1"].items():

@@ -55,7 +55,7 @@ from flexatt.metrics import (
 )
 from flexatt.decoding import forced_decode
 from flexatt.claims import holm
-from flexatt.stopping import CAP, run_summary
+from flexatt.stopping import BUDGET, CAP, run_summary
 from flexatt.tracking import start_run
 
 TABLE_ORDER = ["global", "local_m", "local_p", "flexible", "flexible_tau", "flexible_ft",
@@ -64,8 +64,8 @@ TABLE_ORDER = ["global", "local_m", "local_p", "flexible", "flexible_tau", "flex
                "flexible_sact_ctl_tau"]
 TABLE_LABELS = {
     "global": "Global", "flexible": "Flexible τ=∞", "flexible_tau": "Flexible τ={tau}",
-    "flexible_ft": "+ fine-tuning τ=∞", "flexible_ft_tau": "+ fine-tuning τ={tau}",
-    "flexible_ctl": "+ control (β=0) τ=∞", "flexible_ctl_tau": "+ control (β=0) τ={tau}",
+    "flexible_ft": "Flexible + fine-tuning τ=∞", "flexible_ft_tau": "Flexible + fine-tuning τ={tau}",
+    "flexible_ctl": "Flexible + control (β=0) τ=∞", "flexible_ctl_tau": "Flexible + control (β=0) τ={tau}",
     "sact": "SACT (λ={lam})", "flexible_sact": "Flexible+SACT τ=∞",
     "flexible_sact_tau": "Flexible+SACT τ={tau}", "flexible_sact_ft": "Flexible+SACT + fine-tuning τ=∞",
     "flexible_sact_ft_tau": "Flexible+SACT + fine-tuning τ={tau}",
@@ -226,7 +226,8 @@ def run(cfg: DictConfig | schema.Params) -> dict:
         raise DataError(sweep_file, "not found (run the sweep_tau stage first)")
     selected = {name: info["selected_tau"] for name, info in json.loads(sweep_file.read_text())["models"].items()}
     row_tau = {name: tau_of(name, selected, sweep_file) for name in tau_rows}
-    runs = {name: run_summary(path) for name, path in checkpoints.items()}
+    # a control (row <x>_ctl, as reference_row names it) trains its fine-tuning's epochs by design
+    runs = {name: run_summary(path, fixed_budget=name.endswith("_ctl")) for name, path in checkpoints.items()}
 
     data = EvalSet.load(tok_dir, split)
     src_text = read_lines(filter_dir / f"{split}.src")
@@ -397,6 +398,7 @@ def render_table(results: dict[str, dict], cfg: DictConfig | schema.Params, spli
                   "–" if m["aer"] is None else f"{m['aer']:.3f}", _training(m), _timing(m)]
         lines.append("| " + " | ".join(cells) + " |")
     first = next(iter(results.values()))
+    capped = [m for m in results.values() if (m.get("training") or {}).get("stopped") != BUDGET]
     lines += ["", "Rows `…τ=x` use the τ that `sweep_tau` selected on dev: the smallest mean window whose "
               "dev BLEU stays within the tolerance of the same model at τ = ∞. *None selected: no τ of "
               "the grid kept dev BLEU within the tolerance, so the row decodes at τ = ∞. A control "
@@ -404,8 +406,10 @@ def render_table(results: dict[str, dict], cfg: DictConfig | schema.Params, spli
               "fine-tuned model's τ.",
               "Epochs (best): epochs trained (the epoch of the best dev BLEU, the checkpoint evaluated); for a "
               "fine-tuned model or a control, the extra epochs. ‡ stopped at the cap on epochs, not by the "
-              "stopping rule: the model may still have been improving."
-              + (" Every row reached its cap." if all(_training(m).endswith("‡") for m in results.values()) else ""),
+              "stopping rule: the model may still have been improving. A control trains as many epochs as "
+              "its fine-tuning, by design (no ‡)."
+              + (" Every row trained by the stopping rule reached its cap."
+                 if capped and all(_training(m).endswith("‡") for m in capped) else ""),
               f"BLEU: sacrebleu ({first['bleu_signature']})"
               + (f"; chrF: sacrebleu ({first['chrf_signature']})" if "chrf_signature" in first else "")
               + "; tok. BLEU: Moses tokenizer (sacremoses, target language, no escaping), then "
@@ -427,8 +431,9 @@ def render_table(results: dict[str, dict], cfg: DictConfig | schema.Params, spli
     if effect:
         lines += ["", "## Fine-tuning against its control", "",
                   "Fine-tuned minus control (the same parent, extra epochs and learning rate, β = 0) at the "
-                  "same τ: what the g-term of eq. 9 does beyond the extra training.", "",
-                  "| fine-tuned row | τ | Δ BLEU | p | Δ mean g_t | Δ window |", "|---|---|---|---|---|---|"]
+                  "same τ: what the g-term of eq. 9 does beyond the extra training. p: paired bootstrap p of the BLEU "
+                  "difference, not adjusted for the number of tests (results/compare.md gives it Holm-adjusted).", "",
+                  "| fine-tuned row | τ | Δ BLEU | p (unadjusted) | Δ mean g_t | Δ window |", "|---|---|---|---|---|---|"]
         fmt = lambda v, spec: "–" if v is None else format(v, spec)  # noqa: E731
         for row, e in effect.items():
             tau = "∞" if e["tau"] is None else f"{e['tau']:g}"
