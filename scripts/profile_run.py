@@ -22,7 +22,8 @@ For runs of many hours: ``--cache DIR`` keeps the copy's DVC cache in ``DIR`` (o
 tree, e.g. on a volume that outlives the machine), ``--stepwise`` runs the stages one at a time
 and copies the results after each one (so that what is done can be committed while the rest
 runs), and ``--beta-from-sweep`` runs ``sweep_beta`` first and fine-tunes with the β it selected
-on dev. Started again with the same ``--keep`` and ``--cache``, a run resumes: completed stages
+on dev (``provenance.json``'s ``finetune_beta`` says whether it did, or kept the profile's β
+because the sweep selected none). Started again with the same ``--keep`` and ``--cache``, a run resumes: completed stages
 are skipped, a training resumes from its last epoch-end checkpoint.
 """
 
@@ -354,8 +355,10 @@ def main(argv: list[str] | None = None, profile: str | None = None) -> int:
             if beta is None:
                 print("sweep_beta selected no beta (none within the tolerance of beta = 0): fine-tuning keeps "
                       "finetune.beta of the profile")
+                source["finetune_beta"] = "the profile's: sweep_beta selected none within its tolerance"
             else:
                 print(f"sweep_beta selected beta = {beta:g}: fine-tuning with it")
+                source["finetune_beta"] = "selected by sweep_beta on dev"
                 overrides.append(f"finetune.beta={beta!r}")
                 make_copy(dest, overrides, results=False, files=False)
         returncode = repro(args.targets)

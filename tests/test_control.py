@@ -1,10 +1,11 @@
 """The stopping rule and the fine-tuning's control, on the smoke data with the real stages:
 a model stops when its dev BLEU stops improving (and one that does every epoch is flagged as
-capped), the control gets exactly the epochs its fine-tuning ran, with β = 0 and early stopping
-off, and the β sweep records what it measures."""
+capped), the control gets exactly the epochs and learning rates its fine-tuning ran, with β = 0
+and early stopping off, and the β sweep records what it measures."""
 
 from __future__ import annotations
 
+import csv
 import json
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from conftest import copy_of, run_inprocess
 from flexatt.stages.control import budget
 from flexatt.errors import DataError
-from flexatt.stopping import CAP, EARLY_STOPPING, run_summary
+from flexatt.stopping import BUDGET, EARLY_STOPPING, run_summary
 
 COMMON = ["logger.enabled=false", "train.out_dir=m", "trainer.enable_progress_bar=false"]
 
@@ -29,33 +30,49 @@ def test_training_stops_when_dev_bleu_stops_improving(smoke_tokenized, tmp_path,
                                                          "stopped": EARLY_STOPPING}
 
 
-def test_the_control_gets_exactly_the_finetunings_epochs(smoke_trained, tmp_path, capsys):
+def test_the_control_replays_the_finetunings_epochs_and_learning_rates(smoke_trained, tmp_path, capsys):
     path = copy_of(smoke_trained, tmp_path / "repo")
     ft = ["finetune.init_dir=m", "finetune.out_dir=ft", "finetune.metrics_dir=rf", "finetune.control_out_dir=ctl",
-          "finetune.control_metrics_dir=rc", "finetune.lr=0.003"]
-    code, err = run_inprocess("finetune", [*COMMON, *ft, "finetune.epochs=2", "finetune.beta=0.5"], capsys, cwd=path)
+          "finetune.control_metrics_dir=rc"]
+    # a schedule that halves the rate from the fine-tuning's second epoch: three rates to replay
+    code, err = run_inprocess("finetune", [*COMMON, *ft, "finetune.lr=0.003", "finetune.epochs=3", "finetune.beta=0.5",
+                                           "train.lr_schedule=fixed", "train.lr_halve_from_epoch=2"], capsys, cwd=path)
     assert code == 0, err
     finetuned = json.loads((path / "rf/flexible.json").read_text())
-    assert finetuned["epochs"] == 2
-    # early stopping on for the pipeline (patience 1, lr too small to improve) must not cut the control short
-    code, err = run_inprocess("control", [*COMMON, *ft, "finetune.epochs=9", "train.early_stopping_patience=1"],
+    rates = _rates(path / "rf/flexible.csv")
+    assert finetuned["epochs"] == 3 and rates == [0.003, 0.0015, 0.00075]
+    # the pipeline's own schedule, lr and early stopping (patience 1, an lr too small to improve) must
+    # change nothing: the control replays the fine-tuning's budget
+    code, err = run_inprocess("control", [*COMMON, *ft, "finetune.lr=1e-9", "finetune.epochs=9",
+                                          "train.lr_schedule=plateau", "train.early_stopping_patience=1"],
                               capsys, cwd=path)
     assert code == 0, err
     control = json.loads((path / "rc/flexible.json").read_text())
-    assert control["epochs"] == finetuned["epochs"] == 2
-    assert control["budget"] == {"epochs": 2, "from": "rf/flexible.json", "finetune_beta": 0.1}
+    assert control["epochs"] == 3 and _rates(path / "rc/flexible.csv") == rates
+    assert control["budget"] == {"epochs": 3, "lr": rates, "from": "rf/flexible.csv", "finetune_beta": 0.1}
     run = json.loads((path / "ctl/flexible/run.json").read_text())
-    assert run["beta"] == 0.0 and run["epochs"] == 2 and run["lr"] == 0.003
+    assert run["beta"] == 0.0 and run["epochs"] == 3 and run["lr_epochs"] == rates
     assert run["init_from"] == json.loads((path / "ft/flexible/run.json").read_text())["init_from"]  # same parent
-    assert run_summary(path / "ctl/flexible/best.ckpt")["stopped"] == CAP
+    assert run_summary(path / "ctl/flexible/best.ckpt")["stopped"] == BUDGET
 
 
-def test_a_control_without_its_finetuning_is_refused(tmp_path):
+def _rates(curve) -> list[float]:
+    with open(curve, encoding="utf-8", newline="") as f:
+        return [float(row["lr"]) for row in csv.DictReader(f)]
+
+
+def test_a_control_without_its_finetunings_learning_curve_is_refused(tmp_path):
     with pytest.raises(DataError, match="run the fine-tuning first"):
-        budget(tmp_path / "flexible.json")
-    (tmp_path / "flexible.json").write_text(json.dumps({"epochs": 0}))
-    with pytest.raises(DataError, match="epochs: must be a positive integer"):
-        budget(tmp_path / "flexible.json")
+        budget(tmp_path / "flexible.csv")
+    (tmp_path / "flexible.csv").write_text("epoch,lr\n")
+    with pytest.raises(DataError, match="has no epochs"):
+        budget(tmp_path / "flexible.csv")
+    (tmp_path / "flexible.csv").write_text("epoch,lr\n1,0.001\n3,0.001\n")
+    with pytest.raises(DataError, match=r"flexible\.csv:3: expected epoch 2"):
+        budget(tmp_path / "flexible.csv")
+    (tmp_path / "flexible.csv").write_text("epoch,lr\n1,fast\n")
+    with pytest.raises(DataError, match=r"flexible\.csv:2: needs an integer epoch and a learning rate"):
+        budget(tmp_path / "flexible.csv")
 
 
 @pytest.mark.slow

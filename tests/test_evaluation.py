@@ -117,6 +117,33 @@ def test_tau_search_bisects_between_the_largest_failing_and_smallest_passing_tau
     chosen = select_tau(points, 20.0, 0.5)
     assert 2.2 <= chosen["tau"] <= 2.2 * (3.5 / 1.6) ** (2 ** -4) * 1.001  # the final bracket's width
     assert chosen["tau"] == min(t for t in searched if t >= 2.2)
-    # no bisection when the smallest grid τ passes, or when none passes
-    assert len(search_points(point, [2.5, 3.0], 20.0, 0.5, steps=4)) == 2
+    # no bisection when no τ passes
     assert len(search_points(point, [0.8, 1.0], 20.0, 0.5, steps=4)) == 2
+
+
+def test_tau_search_goes_below_the_grid_when_its_smallest_tau_passes():
+    """A grid whose every τ passes would hold the selection at its smallest τ: τ is halved until
+    a point fails, then the bracket is bisected, so the knee below the grid is found."""
+    from flexatt.evaluation import BELOW_GRID_STEPS, search_points
+
+    def point(tau):  # the knee at τ = 0.3, below the grid
+        return {"tau": tau, "window": 4.0 * tau, "bleu": 20.0 if tau >= 0.3 else 15.0}
+
+    points = search_points(point, [0.8, 1.0, 1.6], reference_bleu=20.0, tolerance=0.5, steps=4)
+    below = [p["tau"] for p in points if p["source"] == "below grid"]
+    assert below == [0.2, 0.4]  # 0.8 / 2 passes, 0.8 / 4 fails
+    assert all(0.2 < p["tau"] < 0.4 for p in points if p["source"] == "search")
+    assert 0.3 <= select_tau(points, 20.0, 0.5)["tau"] < 0.4
+    # a curve that never fails: at most BELOW_GRID_STEPS halvings, no bisection
+    flat = search_points(lambda tau: {"tau": tau, "window": tau, "bleu": 20.0}, [1.0], 20.0, 0.5, steps=4)
+    assert [p["tau"] for p in flat] == sorted(round(2.0 ** -k, 4) for k in range(BELOW_GRID_STEPS + 1))
+
+
+@pytest.mark.parametrize("bleu, reference, tolerance, within", [
+    (31.99, 32.49, 0.5, True), (31.98, 32.49, 0.5, False), (20.0, 20.0, 0.0, True), (21.0, 20.0, 0.5, True)])
+def test_the_tolerance_is_read_on_the_two_decimals_scores_are_kept_to(bleu, reference, tolerance, within):
+    """31.99 ≥ 32.49 − 0.5 is false in binary floating point; a BLEU exactly at the tolerance passes."""
+    from flexatt.evaluation import within_tolerance
+
+    assert within_tolerance(bleu, reference, tolerance) is within
+    assert (select_tau([{"tau": 1.0, "window": 3.0, "bleu": bleu}], reference, tolerance) is not None) is within

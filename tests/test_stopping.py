@@ -28,10 +28,15 @@ def test_fewer_epochs_than_the_cap_is_early_stopping(smoke_trained, tmp_path):
     assert run_summary(folder / "best.ckpt")["stopped"] == EARLY_STOPPING
 
 
-def test_a_fixed_budget_is_neither_a_cap_nor_early_stopping(smoke_trained):
-    """A control trains its fine-tuning's epochs by design: reaching them is not a cap."""
-    folder = smoke_trained / "m" / "flexible"
-    summary = run_summary(folder / "best.ckpt", fixed_budget=True)
+def test_a_replayed_budget_is_neither_a_cap_nor_early_stopping(smoke_trained, tmp_path):
+    """A control replays its fine-tuning's epochs and rates (``lr_epochs`` in ``run.json``):
+    reaching their end is not a cap."""
+    folder = tmp_path / "flexible"
+    shutil.copytree(smoke_trained / "m" / "flexible", folder)
+    run = json.loads((folder / "run.json").read_text())
+    assert run["lr_epochs"] is None  # a plain training
+    (folder / "run.json").write_text(json.dumps({**run, "lr_epochs": [0.002]}))
+    summary = run_summary(folder / "best.ckpt")
     assert summary["stopped"] == BUDGET and summary["epochs"] == summary["cap"]
 
 

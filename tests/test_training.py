@@ -278,7 +278,7 @@ def test_a_run_that_had_ended_is_not_trained_further_when_started_again(in_dir, 
     again, _ = train(cfg, "global", epochs=3 if how == "cap" else 5)
     assert first["epochs"] == 3 and again["resumed_from_epoch"] == 3
     assert last.read_bytes() == saved and read_checkpoint(last)["epoch"] == 2
-    for key in ("epochs", "best_epoch", "dev_bleu", "final_train_loss", "tokens_per_second", "minutes_per_epoch"):
+    for key in ("epochs", "best_epoch", "dev_bleu", "final_train_loss", "tokens_per_second", "train_minutes_per_epoch"):
         assert again[key] == first[key], key
     assert len(_curve(in_dir / "endedr/global.csv")) == 3
 
@@ -325,3 +325,26 @@ def test_bad_lr_schedule_names_the_key(in_dir, capsys):
     code, err = run_inprocess("train", ["train.lr_schedule=cosine"], capsys)
     assert code == 2
     assert "train.lr_schedule: must be one of fixed, plateau (got 'cosine')" in err
+
+
+def test_the_learning_curves_train_loss_is_the_epochs_mean_not_its_last_batch():
+    """Batches are grouped by length, so the last batch's loss swings with its sentences'
+    length: the curve's ``train_loss`` is the epoch's mean per sentence, each batch weighted by
+    its sentences."""
+    from types import SimpleNamespace
+
+    import flexatt.trainer as T
+
+    class Batch(list):
+        n_tgt_tokens = 10
+
+    history = T.History()
+    module = SimpleNamespace(optimizers=lambda: SimpleNamespace(param_groups=[{"lr": 0.002}]))
+    trainer = SimpleNamespace(current_epoch=0, global_step=3, callback_metrics={"train/loss": torch.tensor(99.0)})
+    history.on_train_epoch_start(trainer, module)
+    for loss, size in ((20.0, 4), (50.0, 2), (99.0, 1)):  # long sentences in a small last batch
+        history.on_train_batch_start(trainer, module, None, 0)
+        history.on_train_batch_end(trainer, module, {"loss": torch.tensor(loss)}, Batch([0] * size), 0)
+    history.on_train_epoch_end(trainer, module)
+    assert history.rows[0]["train_loss"] == pytest.approx((20 * 4 + 50 * 2 + 99) / 7, abs=1e-4)
+    assert history.rows[0]["lr"] == 0.002 and history.rows[0]["train_tokens"] == 30

@@ -176,8 +176,8 @@ CASES = [
     _case("sweep_sigma", "sweep_sigma.out=", "sweep_sigma.out: must be a non-empty string"),
     # ----------------------------------------------------------------------------- sweep_tau
     _case("sweep_tau", "sweep_tau.models=[flexible,bahdanau]", "sweep_tau.models[1]: must be one of global, local_m"),
-    _case("sweep_tau", "sweep_tau.grid=[0.8,-1]", "sweep_tau.grid[1]: must be >= 0.0 (got -1.0)"),
-    _case("sweep_tau", "sweep_tau.grid=[nan]", "sweep_tau.grid[0]: must be >= 0.0 (got nan)"),
+    _case("sweep_tau", "sweep_tau.grid=[0.8,-1]", "sweep_tau.grid[1]: must be > 0.0 (got -1.0)"),
+    _case("sweep_tau", "sweep_tau.grid=[nan]", "sweep_tau.grid[0]: must be a finite number (got nan)"),
     _case("sweep_tau", "sweep_tau.tolerance=-0.5", "sweep_tau.tolerance: must be >= 0.0 (got -0.5)"),
     _case("sweep_tau", "sweep_tau.curve_model=bahdanau", "sweep_tau.curve_model: must be one of global, local_m"),
     _case("sweep_tau", "sweep_tau.curve_taus=[1,-2]", "sweep_tau.curve_taus[1]: must be >= 0.0 (got -2.0)"),
@@ -227,7 +227,7 @@ def test_bad_value_is_refused_before_any_work(in_workdir, capsys, stage, overrid
     # the same rules run in-process above; each process costs seconds of start-up
     pytest.param("train", ["train.variant=flexible", "model.sigma=0"], "error: model.sigma: must be > 0.0 (got 0.0)",
                  marks=pytest.mark.slow),
-    pytest.param("sweep_tau", ["sweep_tau.grid=[-1]"], "error: sweep_tau.grid[0]: must be >= 0.0 (got -1.0)",
+    pytest.param("sweep_tau", ["sweep_tau.grid=[-1]"], "error: sweep_tau.grid[0]: must be > 0.0 (got -1.0)",
                  marks=pytest.mark.slow),
 ])
 def test_refusal_as_a_user_sees_it(workdir, stage, overrides, expected):

@@ -74,10 +74,10 @@ def holm(p_values: Mapping[K, float]) -> dict[K, float]:
     Ties keep the order given (their adjusted values are equal anyway). Returns the adjusted
     values under the same keys, in the order given; an empty family gives ``{}``.
 
-    Hand-written because no dependency of the project provides it: scipy is not a dependency
-    (nor installed), and its ``scipy.stats.false_discovery_control`` offers only the
-    Benjamini–Hochberg/–Yekutieli FDR procedures, not a family-wise correction; statsmodels'
-    ``multipletests`` has Holm but is deliberately not added for one formula; sacrebleu has none.
+    Hand-written because no dependency of the project provides it: scipy's
+    ``scipy.stats.false_discovery_control`` offers only the Benjamini–Hochberg/–Yekutieli FDR
+    procedures, not a family-wise correction; statsmodels' ``multipletests`` has Holm but is
+    deliberately not added for one formula; sacrebleu has none.
 
     Raises:
         ValueError: a p-value that is not a number in [0, 1] (naming its key).

@@ -129,10 +129,17 @@ def select_tau(points: list[dict], reference_bleu: float, tolerance: float) -> d
     return the one with the smallest mean window; ties go to the higher BLEU, then the larger τ.
     ``None`` when no point qualifies (the model then keeps τ = ∞).
     """
-    eligible = [p for p in points if p["bleu"] >= reference_bleu - tolerance]
+    eligible = [p for p in points if within_tolerance(p["bleu"], reference_bleu, tolerance)]
     if not eligible:
         return None
     return min(eligible, key=lambda p: (p["window"], -p["bleu"], -p["tau"]))
+
+
+def within_tolerance(bleu: float, reference_bleu: float, tolerance: float) -> bool:
+    """Whether ``bleu`` is at most ``tolerance`` below ``reference_bleu``. The difference is
+    rounded (6 decimals) before the comparison: scores are kept to 2 decimals, and in binary
+    floating point 31.99 ≥ 32.49 − 0.5 is false."""
+    return round(reference_bleu - bleu, 6) <= tolerance
 
 
 def read_lines(path: str | Path) -> list[str]:
@@ -185,28 +192,47 @@ def checkpoint_of(cfg: DictConfig | schema.Params, name: str, key: str) -> Path:
     return C.require_file(f"evaluate.checkpoints.{name}", checkpoints[name], hint="train that model first")
 
 
+#: how many times :func:`search_points` halves τ below the grid when its smallest τ passes
+BELOW_GRID_STEPS = 6
+
+
 def search_points(point, grid: list[float], reference_bleu: float, tolerance: float,
                   steps: int) -> list[dict]:
     """Every dev point of one model: the grid, then ``steps`` bisections on log τ.
 
     ``point(tau) -> {"tau", "window", "bleu", ...}`` decodes dev at ``tau``. A point passes when
-    its BLEU is at least ``reference_bleu − tolerance``. The bracket is the smallest passing τ
-    of the grid and the largest failing τ below it; each step decodes the geometric mean of the
-    bracket and moves the bound it falls on, so the knee of the curve is found with ``steps``
-    extra decodes. No bisection when the grid has no passing τ or the smallest τ passes.
-    Returns the points in order of τ, each marked ``"source": "grid" | "search"``.
+    its BLEU is at most ``tolerance`` below ``reference_bleu`` (:func:`within_tolerance`). The
+    bracket is the smallest passing τ of the grid and the largest failing τ below it; where the
+    grid's smallest τ already passes, τ is halved (up to :data:`BELOW_GRID_STEPS` times, points
+    marked ``"source": "below grid"``) until one fails, so the selection is not held at the grid's
+    edge. Each step then decodes the geometric mean of the bracket and moves the bound it falls
+    on, so the knee of the curve is found with ``steps`` extra decodes. No bisection when no τ
+    passes, or when every halving still passes. Returns the points in order of τ, each marked
+    ``"source": "grid" | "below grid" | "search"``.
     """
     points = [{**point(tau), "source": "grid"} for tau in grid]
 
     def passes(p: dict) -> bool:
-        return p["bleu"] >= reference_bleu - tolerance
+        return within_tolerance(p["bleu"], reference_bleu, tolerance)
 
     passing = [p["tau"] for p in points if passes(p)]
     if passing:
         hi = min(passing)
         failing = [p["tau"] for p in points if not passes(p) and 0 < p["tau"] < hi]
-        if failing:
-            points += bisect_log_tau(point, max(failing), hi, passes, steps)
+        lo = max(failing) if failing else None
+        tau = hi
+        for _ in range(BELOW_GRID_STEPS if lo is None else 0):
+            tau = round(tau / 2, 4)
+            if tau <= 0:
+                break
+            p = {**point(tau), "source": "below grid"}
+            points.append(p)
+            if not passes(p):
+                lo = tau
+                break
+            hi = tau
+        if lo is not None:
+            points += bisect_log_tau(point, lo, hi, passes, steps)
     return sorted(points, key=lambda p: p["tau"])
 
 

@@ -7,7 +7,7 @@ rule that fails is raised as :class:`~flexatt.errors.ConfigError` naming the key
 allows, in the one-line form every stage prints::
 
     error: model.sigma: must be > 0 (got -1.0)
-    error: sweep_tau.grid[1]: must be >= 0 (got -1)
+    error: sweep_tau.grid[1]: must be > 0 (got -1)
     error: filter.on_invalid: must be one of error, skip (got 'ignore')
 
 The defaults are those of ``conf/`` (a test keeps them equal). Rules that read the file system
@@ -316,7 +316,8 @@ class Decode(Group):
 class SweepTau(Group):
     models: list[Text] = Field(default_factory=lambda: ["flexible", "flexible_ft", "flexible_sact",
                                                         "flexible_sact_ft"])
-    grid: Annotated[list[Tau], Field(min_length=1)] = Field(default_factory=lambda: [0.8, 1.0, 1.2, 1.4, 1.6])
+    # the τ search brackets and bisects on log τ: positive, finite (τ = ∞ is decoded as the reference)
+    grid: Annotated[list[PositiveFloat], Field(min_length=1)] = Field(default_factory=lambda: [0.8, 1.0, 1.2, 1.4, 1.6])
     add_log_mean_len: bool = True
     search_steps: NonNegativeInt = 4
     tolerance: NonNegativeFloat = 0.5

@@ -5,8 +5,9 @@ the number of epochs done, ``best.ckpt`` the epoch of the best dev BLEU, and ``r
 cap (``epochs``: the Trainer's ``max_epochs``). A run that did fewer epochs than its cap was
 stopped by early stopping (``train.early_stopping_patience`` epochs without a better dev BLEU);
 one that did all of them reached its cap, which a stopping-rule comparison flags: that model
-may still have been improving. A control (:mod:`flexatt.stages.control`) trains a fixed budget,
-its fine-tuning's epochs, with early stopping off: it ends at that budget by design, not at a cap.
+may still have been improving. A run that replayed given learning rates (``lr_epochs`` in
+``run.json``: a control, :mod:`flexatt.stages.control`) trains that fixed budget, its
+fine-tuning's epochs, with early stopping off: it ends there by design, not at a cap.
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ CAP = "cap"
 BUDGET = "budget"
 
 
-def run_summary(checkpoint: str | Path, fixed_budget: bool = False) -> dict | None:
+def run_summary(checkpoint: str | Path) -> dict | None:
     """``{"epochs", "best_epoch", "cap", "stopped"}`` of the run whose best checkpoint is
     ``checkpoint`` (1-based epochs; ``stopped``: :data:`EARLY_STOPPING` or :data:`CAP`, and
-    :data:`BUDGET` for a run that trained a ``fixed_budget`` of epochs by design, a control), or
+    :data:`BUDGET` for a run that replayed a fixed budget by design, a control), or
     ``None`` for a checkpoint without its training folder (no ``last.ckpt`` and ``run.json``
     beside it: copied from elsewhere).
 
@@ -38,9 +39,11 @@ def run_summary(checkpoint: str | Path, fixed_budget: bool = False) -> dict | No
     if not (last.is_file() and run.is_file()):
         return None
     try:
-        cap = json.loads(run.read_text(encoding="utf-8"))["epochs"]
+        recorded = json.loads(run.read_text(encoding="utf-8"))
+        cap = recorded["epochs"]
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise DataError(run, f"has no epochs entry ({exc})") from None
+    fixed_budget = bool(recorded.get("lr_epochs"))
     epochs = int(read_checkpoint(last)["epoch"]) + 1
     best = int(read_checkpoint(checkpoint)["epoch"]) + 1
     stopped = BUDGET if fixed_budget else CAP if epochs >= cap else EARLY_STOPPING

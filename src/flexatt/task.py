@@ -65,17 +65,23 @@ class TranslationTask(pl.LightningModule):
             epoch-to-epoch noise gives while a model still improves, does not).
         vocab_digests: ``{"src": sha, "tgt": sha}`` of the SentencePiece models, saved with the
             hyperparameters so that a checkpoint refuses another vocabulary of the same size.
+        lr_epochs: the learning rate of every epoch, replayed in place of ``lr_schedule``
+            (epochs past its end keep its last rate): a control trains with the rates its
+            fine-tuning's schedule chose (:mod:`flexatt.stages.control`).
     """
 
     def __init__(self, model_cfg: dict, src_vocab: int, tgt_vocab: int, lr: float = 1e-3,
                  halve_from: int = 4, beta: float = 0.0, seed: int = 0, max_len_ratio: float = 2.0,
                  lr_schedule: str = "fixed", vocab_digests: dict[str, str] | None = None,
-                 lr_plateau_patience: int = 1):
+                 lr_plateau_patience: int = 1, lr_epochs: list[float] | None = None):
         super().__init__()
         if lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"train.lr_schedule: must be one of {', '.join(LR_SCHEDULES)} (got {lr_schedule!r})")
         if isinstance(lr_plateau_patience, bool) or not isinstance(lr_plateau_patience, int) or lr_plateau_patience < 1:
             raise ValueError(f"train.lr_plateau_patience: must be an integer >= 1 (got {lr_plateau_patience!r})")
+        if lr_epochs is not None and (not lr_epochs or any(isinstance(r, bool) or not isinstance(r, (int, float))
+                                                           or not r > 0 for r in lr_epochs)):
+            raise ValueError(f"lr_epochs: must be a non-empty list of positive rates (got {lr_epochs!r})")
         self.save_hyperparameters()
         self.model = build_model(model_cfg, src_vocab, tgt_vocab, PAD_ID)
         self.detokenize: Callable[[list[list[int]]], list[str]] | None = None
@@ -144,6 +150,11 @@ class TranslationTask(pl.LightningModule):
     # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self) -> Any:
         optimizer = torch.optim.Adam(self.model.parameters(), lr=self.hparams.lr)
+        rates = self.hparams.get("lr_epochs")
+        if rates:
+            base = self.hparams.lr
+            scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda e: rates[min(e, len(rates) - 1)] / base)
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "epoch"}}
         if self.hparams.get("lr_schedule", "fixed") == "plateau":
             # torch's patience is the number of worse epochs tolerated; ours counts the one that halves
             patience = self.hparams.get("lr_plateau_patience", 1) - 1

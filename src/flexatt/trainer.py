@@ -25,6 +25,7 @@ import shutil
 import sys
 import time
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,10 @@ class History(Callback):
     keeps the epochs it did before the interruption.
 
     ``lr`` is the learning rate the epoch trained with, read when it starts (by its end the
-    ``fixed`` schedule has already set the next epoch's)."""
+    ``fixed`` schedule has already set the next epoch's). ``train_loss`` is the epoch's mean of
+    the training objective per sentence (each batch's loss weighted by its sentences), not the
+    last batch's: batches are grouped by length, so one batch's loss says more about its
+    sentences' length than about the model."""
 
     def __init__(self) -> None:
         self.rows: list[dict] = []
@@ -61,9 +65,11 @@ class History(Callback):
         self._train_seconds = 0.0
         self._t0 = 0.0
         self._lr: float | None = None
+        self._loss_sum, self._sentences = 0.0, 0
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._tokens, self._train_seconds = 0, 0.0
+        self._loss_sum, self._sentences = 0.0, 0
         self._lr = pl_module.optimizers().param_groups[0]["lr"]
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
@@ -72,6 +78,10 @@ class History(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         self._train_seconds += time.perf_counter() - self._t0
         self._tokens += batch.n_tgt_tokens
+        loss = outputs["loss"] if isinstance(outputs, Mapping) else outputs
+        if loss is not None:
+            self._loss_sum += float(loss) * len(batch)
+            self._sentences += len(batch)
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         m = trainer.callback_metrics
@@ -80,7 +90,7 @@ class History(Callback):
             "epoch": trainer.current_epoch + 1,
             "step": trainer.global_step,
             "lr": self._lr,
-            "train_loss": value("train/loss"),
+            "train_loss": round(self._loss_sum / self._sentences, 4) if self._sentences else None,
             "val_loss": value("val/loss"),
             "val_nll_token": value("val/nll_token"),
             "val_bleu": value("val/bleu"),
@@ -160,7 +170,7 @@ def build_trainer(cfg: DictConfig | schema.Params, ckpt_dir: Path, max_epochs: i
 def train(cfg: DictConfig | schema.Params, variant: str, *, out_dir: str | None = None, epochs: int | None = None,
           lr: float | None = None, beta: float = 0.0, init_from: str | Path | None = None,
           metrics_file: str | Path | None = None, job_type: str | None = None,
-          run_name: str | None = None) -> tuple[dict, dict]:
+          run_name: str | None = None, lr_epochs: list[float] | None = None) -> tuple[dict, dict]:
     """Train (or fine-tune) the model ``variant`` of ``cfg.variants``.
 
     Args:
@@ -170,6 +180,8 @@ def train(cfg: DictConfig | schema.Params, variant: str, *, out_dir: str | None 
         beta: β of the fine-tuning objective (0: plain cross-entropy).
         init_from: a checkpoint whose weights start the run (fine-tuning).
         job_type, run_name: of the W&B run (default: ``train`` or ``finetune``, the variant).
+        lr_epochs: the learning rate of each epoch, replayed in place of ``train.lr_schedule``
+            (:class:`flexatt.task.TranslationTask`; a control replays its fine-tuning's).
 
     Returns:
         ``(metrics, objects)``: the metrics written to ``metrics_file`` (by rank 0 only, under
@@ -196,7 +208,8 @@ def train(cfg: DictConfig | schema.Params, variant: str, *, out_dir: str | None 
     pl.seed_everything(seed, workers=True, verbose=False)
     task = TranslationTask(model_cfg, len(src_vocab), len(tgt_vocab), lr=lr, halve_from=halve_from,
                            beta=beta, seed=seed, max_len_ratio=ratio, lr_schedule=lr_schedule,
-                           lr_plateau_patience=plateau_patience, vocab_digests={side: file_digest(tok_dir / f"{side}.model") for side in SIDES})
+                           lr_plateau_patience=plateau_patience, lr_epochs=lr_epochs,
+                           vocab_digests={side: file_digest(tok_dir / f"{side}.model") for side in SIDES})
     if init_from is not None:
         init_from = Path(init_from)
         if not init_from.is_file():
@@ -208,9 +221,11 @@ def train(cfg: DictConfig | schema.Params, variant: str, *, out_dir: str | None 
     fingerprint = {
         "variant": variant, "model": model_cfg, "epochs": epochs, "lr": lr, "beta": beta,
         "batch_size": batch_size, "halve_from": halve_from, "lr_schedule": lr_schedule, "seed": seed,
-        "lr_plateau_patience": plateau_patience,
+        "lr_plateau_patience": plateau_patience, "lr_epochs": lr_epochs,
+        "early_stopping_patience": t.early_stopping_patience, "val_max_len_ratio": ratio,
         "trainer": schema.as_dict(p).get("trainer", {}),
-        "data": file_digest(tok_dir / "train.npz"), "code": _code_digest(),
+        "data": file_digest(tok_dir / "train.npz"), "dev": file_digest(tok_dir / "dev.npz"),
+        "dev_references": file_digest(tok_dir / "dev.ref"), "code": _code_digest(),
         "init_from": file_digest(init_from) if init_from else None,
     }
     resume, recorded = _resume_point(ckpt_dir, fingerprint)
@@ -261,7 +276,7 @@ def train(cfg: DictConfig | schema.Params, variant: str, *, out_dir: str | None 
         "dev_bleu": best["val_bleu"] if best else None,
         "final_train_loss": rows[-1]["train_loss"] if rows else None,
         "tokens_per_second": round(toks / secs, 1) if secs else None,
-        "minutes_per_epoch": round(secs / 60 / len(rows), 2) if rows else None,
+        "train_minutes_per_epoch": round(secs / 60 / len(rows), 2) if rows else None,
         "resumed_from_epoch": resumed_from_epoch,
         "wall_minutes": round(wall / 60, 2),
     }

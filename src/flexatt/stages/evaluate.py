@@ -226,8 +226,7 @@ def run(cfg: DictConfig | schema.Params) -> dict:
         raise DataError(sweep_file, "not found (run the sweep_tau stage first)")
     selected = {name: info["selected_tau"] for name, info in json.loads(sweep_file.read_text())["models"].items()}
     row_tau = {name: tau_of(name, selected, sweep_file) for name in tau_rows}
-    # a control (row <x>_ctl, as reference_row names it) trains its fine-tuning's epochs by design
-    runs = {name: run_summary(path, fixed_budget=name.endswith("_ctl")) for name, path in checkpoints.items()}
+    runs = {name: run_summary(path) for name, path in checkpoints.items()}
 
     data = EvalSet.load(tok_dir, split)
     src_text = read_lines(filter_dir / f"{split}.src")

@@ -1,7 +1,10 @@
-"""Stage ``finetune@<variant>``: one epoch of J = CE − β·mean(g_t) from the trained model.
+"""Stage ``finetune@<variant>``: training continued from the trained model with
+J = CE − β·mean(g_t), at ``finetune.lr`` for at most ``finetune.epochs`` epochs under the
+training's stopping rule (``train.early_stopping_patience``, the plateau schedule).
 
 Flexible Attention (2017) eq. 9: fine-tuning pushes the penalty strength g_t up, so that the
-threshold τ cuts smaller windows at test time.
+threshold τ cuts smaller windows at test time. Its learning curve (``<variant>.csv``) gives the
+control (:mod:`flexatt.stages.control`) its epochs and learning rates.
 
 Usage::
 

@@ -50,7 +50,7 @@ from flexatt.evaluation import EvalSet, decode_settings, load_model, search_poin
 from flexatt.io import write_json
 from flexatt.metrics import corpus_bleu, corpus_chrf
 from flexatt.tracking import start_run
-from flexatt.stages.control import control_params
+from flexatt.stages.control import budget, control_params
 from flexatt.trainer import train
 
 #: the variants a job trains, and the one it fine-tunes
@@ -114,10 +114,11 @@ def run(cfg: DictConfig | schema.Params) -> dict:
                              metrics_file=job_dir / f"{FINETUNED}_ft.json",
                              run_name=f"{FINETUNED}_ft-seed{seed}")
     dev_bleu[f"{FINETUNED}_ft"] = metrics["dev_bleu"]
-    metrics, objects = train(control_params(p), FINETUNED, out_dir=str(ctl_dir), epochs=metrics["epochs"],
-                             lr=p.finetune.lr, beta=0.0, init_from=models_dir / FINETUNED / "best.ckpt",
+    rates = budget(job_dir / f"{FINETUNED}_ft.csv")  # the fine-tuning's epochs and learning rates
+    metrics, objects = train(control_params(p), FINETUNED, out_dir=str(ctl_dir), epochs=len(rates),
+                             lr=rates[0], beta=0.0, init_from=models_dir / FINETUNED / "best.ckpt",
                              metrics_file=job_dir / f"{FINETUNED}_ctl.json", job_type="control",
-                             run_name=f"{FINETUNED}_ctl-seed{seed}")
+                             run_name=f"{FINETUNED}_ctl-seed{seed}", lr_epochs=rates)
     dev_bleu[f"{FINETUNED}_ctl"] = metrics["dev_bleu"]
     if not objects["is_global_zero"]:  # under DDP, rank 0 alone decodes and reports
         return {}

@@ -35,7 +35,7 @@ from flexatt import config as C
 from flexatt import figures, schema
 from flexatt.data.batching import LengthGroupedBatches, ParallelData, collate
 from flexatt.data.subwords import PAD_ID
-from flexatt.evaluation import EvalSet, decode_settings, load_model, translate_split
+from flexatt.evaluation import EvalSet, decode_settings, load_model, translate_split, within_tolerance
 from flexatt.io import atomic_path, write_json
 from flexatt.metrics import corpus_bleu
 from flexatt.tracking import default_group, start_run
@@ -62,7 +62,7 @@ def mean_g(model, data: EvalSet, batch_size: int) -> float:
 def select_beta(points: list[dict], reference_bleu: float, tolerance: float) -> dict | None:
     """The point with the smallest window at the fixed τ among those whose dev BLEU is at least
     ``reference_bleu − tolerance``; ties go to the higher BLEU, then the smaller β."""
-    eligible = [p for p in points if p["dev_bleu"] >= reference_bleu - tolerance]
+    eligible = [p for p in points if within_tolerance(p["dev_bleu"], reference_bleu, tolerance)]
     if not eligible:
         return None
     return min(eligible, key=lambda p: (p["window"], -p["dev_bleu"], p["beta"]))
@@ -108,7 +108,7 @@ def run(cfg: DictConfig | schema.Params) -> dict:
     points: list[dict] = []
     for beta in sb.grid:
         points.append(point(beta))
-        if points[-1]["dev_bleu"] < reference["dev_bleu"] - sb.max_drop:
+        if not within_tolerance(points[-1]["dev_bleu"], reference["dev_bleu"], sb.max_drop):
             print(f"sweep_beta: dev BLEU fell more than {sb.max_drop:g} below beta = 0: the sweep stops", flush=True)
             break
     selected = select_beta(points, reference["dev_bleu"], sb.tolerance)

@@ -28,7 +28,7 @@ def run(cfg: DictConfig | schema.Params) -> dict:
     if objects["is_global_zero"]:  # one report under DDP
         print(f"train@{variant}: dev BLEU {metrics['dev_bleu']} (epoch {metrics['best_epoch']} of "
               f"{metrics['epochs']}), {metrics['tokens_per_second']} target tokens/s, "
-              f"{metrics['minutes_per_epoch']} min/epoch")
+              f"{metrics['train_minutes_per_epoch']} min/epoch of training")
     return metrics
 
 

@@ -2,7 +2,7 @@
 
 Every module in this folder is imported when :mod:`flexatt.model` is, so a module here that
 decorates its class with :func:`flexatt.attention.register_attention` makes a new value of
-``model.attention`` (README, "Add an attention variant"). The pipeline's stages list this folder
+``model.attention`` (docs/variants.md). The pipeline's stages list this folder
 in their DVC ``deps``, and :mod:`flexatt.provenance` counts every module in it, so a new variant
 re-runs what it can change.
 """
