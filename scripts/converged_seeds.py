@@ -9,9 +9,12 @@ After ``make converged`` (its copy kept in ``RUN_DIR``, its results committed in
 copy, so every job trains with the converged profile's settings (the stopping rule, and the β
 that ``sweep_beta`` selected, already composed into the copy's ``params.yaml``): Global,
 Flexible, its fine-tuning and its control, and the local-m of the run whose test window is
-nearest the fine-tuned flexible model's at its selected τ (``seeds_local``). The sweep's folder
-is fixed (``multirun/seeds-converged`` in the copy), so a second start after an interruption
-resumes each job's trainings from their last checkpoints. The seeds train at once by default
+nearest the fine-tuned flexible model's at its selected τ (``seeds_local``; ``--local`` names
+another). The sweep's folder is fixed (``multirun/seeds-converged`` in the copy) and each seed
+has its own folder in it (``<seed>/``, ``conf/sweep/seeds.yaml``), so a second start after an
+interruption, with these seeds or others, resumes each seed's trainings from their last
+checkpoints. Where a job fails, the summary of the jobs that completed is rebuilt before it is
+copied. The seeds train at once by default
 (``--jobs``: the joblib launcher's ``n_jobs``; each job gets the cores divided among the jobs, at
 least one thread): on a 2-core CPU three 1-thread trainings at once do 1.4x the work per hour of
 one 2-thread training (``benchmarks/train_throughput.py --concurrent 3``). The summary, with the comparisons
@@ -32,17 +35,24 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from profile_run import dvc_env, profile_of  # noqa: E402
 from reordering_sweep import nearest_local_m  # noqa: E402
 
+from flexatt.sweeps import SWEEP_RECORD  # noqa: E402
+
 SWEEP_DIR = "multirun/seeds-converged"
 COPIED = ("summary.md", "summary.csv", "summary.png", "paired.md", "paired.json")
 
 
 def local_for_seeds(metrics: dict) -> str:
     """The local-m variant nearest the fine-tuned flexible model's window at its selected τ
-    (``flexible_ft_tau``; the plain flexible model's where there is none)."""
+    (``flexible_ft_tau``; the plain flexible model's where there is none). A row decoded at τ = ∞
+    (no τ selected) has the full window: no fixed window matches it, and ``--local`` must name
+    the variant."""
     rows = metrics["models"]
     target = next((name for name in ("flexible_ft_tau", "flexible_tau") if name in rows), None)
     if target is None:
         raise SystemExit("error: Table 1 of the converged run has no flexible row at a selected τ")
+    if rows[target].get("tau") is None:
+        raise SystemExit(f"error: {target} of the converged run is decoded at τ = ∞ (sweep_tau selected no τ): no "
+                         "fixed window matches it; name the local variant with --local")
     return nearest_local_m(rows, target)
 
 
@@ -59,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the converged run's results (default: results/converged)")
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2, 3])
     parser.add_argument("--jobs", type=int, help="seeds trained at once (default: all of them)")
+    parser.add_argument("--local", help="the local variant to replicate (default: the local-m nearest the "
+                        "fine-tuned flexible model's window at its selected τ)")
     parser.add_argument("--dry-run", action="store_true", help="print the sweep's command, run nothing")
     args = parser.parse_args(argv)
     if args.jobs is not None and args.jobs < 1:
@@ -68,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     metrics = args.results / "metrics.json"
     if not metrics.is_file():
         sys.exit(f"error: {metrics}: not found (the converged run has not reached its evaluate stage)")
-    local = local_for_seeds(json.loads(metrics.read_text(encoding="utf-8")))
+    local = args.local or local_for_seeds(json.loads(metrics.read_text(encoding="utf-8")))
     cmd = command(args.seeds, local, args.jobs or len(args.seeds))
     print(f"in {args.keep}: {' '.join(cmd[1:])}")
     if args.dry_run:
@@ -76,8 +88,15 @@ def main(argv: list[str] | None = None) -> int:
     _, env = dvc_env(args.keep)
     code = subprocess.run(cmd, cwd=args.keep, env=env).returncode
     sweep = args.keep / SWEEP_DIR
+    if code != 0 and (sweep / SWEEP_RECORD).is_file():
+        # a failed job ends the sweep before its callbacks: the summary and the paired comparisons
+        # are rebuilt from the jobs that completed, so that no earlier start's files are copied
+        print(f"the seeds sweep ended with status {code}: its summary rebuilt from the jobs that completed")
+        for extra in (["flexatt.sweeps", "--no-wandb"], ["flexatt.seeds"]):
+            subprocess.run([sys.executable, "-m", extra[0], str(sweep), *extra[1:]], cwd=args.keep, env=env)
     dest = args.results / "seeds"
-    dest.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
     for name in COPIED:
         if (sweep / name).is_file():
             shutil.copy2(sweep / name, dest / name)

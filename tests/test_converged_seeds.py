@@ -22,6 +22,22 @@ def test_the_local_m_nearest_the_fine_tuned_window_is_replicated():
     assert seeds.local_for_seeds(table(local_m=21.0)) == "local_m"
 
 
+def test_a_fine_tuned_row_at_tau_inf_matches_no_fixed_window():
+    import pytest
+
+    metrics = table(local_m=21.0, local_m_d5=11.0)
+    metrics["models"]["flexible_ft_tau"]["tau"] = None
+    with pytest.raises(SystemExit, match="selected no τ.*--local"):
+        seeds.local_for_seeds(metrics)
+
+
+def test_each_seed_has_its_own_folder_in_the_sweep():
+    import yaml
+
+    sweep = yaml.safe_load((ROOT / "conf/sweep/seeds.yaml").read_text())
+    assert sweep["hydra"]["sweep"]["subdir"] == "${train.seed}"
+
+
 def test_the_sweep_runs_in_a_fixed_folder_so_that_it_resumes():
     cmd = seeds.command([1, 2, 3], "local_m_d5", 3)
     assert cmd[0] == sys.executable and cmd[1:5] == ["-m", "flexatt.stages.replicate", "-m", "+sweep=seeds"]
@@ -48,6 +64,8 @@ def test_it_needs_a_kept_converged_copy_and_its_table(tmp_path, capsys):
     assert capsys.readouterr().out.rstrip().endswith("hydra.launcher.n_jobs=3")  # every seed at once
     seeds.main(["--keep", str(tmp_path), "--results", str(results), "--jobs", "1", "--dry-run"])
     assert capsys.readouterr().out.rstrip().endswith("hydra.launcher.n_jobs=1")
+    seeds.main(["--keep", str(tmp_path), "--results", str(results), "--local", "local_m_d2", "--dry-run"])
+    assert "seeds_local=local_m_d2" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         seeds.main(["--keep", str(tmp_path), "--results", str(results), "--jobs", "0", "--dry-run"])
 

@@ -53,6 +53,18 @@ def test_the_markdown_leaves_out_what_no_job_measured():
     assert "| a − b | 2 | +1.25 ± 0.35 |" in text and "never" not in text
 
 
+def test_a_job_without_a_selected_tau_is_left_out_of_the_pairs_at_tau():
+    """Without a selected τ a job decodes its τ rows at τ = ∞: their difference from τ = ∞ is 0
+    by construction, so that job is not a measurement of the pairs at τ."""
+    rows = [job(flexible_ft_tau_bleu=19.0, flexible_ft_bleu=20.0, flexible_bleu=20.0, global_bleu=19.0, selected_tau=1.2),
+            job(flexible_ft_tau_bleu=19.5, flexible_ft_bleu=20.0, flexible_bleu=21.0, global_bleu=19.5, selected_tau=1.4),
+            job(flexible_ft_tau_bleu=20.0, flexible_ft_bleu=20.0, flexible_bleu=20.5, global_bleu=19.0, selected_tau=None)]
+    at_tau, at_inf = seeds.paired(rows, [("flexible_ft_tau_bleu", "flexible_ft_bleu", "τ − ∞"),
+                                         ("flexible_bleu", "global_bleu", "F − G")])
+    assert at_tau["n"] == 2 and at_tau["diffs"] == [-1.0, -0.5]
+    assert at_inf["n"] == 3
+
+
 def test_the_callback_refuses_an_unknown_key_naming_it():
     with pytest.raises(ConfigError, match=r"hydra.callbacks.seed_comparison: unknown key\(s\) pairs"):
         seeds.SeedComparison(pairs=[])

@@ -441,7 +441,7 @@ def test_real_seeds_sweep(mini_repo):
     assert pipeline_files(mini_repo) == before, "the sweep changed the pipeline's outputs"
     settings = json.loads((sweep_dir / "sweep.json").read_text())
     assert settings["aggregate"] is True
-    job_dirs = [sweep_dir / "0", sweep_dir / "1"]
+    job_dirs = [sweep_dir / "1", sweep_dir / "2"]  # one folder per seed
     jobs = [json.loads((d / "replicate.json").read_text()) for d in job_dirs]
     assert [j["seed"] for j in jobs] == [1, 2]
     for job in jobs:
@@ -461,10 +461,12 @@ def test_real_seeds_sweep(mini_repo):
         first, second = (load_checkpoint_state(d / where / variant / "best.ckpt") for d in job_dirs)
         assert any(not first[k].equal(second[k]) for k in first), f"{where}/{variant}: same weights"
     assert [json.loads((d / "models/global/run.json").read_text())["seed"] for d in job_dirs] == [1, 2]
-    for d in job_dirs:  # the control: beta = 0, the fine-tuning's parent and epochs
+    for d in job_dirs:  # the control: beta = 0, the fine-tuning's parent, epochs and learning rates
         control, finetuned = (json.loads((d / w / "flexible/run.json").read_text()) for w in ("models_ctl", "models_ft"))
         assert control["beta"] == 0.0 and control["init_from"] == finetuned["init_from"]
         assert control["epochs"] == json.loads((d / "flexible_ft.json").read_text())["epochs"]
+        with open(d / "flexible_ft.csv", newline="") as handle:
+            assert control["lr_epochs"] == [float(r["lr"]) for r in csv.DictReader(handle)]
 
     # the summary: one line per job, then mean and sd, as computed from the job files
     with open(sweep_dir / "summary.csv", newline="") as handle:

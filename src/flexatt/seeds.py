@@ -27,7 +27,10 @@ from omegaconf import DictConfig
 from flexatt.errors import ConfigError, FlexattError
 from flexatt.io import atomic_path, write_json
 
-#: (a, b, what a − b measures): the comparisons behind the claims, as columns of the seeds summary
+#: (a, b, what a − b measures): the comparisons behind the claims, as columns of the seeds summary.
+#: A pair with a ``_tau_`` column compares figures at the τ selected on dev: a job where none was
+#: selected decodes those rows at τ = ∞ (a difference of 0, or two full windows), so it is left out
+#: of that pair (:func:`paired`, ``selected_tau``).
 PAIRS: tuple[tuple[str, str, str], ...] = (
     ("flexible_bleu", "global_bleu", "Flexible τ=∞ − Global, BLEU"),
     ("flexible_ft_tau_bleu", "flexible_ft_bleu", "fine-tuned Flexible at its τ − at τ=∞, BLEU"),
@@ -54,6 +57,7 @@ def paired(rows: Sequence[dict], pairs: Sequence[tuple[str, str, str]] = PAIRS) 
     """Each pair ``(a, b, label)`` over the completed ``rows`` (``status`` COMPLETED) holding both
     figures: ``n``, ``mean`` and ``sd`` of a − b, ``ci`` (95%, t with n − 1 degrees of freedom),
     ``p`` (paired t-test, two-sided) and ``p_holm`` (Holm across the pairs that have a p).
+    A pair at τ (a ``_tau_`` column) counts only the jobs with a ``selected_tau``.
     Below two jobs the spread, interval and p are ``None``; differences that are all equal give
     no t statistic, so no p either."""
     from scipy import stats
@@ -62,7 +66,9 @@ def paired(rows: Sequence[dict], pairs: Sequence[tuple[str, str, str]] = PAIRS) 
 
     out = []
     for a, b, label in pairs:
-        both = [(_number(r.get(a)), _number(r.get(b))) for r in rows if r.get("status") == "COMPLETED"]
+        at_tau = "_tau_" in a or "_tau_" in b
+        both = [(_number(r.get(a)), _number(r.get(b))) for r in rows if r.get("status") == "COMPLETED"
+                and (not at_tau or _number(r.get("selected_tau")) is not None)]
         both = [(x, y) for x, y in both if x is not None and y is not None]
         diffs = [x - y for x, y in both]
         n = len(diffs)
