@@ -430,8 +430,14 @@ def needed_stages(copy: Path, targets: list[str]) -> set[str]:
 
 def write_provenance(dest: Path, profile: str, overrides: list[str], stages: list[str], source: dict,
                      clock: StageClock | None = None) -> None:
-    (dest / "provenance.json").write_text(
-        json.dumps(provenance(profile, overrides, stages, source, clock), indent=2) + "\n", encoding="utf-8")
+    """``dest/provenance.json``, replaced in one rename: it is rewritten every minute while a stage
+    runs, and whatever reads it meanwhile (a commit of the results, the README's figures) must
+    never see half a file."""
+    from flexatt.io import atomic_path
+
+    with atomic_path(dest / "provenance.json") as tmp:
+        Path(tmp).write_text(json.dumps(provenance(profile, overrides, stages, source, clock), indent=2) + "\n",
+                             encoding="utf-8")
 
 
 if __name__ == "__main__":
