@@ -116,6 +116,11 @@ def test_bad_model_value_names_the_key(in_dir, capsys):
     assert code == 2 and "model.sigma" in err
 
 
+#: the smoke profile trains without dropout; the resume tests need it, since a resumed run must
+#: draw the same dropout masks as an uninterrupted one
+DROPOUT = "model.dropout=0.3"
+
+
 def _train_cmd(out: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "flexatt.stages.train", "train.variant=flexible",
             f"train.out_dir={out}", f"train.metrics_dir={out}_metrics", "train.epochs=6", *extra]
@@ -124,10 +129,10 @@ def _train_cmd(out: str, *extra: str) -> list[str]:
 @pytest.mark.slow  # two 6-epoch trainings; the plateau resume test below checks the same in the fast suite
 def test_killed_run_resumes_and_ends_where_an_uninterrupted_one_ends(tokenized):
     env = {**os.environ, "WANDB_MODE": "offline"}
-    whole = subprocess.run(_train_cmd("whole"), cwd=tokenized, env=env, capture_output=True, text=True)
+    whole = subprocess.run(_train_cmd("whole", DROPOUT), cwd=tokenized, env=env, capture_output=True, text=True)
     assert whole.returncode == 0, whole.stderr
 
-    proc = subprocess.Popen(_train_cmd("killed"), cwd=tokenized, env=env,
+    proc = subprocess.Popen(_train_cmd("killed", DROPOUT), cwd=tokenized, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     last = tokenized / "killed/flexible/last.ckpt"
     deadline = time.time() + 300
@@ -138,7 +143,7 @@ def test_killed_run_resumes_and_ends_where_an_uninterrupted_one_ends(tokenized):
     proc.wait()
     assert not (tokenized / "killed_metrics/flexible.json").exists()
 
-    again = subprocess.run(_train_cmd("killed"), cwd=tokenized, env=env, capture_output=True, text=True)
+    again = subprocess.run(_train_cmd("killed", DROPOUT), cwd=tokenized, env=env, capture_output=True, text=True)
     assert again.returncode == 0, again.stderr
     a = json.loads((tokenized / "whole_metrics/flexible.json").read_text())
     b = json.loads((tokenized / "killed_metrics/flexible.json").read_text())
@@ -301,7 +306,8 @@ def test_plateau_run_resumed_after_a_crash_ends_where_an_uninterrupted_one_ends(
 
     forced_bleu([5.0, 4.0, 4.5, 4.9, 7.0])
     cfg = {name: load_params("params.yaml", [f"train.out_dir=p_{name}", f"train.metrics_dir=pr_{name}",
-                                             "train.lr_schedule=plateau"]) for name in ("whole", "killed")}
+                                             "train.lr_schedule=plateau", DROPOUT])
+           for name in ("whole", "killed")}
     whole, _ = train(cfg["whole"], "flexible", epochs=5)
     with monkeypatch.context() as patch, pytest.raises(Crash):
         patch.setattr(T.History, "on_train_epoch_start", crash_at_epoch_3)

@@ -212,7 +212,7 @@ def verdict_not_worse(ci: Sequence[float], p: float, alpha: float = ALPHA, margi
     without showing one)."""
     if p < alpha and _side(ci) < 0:
         return FAILS
-    return verdict_within(ci, margin) if verdict_within(ci, margin) == HOLDS else INCONCLUSIVE
+    return HOLDS if verdict_within(ci, margin) == HOLDS else INCONCLUSIVE
 
 
 def verdict_within(ci: Sequence[float], margin: float = MARGIN) -> str:
@@ -309,7 +309,7 @@ def claims_table(rows: Mapping[str, dict], comparisons: Sequence[dict], matched:
     for spec in CLAIMS:
         entry = {k: spec[k] for k in ("id", "claim", "source", "rule")}
         if spec["rule"] == "matched":
-            out.append({**entry, **_matched_claim(matched, comparisons)})
+            out.append({**entry, **_matched_claim(matched)})
             continue
         a, b = spec["a"], spec["b"]
         c = _find(comparisons, a, b)
@@ -370,7 +370,7 @@ def claims_table(rows: Mapping[str, dict], comparisons: Sequence[dict], matched:
     return out
 
 
-def _matched_claim(pairs: Sequence[dict], comparisons: Sequence[dict]) -> dict:
+def _matched_claim(pairs: Sequence[dict]) -> dict:
     if not pairs:
         return {"verdict": NOT_MEASURED, "missing": ["matched-window pairs (no local row or flexible model)"]}
     outcomes = [m["outcome"] for m in pairs if m["outcome"] != NOT_MATCHED]

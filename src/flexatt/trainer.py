@@ -5,8 +5,10 @@ Callable from tests and notebooks; the ``train`` and ``finetune`` stages are thi
 Checkpoints go to ``<out_dir>/<variant>/``: ``best.ckpt`` (best dev BLEU), ``last.ckpt`` (end of
 the latest epoch) and ``run.json`` (a fingerprint of everything that determines the run). When
 the stage is started again after a crash or ``kill -9``, a ``last.ckpt`` whose fingerprint
-matches is resumed; since every epoch reseeds torch with ``seed + epoch`` and the batch order is
-a function of ``seed + epoch``, the resumed run ends exactly where an uninterrupted one ends.
+matches is resumed; since every epoch reseeds torch with ``seed + epoch`` (the dropout masks'
+stream; the DataLoaders draw nothing from it, :class:`flexatt.data.datamodule.TranslationData`)
+and the batch order is a function of ``seed + epoch``, the resumed run ends exactly where an
+uninterrupted one ends.
 A ``last.ckpt`` of a different configuration, data or code is never resumed.
 
 ``trainer.precision: auto`` is decided once per run (:func:`flexatt.runtime.resolve_precision`),
