@@ -88,6 +88,40 @@ def test_the_converged_run_heads_the_readme_once_it_is_committed(tmp_path):
     assert blocks["finetuning"] == ""  # the converged block says it
 
 
+def test_a_converged_run_whose_sweep_selected_no_tau_says_so(tmp_path):
+    """Where sweep_tau kept no τ within the tolerance, the fine-tuned model and its control decode
+    every position: the headline and the fine-tuning paragraph say that no τ was selected (not a
+    window cut of 0%, nor that fine-tuning fails to narrow a window nobody narrowed)."""
+    import json
+
+    from conftest import load_script
+
+    figures = load_script("readme_figures")
+    run = _converged_run(tmp_path, finished=True)
+    metrics = json.loads((run / "metrics.json").read_text())
+    glob, ft = metrics["models"]["global"], metrics["models"]["flexible_ft"]
+    for name in ("flexible_ft_tau", "flexible_ctl_tau"):
+        metrics["models"][name] = {**metrics["models"][name.replace("_tau", "")], "tau": None, "reduction": 0.0}
+    metrics["finetuning_effect"]["flexible_ft_tau"]["tau"] = None
+    (run / "metrics.json").write_text(json.dumps(metrics))
+    blocks = {k: " ".join(v.split()) for k, v in figures.blocks_of(figures.README, converged=run).items()}
+    assert (f"no τ kept the fine-tuned flexible model's dev BLEU within the tolerance, so it **scores every position "
+            f"({ft['window']:.1f} per step, as global attention's {glob['window']:.1f}) at {ft['bleu']:.2f} BLEU**"
+            in blocks["headline"])
+    assert "−0%" not in blocks["headline"] and "τ = ∞ (no τ" not in blocks["headline"]
+    assert ("`sweep_tau` selected no τ for the model fine-tuned at β = 10, so it and its control decode every "
+            "position (τ = ∞;" in blocks["converged"])
+    assert "whether fine-tuning narrows the window is not measured on this run" in blocks["converged"]
+    assert "does not narrow the window" not in blocks["converged"]
+
+
+def test_a_window_cut_is_a_signed_percentage():
+    from conftest import load_script
+
+    figures = load_script("readme_figures")
+    assert [figures._cut(x) for x in (0.7014, 0.004, 0.0, -0.003, -0.12)] == ["−70%", "0%", "0%", "0%", "+12%"]
+
+
 def test_a_converged_run_under_way_is_named_as_such_and_none_leaves_the_block_empty(tmp_path):
     from conftest import load_script
 
