@@ -129,13 +129,11 @@ def finetuning_block(metrics: dict, beta: dict | None, lock: Path = ROOT / "dvc.
     """Whether fine-tuning narrows the window against its control (Table 1's effect table), and
     what the β sweep found (``results/sweep_beta.json``); the β the fine-tuning ran with is read
     from the ``lock`` of the run (:func:`finetuned_beta`)."""
-    effect = metrics.get("finetuning_effect", {}).get("flexible_ft_tau")
-    rows = metrics["models"]
-    if not effect or "flexible_ctl_tau" not in rows:
+    effects, rows = metrics.get("finetuning_effect", {}), metrics["models"]
+    # at the selected τ; where none was selected, the τ = ∞ comparison is the only one
+    effect = effects.get("flexible_ft_tau") or effects.get("flexible_ft")
+    if not effect:
         return "No fine-tuning control was evaluated."
-    ft, ctl = rows["flexible_ft_tau"], rows["flexible_ctl_tau"]
-    narrows = ft["window"] <= 0.95 * ctl["window"]
-    verdict = "narrows the window" if narrows else "does not narrow the window"
     beta_used = finetuned_beta(lock)
     paper = " (the paper's)" if beta_used == "0.1" else ""
     better = effect["bleu"] > 0 and effect["p_value"] < 0.05  # than its control
@@ -145,6 +143,9 @@ def finetuning_block(metrics: dict, beta: dict | None, lock: Path = ROOT / "dvc.
                 f"its control decode every position (τ = ∞; Δ BLEU {_signed(effect['bleu'])}, unadjusted p = "
                 f"{effect['p_value']:.3f}): **whether fine-tuning narrows the window is not measured on this run**.")
     else:
+        ft, ctl = rows["flexible_ft_tau"], rows["flexible_ctl_tau"]
+        narrows = ft["window"] <= 0.95 * ctl["window"]
+        verdict = "narrows the window" if narrows else "does not narrow the window"
         text = (f"{lead}at β = {beta_used}{paper} the fine-tuned flexible model scores {ft['window']:.2f} positions "
                 f"per step at τ = {effect['tau']:g}, its control {ctl['window']:.2f} (Δ BLEU "
                 f"{_signed(effect['bleu'])}, unadjusted p = {effect['p_value']:.3f}): **on this corpus fine-tuning "

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from flexatt import claims
-from flexatt.claims import (adjust, bleu_difference, claims_table, compare_pair, holm, match_window, outcome,
+from flexatt.claims import (adjust, bleu_difference, claims_table, compare_pair, holm, match_window, not_selected, outcome,
                             verdict_better, verdict_effect, verdict_not_worse, verdict_within,
                             windows_match)
 from flexatt.metrics import bleu_significance, corpus_bleu
@@ -256,10 +256,20 @@ def test_pairs_whose_windows_did_not_match_are_left_out_of_claim_f():
 
 def test_fine_tuning_is_not_judged_where_no_tau_was_selected():
     """Without a selected τ both _tau rows decode at τ = ∞, where the windows are equal by
-    construction: claim c is not measured, not failed."""
+    construction: claims b and c are not measured, not failed."""
     rows = {**ROWS, "flexible_ft_tau": _row(35.0, 19.1, tau=None), "flexible_ctl_tau": _row(35.0, 19.0, tau=None)}
-    c = {c["id"]: c for c in claims_table(rows, COMPS, MATCHED)}["c"]
-    assert c["verdict"] == "not measured" and "selected none" in c["missing"][0]
+    table = {c["id"]: c for c in claims_table(rows, COMPS, MATCHED)}
+    for claim in ("b", "c"):  # b: the τ row is the τ = ∞ row again, a cut of 0% judged against itself
+        assert table[claim]["verdict"] == "not measured", claim
+        assert table[claim]["missing"] == ["a selected τ for flexible_ft (sweep_tau kept none within its tolerance)"]
+    assert table["a"]["verdict"] != "not measured"
+
+
+def test_a_tau_row_without_a_selected_tau_is_the_tau_inf_row_again():
+    rows = {"flexible_ft": _row(35.0, 19.1), "flexible_ft_tau": _row(35.0, 19.1, tau=None),
+            "flexible_ctl_tau": _row(12.0, 19.0, tau=2.0)}
+    assert [not_selected(r, rows) for r in ("flexible_ft", "flexible_ft_tau", "flexible_ctl_tau", "absent_tau")] \
+        == [False, True, False, False]
 
 
 def test_nothing_measured_is_not_an_error():

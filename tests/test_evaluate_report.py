@@ -18,6 +18,7 @@ from flexatt.decoding import BACKENDS
 from flexatt.evaluation import Translation
 from flexatt.metrics import corpus_bleu, corpus_chrf, moses_tokenize, tokenized_bleu
 from flexatt.errors import DataError
+from flexatt.claims import not_selected
 from flexatt.stages.evaluate import TABLE_ORDER, finetuning_effect, reference_row, render_table, score_row, tau_of
 
 HYPS = ["I do know it's here, and I don't care.", "And God saw the light, that it was good."]
@@ -90,6 +91,16 @@ def test_finetuning_effect_is_finetuned_minus_control():
     table = render_table({**results, "global": _row(20.0, None, None, None)}, _cfg(), "test", 5, None, effect)
     assert "## Fine-tuning against its control" in table
     assert "| Flexible + fine-tuning τ=2 | 2 | +0.50 | 1.000 | +0.1000 | -1.50 |" in table
+
+
+def test_no_tau_selected_adds_no_second_comparison_at_tau_inf():
+    """Where sweep_tau selected no τ, the _tau rows decode at τ = ∞: the fine-tuned model and its
+    control are compared once, at τ = ∞, not a second time under the τ rows' names."""
+    refs = ["the cat sat on the mat today", "a dog ran in the park at noon"] * 4
+    results = {"flexible_ft": _row(30.0, None, None, None), "flexible_ctl": _row(29.0, None, None, None),
+               "flexible_ft_tau": _row(30.0, None, None, None), "flexible_ctl_tau": _row(29.0, None, None, None)}
+    hyps = {name: list(refs) for name in results}
+    assert set(finetuning_effect(results, hyps, refs, n_samples=100, seed=7)) == {"flexible_ft"}
 
 
 def _cfg():
@@ -194,15 +205,20 @@ def test_stage_writes_significance_chrf_and_windows(evaluated):
         low, high = m["bleu_ci"]
         assert low <= high and isinstance(m["chrf"], float) and 0 <= m["chrf"] <= 100
         assert m["window_step_weighted"] > 0
-        assert m["p_value_against"] == reference_row(row, models)
-        assert (m["p_value"] is None) == (row == "global")
+        assert m["p_value_against"] == (None if not_selected(row, models) else reference_row(row, models))
+        assert (m["p_value"] is None) == (row == "global" or not_selected(row, models))
         # what decoded the row: the same checkpoint everywhere, so the same backend
         assert m["decoded_by"] == models["global"]["decoded_by"]
         assert m["decoded_by"]["torch"] == torch.__version__ and m["decoded_by"]["backend"] in BACKENDS
     # every row decodes the same checkpoint: identical hypotheses, no difference to test
     for row in ("local_m", "flexible", "flexible_ft"):
         assert models[row]["p_value"] == 1.0 and models[row]["bleu_ci"] == models["global"]["bleu_ci"]
-    assert models["flexible_ft_tau"]["p_value"] == 1.0  # no τ selected: decodes at τ = ∞ as its base
+    # no τ selected for flexible_ft: its τ row decodes at τ = ∞, its base row again, and is not tested
+    # against it (nor counted among the table's comparisons); flexible's (τ = 1) is
+    ft_tau = models["flexible_ft_tau"]
+    assert ft_tau["tau"] is None and ft_tau["p_value"] is None and ft_tau["bleu_ci"] is not None
+    assert models["flexible_tau"]["tau"] == 1.0 and models["flexible_tau"]["p_value_against"] == "flexible"
+    assert "Holm–Bonferroni over the table's 7 comparisons" in (path / "ev/table1.md").read_text()
     assert "BLEU confidence intervals and p-values (9 rows, 200 resamples)" in stdout
     table = (path / "ev/table1.md").read_text()
     assert "±" in table and "seed 77" in table and "| chrF |" in table

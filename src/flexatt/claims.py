@@ -295,15 +295,15 @@ def claims_table(rows: Mapping[str, dict], comparisons: Sequence[dict], matched:
       at the same τ and
       :func:`verdict_within` holds for their BLEU; fails when the window is not that much smaller or
       :func:`verdict_within` fails; inconclusive otherwise. The means of g_t and the pair at
-      τ = ∞ (fine-tuned vs control) are reported in ``detail``; not measured where no τ was
-      selected (both rows then decode at τ = ∞);
+      τ = ∞ (fine-tuned vs control) are reported in ``detail``;
     * d, e (``better``): :func:`verdict_better`;
     * e2 (``effect``): :func:`verdict_effect` with the paper's +2 BLEU;
     * f (``matched``): over every matched pair (:func:`outcome`; pairs whose dev windows do not
       match, :func:`windows_match`, are counted apart), holds when every pair is ``better``, fails when
       any pair is ``worse``, inconclusive otherwise.
 
-    A claim whose rows (or comparisons) are missing is ``not measured``, with ``missing``.
+    A claim whose rows (or comparisons) are missing is ``not measured``, with ``missing``; so are
+    b and c where no τ was selected (:func:`not_selected`: the τ row is the τ = ∞ row again).
     """
     out = []
     for spec in CLAIMS:
@@ -312,6 +312,10 @@ def claims_table(rows: Mapping[str, dict], comparisons: Sequence[dict], matched:
             out.append({**entry, **_matched_claim(matched)})
             continue
         a, b = spec["a"], spec["b"]
+        if not_selected(a, rows):  # b, c: the τ row decodes at τ = ∞, the row it would be judged against
+            out.append({**entry, "a": a, "b": b, "verdict": NOT_MEASURED, "missing": [
+                f"a selected τ for {a[:-4]} (sweep_tau kept none within its tolerance)"]})
+            continue
         c = _find(comparisons, a, b)
         missing = [r for r in (a, b) if r not in rows] or ([] if c else [f"{a} vs {b}"])
         if missing:
@@ -343,11 +347,6 @@ def claims_table(rows: Mapping[str, dict], comparisons: Sequence[dict], matched:
             entry["detail"] = (f"τ={tau}: window {ra['window']:.1f} vs {rb['window']:.1f} (−{100 * reduction:.0f}%, "
                                f"paper 56–64%); BLEU {ra['bleu']:.2f} vs {rb['bleu']:.2f}, margin {margin:g}")
         elif rule == "narrower+within":
-            if ra.get("tau") is None:  # no τ selected: both rows decode at τ = ∞, where windows are equal
-                entry.update({"verdict": NOT_MEASURED, "missing": [f"a selected τ for {a[:-4]} (sweep_tau selected "
-                                                                   "none within its tolerance)"]})
-                out.append(entry)
-                continue
             narrower = ra["window"] <= (1.0 - MIN_NARROWING) * rb["window"]
             within = verdict_within(c["ci"], margin)
             entry["verdict"] = (FAILS if not narrower or within == FAILS
@@ -368,6 +367,13 @@ def claims_table(rows: Mapping[str, dict], comparisons: Sequence[dict], matched:
                                     f"p {inf['p_bs_holm']:.4f}")
         out.append(entry)
     return out
+
+
+def not_selected(row: str, rows: Mapping[str, Mapping]) -> bool:
+    """Whether ``row`` is a ``<x>_tau`` row that decodes at τ = ∞ because ``sweep_tau`` selected
+    no τ for ``<x>``: the same model and decoding as ``<x>`` (and, for a control, as its ``<x>``),
+    so a test of it against either compares a system with itself."""
+    return row.endswith("_tau") and row in rows and rows[row].get("tau") is None
 
 
 def _matched_claim(pairs: Sequence[dict]) -> dict:

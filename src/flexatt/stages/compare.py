@@ -51,7 +51,7 @@ from omegaconf import DictConfig
 from flexatt import config as C
 from flexatt import figures, schema
 from flexatt.claims import (CLAIMS, LOCAL_ATTENTIONS, MATCH_TOLERANCE, NOT_MATCHED, NOT_MEASURED, adjust,
-                            claims_table, compare_pair, match_window, outcome, windows_match)
+                            claims_table, compare_pair, match_window, not_selected, outcome, windows_match)
 from flexatt.errors import DataError
 from flexatt.evaluation import EvalSet
 from flexatt.io import atomic_path, write_json
@@ -159,6 +159,9 @@ def run(cfg: DictConfig | schema.Params) -> dict:
     comparisons: list[dict] = []
 
     def add(a: str, b: str, family: str) -> None:
+        # a τ row without a selected τ is its τ = ∞ row again: a test of it would count twice
+        if not_selected(a, rows) or not_selected(b, rows):
+            return
         if a in hyps and b in hyps and not any(c["a"] == a and c["b"] == b for c in comparisons):
             comparisons.append({"a": a, "b": b, "family": family,
                                 **compare_pair(hyps[a], hyps[b], references, n_samples=n_samples, seed=seed,

@@ -54,7 +54,7 @@ from flexatt.metrics import (
     tokenized_bleu,
 )
 from flexatt.decoding import forced_decode
-from flexatt.claims import holm
+from flexatt.claims import holm, not_selected
 from flexatt.stopping import BUDGET, CAP, run_summary
 from flexatt.tracking import start_run
 
@@ -187,14 +187,15 @@ def finetuning_effect(results: dict[str, dict], hypotheses: dict[str, list[str]]
                       n_samples: int, seed: int) -> dict[str, dict]:
     """Fine-tuned minus control, per fine-tuned model ``<x>_ft`` whose control ``<x>_ctl`` is
     evaluated: at τ = ∞ and, where both have a ``_tau`` row, at the fine-tuned model's selected τ
-    (the control decodes at that same τ, :func:`tau_of`). Per comparison: ``bleu``, ``g_mean``
+    (the control decodes at that same τ, :func:`tau_of`; where no τ was selected the ``_tau``
+    rows are the τ = ∞ rows again and are not compared twice). Per comparison: ``bleu``, ``g_mean``
     and ``window`` differences and the paired bootstrap p-value of the BLEU difference
     (:func:`flexatt.metrics.bleu_significance`, the resamples of Table 1)."""
     pairs = {}
     for row in results:
         if row.endswith("_ft") and f"{row[:-3]}_ctl" in results:
             pairs[row] = f"{row[:-3]}_ctl"
-            if f"{row}_tau" in results and f"{row[:-3]}_ctl_tau" in results:
+            if f"{row[:-3]}_ctl_tau" in results and f"{row}_tau" in results and not not_selected(f"{row}_tau", results):
                 pairs[f"{row}_tau"] = f"{row[:-3]}_ctl_tau"
     if not pairs:
         return {}
@@ -273,7 +274,9 @@ def run(cfg: DictConfig | schema.Params) -> dict:
     for metrics in results.values():
         metrics["reduction"] = round(1.0 - metrics["window"] / global_window, 4)
     started = time.perf_counter()
-    against = {row: reference_row(row, outputs) for row in outputs}
+    # a τ row decoded at τ = ∞ (no τ selected) is its reference row again: no test, no place in
+    # the Holm family, only its confidence interval
+    against = {row: None if not_selected(row, results) else reference_row(row, outputs) for row in outputs}
     significance = bleu_significance({row: out.hypotheses for row, out in outputs.items()},
                                      [data.references], against, n_samples=n_samples, seed=seed)
     for row, fields in significance.items():
