@@ -33,6 +33,13 @@ def test_the_project_cites_its_own_method_document_not_an_internal_one():
     assert not hits, hits
 
 
+def _selected_beta() -> float:
+    """The β the committed β sweep selected: the β a converged run made of its files fine-tuned with."""
+    import json
+
+    return json.loads((ROOT / "results/sweep_beta.json").read_text())["selected_beta"]
+
+
 def _converged_run(tmp_path: Path, finished: bool) -> Path:
     """A converged run's results folder made of the committed default results (the same files
     the converged profile writes), with a provenance as ``profile_run.py --stepwise`` writes it."""
@@ -47,13 +54,13 @@ def _converged_run(tmp_path: Path, finished: bool) -> Path:
         for name in ("metrics.json", "table1.md", "sweep_beta.json", "compare.json"):
             shutil.copy2(ROOT / "results" / name, run)
         (run / "dvc.lock").write_text(json.dumps({"stages": {"finetune@flexible": {"params": {"params.yaml": {
-            "finetune.beta": 10.0}}}}}))  # the beta the sweep selected, as the run's lock records it
+            "finetune.beta": _selected_beta()}}}}}))  # the beta the sweep selected, as the run's lock records it
         stages += ["sweep_beta", "evaluate", "compare"]
     minutes = {"filter": 0.4, "tokenize": 0.3, "train@global": 55.0, "train@flexible": 80.0,
                "finetune@flexible": 20.0, "control@flexible": 19.0, "sweep_beta": 120.0, "evaluate": 30.0}
     (run / "provenance.json").write_text(json.dumps({
         "commit": "0123456789abcdef", "uncommitted_edits": False, "profile": "converged",
-        "overrides": ["profile=converged", "finetune.beta=10.0"], "stages_done": stages,
+        "overrides": ["profile=converged", f"finetune.beta={_selected_beta()}"], "stages_done": stages,
         "stage_minutes": minutes, "resumed_stages": ["train@flexible", "sweep_beta"],
         "interrupted_minutes": {"sweep_beta": 40.0}, "running": None,
         "machine": {"cpu": "A CPU", "logical_cores": 2, "simd": "AVX2", "native_bf16": False, "torch": "2.13.0"}}))
@@ -77,7 +84,7 @@ def test_the_converged_run_heads_the_readme_once_it_is_committed(tmp_path):
     assert "code of commit 0123456" in converged.replace("\n", " ")
     table = [line for line in converged.splitlines() if line.startswith("| Global |")]
     assert table and table[0] in (run / "table1.md").read_text()
-    assert "at β = 10 the fine-tuned flexible model" in converged.replace("\n", " ")
+    assert f"at β = {_selected_beta():g} the fine-tuned flexible model" in converged.replace("\n", " ")
     assert "On dev the sweep chose it (`sweep_beta`" in converged.replace("\n", " ")  # the β it ran with
     wall = " ".join(converged.split())
     assert "Wall time (A CPU, 2 logical cores, AVX2, no native bf16, torch 2.13.0): 5.4 h in all" in wall
@@ -109,7 +116,7 @@ def test_a_converged_run_whose_sweep_selected_no_tau_says_so(tmp_path):
             f"({ft['window']:.1f} per step, as global attention's {glob['window']:.1f}) at {ft['bleu']:.2f} BLEU**"
             in blocks["headline"])
     assert "−0%" not in blocks["headline"] and "τ = ∞ (no τ" not in blocks["headline"]
-    assert ("`sweep_tau` selected no τ for the model fine-tuned at β = 10, so it and its control decode every "
+    assert (f"`sweep_tau` selected no τ for the model fine-tuned at β = {_selected_beta():g}, so it and its control decode every "
             "position (τ = ∞;" in blocks["converged"])
     assert "whether fine-tuning narrows the window is not measured on this run" in blocks["converged"]
     assert "does not narrow the window" not in blocks["converged"]
@@ -190,7 +197,7 @@ def test_the_grc_block_shows_its_table_cut_to_the_readmes_columns_beside_the_def
     glob = next(r for r in source if r["model"] == "Global")
     assert f"| Global | {glob['window']} | {glob['reduction']} | {glob['BLEU']} | {glob['chrF']} | {glob['AER']} |" \
            in block
-    assert "Fine-tuned (β = 10, chosen on dev) vs its β = 0 control" in text
+    assert f"Fine-tuned (β = {_selected_beta():g}, chosen on dev) vs its β = 0 control" in text
     assert "`table1.md`, `compare.md`, `figures/`." in text and "5.4 h in all" in text
     # flexible at each fixed window, by D: the compare stage's matched pairs, * where Holm p < 0.05
     matched = json.loads((run / "compare.json").read_text())["matched"]
