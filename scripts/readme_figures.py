@@ -360,11 +360,6 @@ def _cut(reduction: float) -> str:
     return f"−{percent}%" if percent > 0 else f"+{-percent}%" if percent < 0 else "0%"
 
 
-def _tau(tau: float | None) -> str:
-    """A τ as the tables write it (``None``: no τ selected, ∞)."""
-    return "∞" if tau is None else f"{tau:g}"
-
-
 def _signed(x: float) -> str:
     return f"{x:+.2f}".replace("-", "−")
 
@@ -396,7 +391,7 @@ def corpus_block(run: Path, intro: str, default_filter: dict, estimate: str = ""
     if effect and {"flexible_ft_tau", "flexible_ctl_tau"} <= set(models):
         ft, ctl = models["flexible_ft_tau"], models["flexible_ctl_tau"]
         text = (f"Fine-tuned (β = {finetuned_beta(run / 'dvc.lock')}, chosen on dev) vs its β = 0 control "
-                f"at τ = {_tau(effect['tau'])}: window {ft['window']:.2f} vs {ctl['window']:.2f}, "
+                f"at τ = {effect['tau']:g}: window {ft['window']:.2f} vs {ctl['window']:.2f}, "
                 f"Δ BLEU {effect['bleu']:+.2f} (unadjusted p = {effect['p_value']:.3f}). ")
     else:
         text = ""
