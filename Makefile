@@ -29,7 +29,7 @@ help:
 	@echo "make char       the character-level 'char' profile up to Table 1, kept in artifacts/char (hours)"
 	@echo "make grc        the Koine Greek -> English 'grc' profile up to Table 1, kept in artifacts/grc (hours)"
 	@echo "make reordering flexible's window against how much the data reorders: smoke runs at 4 levels (~18 min)"
-	@echo "make converged  every model to convergence, controls, beta sweep (about 14 h on 2 cores with native bf16, 22 h in float32; resumes)"
+	@echo "make converged  every model to convergence, controls, beta sweep (about 16 h on 2 cores; resumes)"
 	@echo "make converged-seeds  after make converged: training seeds 1-3 of its headline models (resumes)"
 	@echo "make params     recompose params.yaml from conf/ (PROFILE=smoke|default|paper)"
 	@echo "make bench      run the benchmarks (after make repro and make char: they use their models)"

@@ -278,10 +278,10 @@ def char_block(run: Path) -> str:
 
 
 #: how the README introduces each long run's block (its command and what it is), and how long it
-#: is expected to take, said while it is under way (a finished run gives its own minutes)
+#: is expected to take, said while it has not finished (a finished run gives its own minutes)
 LONG_RUNS = {
     "converged": ("`make converged` (the `converged` profile, [long runs](#configuration))",
-                  "about 14 h on 2 cores with native bf16, 22 h in float32"),
+                  "about 16 h on 2 cores"),
     "grc": ("`make grc` (Koine Greek → English, [long runs](#configuration))", "hours on 2 cores"),
 }
 
@@ -289,16 +289,22 @@ LONG_RUNS = {
 def long_run_block(run: Path, intro: str, estimate: str = "") -> str:
     """A long run of ``scripts/profile_run.py --stepwise`` (``results/<profile>/``): its Table 1
     under a caption (stopping rule, source commit, data, reordering, the minutes each stage took),
-    the fine-tuning against its control at the β the sweep chose; while it is under way, the
-    stages done so far; nothing before it starts."""
+    the fine-tuning against its control at the β the sweep chose; while it has not finished, the
+    stages done so far, the hours they took and the stage it was last in; nothing before it starts."""
     if not (run / "provenance.json").is_file():
         return ""
     prov = _json(run / "provenance.json")
     if not (run / "metrics.json").is_file() or not (run / "table1.md").is_file():
         lock = _shown(run) / "dvc.lock"
         lead = f"{intro}, {estimate}," if estimate else intro
-        return textwrap.fill(f"{lead} is under way (code of commit {str(prov.get('commit'))[:7]}); stages done, in "
-                             f"`{lock}`: {', '.join(dict.fromkeys(prov.get('stages_done') or ['none']))}.",
+        done = list(dict.fromkeys(prov.get("stages_done") or []))
+        minutes = prov.get("stage_minutes") or {}
+        took = (f"; they took {sum(minutes.get(s, 0.0) for s in done) / 60:.1f} h ({_machine(prov)})"
+                if done and minutes else "")
+        running = (prov.get("running") or {}).get("stage")
+        last = f"; the stage it was in when last recorded: {running}" if running else ""
+        return textwrap.fill(f"{lead} has not finished (code of commit {str(prov.get('commit'))[:7]}); stages done, in "
+                             f"`{lock}`: {', '.join(done or ['none'])}{took}{last}.",
                              width=100, break_on_hyphens=False)
     metrics = _json(run / "metrics.json")
     filt = _json(run / "filter.json")
@@ -368,7 +374,7 @@ def corpus_block(run: Path, intro: str, default_filter: dict, estimate: str = ""
     """A long run on a second corpus (``make grc``, ``results/grc/``): Table 1 cut to the columns
     of :data:`CORPUS_COLUMNS` under a caption that sets its reordering beside the default
     corpus's, the fine-tuning against its control in one sentence, where the whole table, the
-    claims and the figures are, and the wall time; while it is under way, the stages done."""
+    claims and the figures are, and the wall time; while it has not finished, the stages done."""
     if not (run / "metrics.json").is_file() or not (run / "table1.md").is_file():
         return long_run_block(run, intro, estimate)
     prov, metrics, filt = _json(run / "provenance.json"), _json(run / "metrics.json"), _json(run / "filter.json")

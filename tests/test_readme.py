@@ -129,21 +129,26 @@ def test_a_window_cut_is_a_signed_percentage():
     assert [figures._cut(x) for x in (0.7014, 0.004, 0.0, -0.003, -0.12)] == ["−70%", "0%", "0%", "0%", "+12%"]
 
 
-def test_a_converged_run_under_way_is_named_as_such_and_none_leaves_the_block_empty(tmp_path):
+def test_an_unfinished_converged_run_is_named_as_such_and_none_leaves_the_block_empty(tmp_path):
     from conftest import load_script
 
     figures = load_script("readme_figures")
     under_way = figures.blocks_of(figures.README, converged=_converged_run(tmp_path, finished=False))
-    assert "is under way" in under_way["converged"].replace("\n", " ")
-    assert "filter, tokenize, train@global." in under_way["converged"].replace("\n", " ")
+    text = under_way["converged"].replace("\n", " ")
+    assert "has not finished" in text
+    # the stages done, the hours they took (their minutes only: 0.4 + 0.3 + 55.0) and the stage it was in
+    assert "filter, tokenize, train@global; they took 0.9 h (A CPU, 2 logical cores, AVX2" in text
+    assert "when last recorded" not in text
     # a provenance that lists a stage twice (the beta step's pass and the main pass) names it once
     import json
 
     run = tmp_path / "converged"
     prov = json.loads((run / "provenance.json").read_text())
-    (run / "provenance.json").write_text(json.dumps({**prov, "stages_done": prov["stages_done"] * 2}))
+    (run / "provenance.json").write_text(json.dumps({**prov, "stages_done": prov["stages_done"] * 2,
+                                                     "running": {"stage": "train@flexible", "minutes": 34.0}}))
     twice = figures.blocks_of(figures.README, converged=run)["converged"].replace("\n", " ")
-    assert twice.count("tokenize") == 1 and twice.endswith(": filter, tokenize, train@global.")
+    assert twice.count("tokenize") == 1 and ": filter, tokenize, train@global; they took 0.9 h" in twice
+    assert twice.endswith("; the stage it was in when last recorded: train@flexible.")
     assert under_way["headline"].startswith("In the default profile's 3-epoch models")
     assert under_way["claims"].startswith("**Claims** (3-epoch default profile")
     assert figures.blocks_of(figures.README, converged=tmp_path / "none")["converged"] == ""
@@ -207,7 +212,7 @@ def test_the_grc_block_shows_its_table_cut_to_the_readmes_columns_beside_the_def
     assert figures.claims_block(run / "compare.json").startswith("**Claims** (Greek → English run")
     (tmp_path / "under_way").mkdir()
     under_way = figures.corpus_block(_converged_run(tmp_path / "under_way", finished=False), "`make grc`", default)
-    assert "is under way" in " ".join(under_way.split())
+    assert "has not finished" in " ".join(under_way.split())
 
 
 def _landed_run(tmp_path: Path) -> Path:
