@@ -21,7 +21,7 @@ export WANDB_MODE ?= $(if $(WANDB_API_KEY),online,offline)
 .PHONY: help venv test test-slow test-all repro smoke char converged converged-seeds grc reordering params bench bench-scale bench-pipeline clean report push pull
 
 help:
-	@echo "make repro      create .venv and run the pipeline (dvc repro) on the default corpus"
+	@echo "make repro      create .venv and run the pipeline (flexatt repro: dvc repro, independent stages side by side)"
 	@echo "make test       create .venv and run the fast test suite (minutes; run it before every change)"
 	@echo "make test-slow  only the slow tests: the smoke pipeline, DVC queue, real sweeps, DDP training"
 	@echo "make test-all   every test, fast and slow (what CI runs, besides other precisions and SIMD levels)"
@@ -58,8 +58,9 @@ test-slow: $(STAMP)
 
 test-all: test test-slow
 
+# stages side by side where they are independent (flexatt repro: the results dvc repro gives)
 repro: $(STAMP)
-	$(BIN)/dvc repro
+	$(BIN)/flexatt repro
 	@cat results/table1.md
 	@echo "Figures: results/figures/ (PNG); all plots: dvc plots show (dvc_plots/index.html)"
 	@echo "W&B runs: wandb/ (offline; upload with: wandb sync wandb/offline-run-*)"

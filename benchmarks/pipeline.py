@@ -1,14 +1,15 @@
-"""Wall time of the whole pipeline (`dvc repro`), per stage, and of a no-op `dvc repro`.
+"""Wall time of the whole pipeline (`make repro`: `flexatt repro`), per stage, and of a no-op one.
 
-    python benchmarks/pipeline.py --from-scratch    # removes the stage outputs (not artifacts/bench), then dvc repro --force
-    python benchmarks/pipeline.py                   # times whatever `dvc repro` has to do now
-    python benchmarks/pipeline.py --noop-only       # only the no-op `dvc repro` (after a full run)
+    python benchmarks/pipeline.py --from-scratch    # removes the stage outputs (not artifacts/bench), then flexatt repro --force
+    python benchmarks/pipeline.py                   # times whatever `flexatt repro` has to do now
+    python benchmarks/pipeline.py --noop-only       # only the no-op `flexatt repro` (after a full run)
 
-DVC runs the stages one after another and prints ``Running stage '<name>':`` as each starts;
-the time of a stage is the time from its start to the next stage's start (the last one: to
-the end of `dvc repro`). The output of `dvc repro` is passed through (progress bars included)
-and the figures are printed at the end and written to ``--out`` (JSON), with the machine
-(CPU model, cores, SIMD level, native bf16 or not, torch version and threads).
+`flexatt repro` (:mod:`flexatt.schedule`) runs independent stages side by side and prints
+``<stage>: started`` and ``<stage>: done in`` as each starts and ends; the time of a stage is
+the time between the two (stages overlap: their times add up to more than the total). Its
+output is passed through and the figures are printed at the end and written to ``--out``
+(JSON), with the machine (CPU model, cores, SIMD level, native bf16 or not, torch version and
+threads).
 """
 
 from __future__ import annotations
@@ -27,16 +28,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine  # noqa: E402
 
-STAGE_LINE = re.compile(r"Running stage '([^']+)'")
+STAGE_LINE = re.compile(r"^\[[0-9:]+\] (\S+): (started|done in)")
 
 
 def timed_repro(args: list[str], echo: bool = True) -> tuple[float, list[tuple[str, float]], int]:
-    """Run ``dvc repro <args>``; return (total seconds, [(stage, seconds)], exit status)."""
+    """Run ``flexatt repro <args>``; return (total seconds, [(stage, seconds)] in the order the
+    stages started, exit status)."""
     started = time.perf_counter()
+    starts: dict[str, float] = {}
     marks: list[tuple[str, float]] = []
     # this interpreter's environment first on PATH: its dvc, and the `python` of the stages
     env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
-    proc = subprocess.Popen(["dvc", "repro", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(["flexatt", "repro", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True, bufsize=1, env=env)
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -44,19 +47,21 @@ def timed_repro(args: list[str], echo: bool = True) -> tuple[float, list[tuple[s
             sys.stdout.write(line)
             sys.stdout.flush()
         match = STAGE_LINE.search(line)
-        if match:
-            marks.append((match.group(1), time.perf_counter()))
+        if match and match.group(2) == "started":
+            starts[match.group(1)] = time.perf_counter()
+        elif match:
+            marks.append((match.group(1), time.perf_counter() - starts[match.group(1)]))
     status = proc.wait()
     ended = time.perf_counter()
-    stages = [(name, (marks[i + 1][1] if i + 1 < len(marks) else ended) - t) for i, (name, t) in enumerate(marks)]
-    return ended - started, stages, status
+    order = list(starts)
+    return ended - started, sorted(marks, key=lambda m: order.index(m[0])), status
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--from-scratch", action="store_true",
-                        help="delete the stage outputs in artifacts/ (not artifacts/bench/) and run every stage (dvc repro --force)")
-    parser.add_argument("--noop-only", action="store_true", help="only time no-op dvc repro runs")
+                        help="delete the stage outputs in artifacts/ (not artifacts/bench/) and run every stage (flexatt repro --force)")
+    parser.add_argument("--noop-only", action="store_true", help="only time no-op flexatt repro runs")
     parser.add_argument("--noop-runs", type=int, default=3)
     parser.add_argument("--out", default="benchmarks/results/pipeline.json")
     args = parser.parse_args()
@@ -77,9 +82,9 @@ def main() -> None:
     for _ in range(args.noop_runs):
         seconds, stages, status = timed_repro([], echo=False)
         if status != 0:
-            sys.exit(f"pipeline: no-op dvc repro failed (exit status {status})")
+            sys.exit(f"pipeline: no-op flexatt repro failed (exit status {status})")
         if stages:
-            sys.exit(f"pipeline: the no-op dvc repro ran stages: {[s for s, _ in stages]}")
+            sys.exit(f"pipeline: the no-op flexatt repro ran stages: {[s for s, _ in stages]}")
         noop.append(seconds)
     result.update(noop_seconds_median=round(statistics.median(noop), 2),
                   noop_seconds=[round(s, 2) for s in noop])
@@ -88,9 +93,9 @@ def main() -> None:
     if "stages" in result:
         for name, minutes in result["stages"].items():
             print(f"  {name:28s} {minutes:7.2f} min")
-        print(f"  {'total dvc repro':28s} {result['total_minutes']:7.2f} min"
+        print(f"  {'total flexatt repro':28s} {result['total_minutes']:7.2f} min"
               f"{' (from scratch)' if args.from_scratch else ''}")
-    print(f"  {'no-op dvc repro':28s} {result['noop_seconds_median']:7.2f} s (median of {len(noop)}: "
+    print(f"  {'no-op flexatt repro':28s} {result['noop_seconds_median']:7.2f} s (median of {len(noop)}: "
           f"{', '.join(f'{s:.2f}' for s in noop)})")
     out = Path(args.out)
     if out.exists() and args.noop_only:  # keep the stage times of the last full run

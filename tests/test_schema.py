@@ -154,6 +154,7 @@ RULES = [
     ("train.lr_halve_from_epoch", 0, "train.lr_halve_from_epoch: must be >= 1 (got 0)"),
     ("train.val_max_len_ratio", 0.0, "train.val_max_len_ratio: must be > 0.0 (got 0.0)"),
     ("train.seed", -1, "train.seed: must be >= 0 (got -1)"),
+    ("train.threads", 0, "train.threads: must be >= 1 (got 0)"),
     ("finetune.epochs", 0, "finetune.epochs: must be >= 1 (got 0)"),
     ("finetune.lr", 0, "finetune.lr: must be > 0.0 (got 0.0)"),
     ("decode.batch_size", 0, "decode.batch_size: must be >= 1 (got 0)"),

@@ -3,6 +3,10 @@
 ``flexatt params [OVERRIDE ...]`` composes ``conf/`` into ``params.yaml`` exactly as
 ``dvc exp run -S OVERRIDE`` does (e.g. ``flexatt params profile=smoke``), for ``dvc repro``.
 
+``flexatt repro [STAGE ...] [--force] [--cores N]`` runs ``dvc repro`` with independent stages
+side by side, trainings at ``train.threads`` threads each (:mod:`flexatt.schedule`): the same
+results as ``dvc repro``, sooner on a multi-core CPU (``make repro`` runs it).
+
 ``flexatt report [--output FILE]`` renders every DVC plot and figure into one HTML page that
 opens without a network (:mod:`flexatt.report`); ``flexatt dashboard --entity E --project P``
 saves a W&B workspace and report of the project's runs (:mod:`flexatt.dashboard`).
@@ -148,6 +152,10 @@ def main(argv: list[str] | None = None) -> None:
                     help="write word alignments (Pharaoh i-j, from the attention) here, a line per input line")
     tr.add_argument("--backend", default="auto", choices=("auto", "kernel", "grouped", "eager"),
                     help="decoding backend (default: auto, the fastest that covers the model)")
+    repro = sub.add_parser("repro", help="dvc repro with independent stages side by side (make repro)")
+    repro.add_argument("stages", nargs="*", help="the stages to bring up to date, with their upstream (default: all)")
+    repro.add_argument("--force", action="store_true", help="run every stage, changed or not (dvc repro --force)")
+    repro.add_argument("--cores", type=int, default=None, help="cores to use (default: all this process may use)")
     rep = sub.add_parser("report", help="every DVC plot and figure in one HTML page that opens offline")
     rep.add_argument("--output", type=Path, default=None, help="default: dvc_plots/report.html")
     dash = sub.add_parser("dashboard", help="save a W&B workspace and report of the project's runs (online)")
@@ -155,6 +163,10 @@ def main(argv: list[str] | None = None) -> None:
     dash.add_argument("--project", required=True, help="the W&B project of the runs (logger.project)")
     dash.add_argument("--dry-run", action="store_true", help="build them and list every panel's keys; save nothing")
     args = parser.parse_args(argv)
+    if args.command == "repro":
+        from flexatt.schedule import main as repro_main
+
+        sys.exit(repro_main(args.stages, force=args.force, n_cores=args.cores))
     if args.command == "report":  # each returns its exit status; an error is one line
         from flexatt.report import main as make_report
 

@@ -270,6 +270,7 @@ class Train(Group):
     early_stopping_patience: Optional[PositiveInt] = None
     val_max_len_ratio: PositiveFloat = 2.0
     seed: NonNegativeInt = 1234
+    threads: PositiveInt = 1
 
 
 class Finetune(Group):

@@ -26,6 +26,7 @@ from flexatt.data.subwords import PAD_ID
 from flexatt.io import save_torch
 from flexatt.metrics import corpus_bleu
 from flexatt.model import build_model, finetune_loss, sequence_nll
+from flexatt.decoders import full_precision
 from flexatt.decoding import greedy
 from flexatt.schema import LR_SCHEDULES
 
@@ -130,8 +131,10 @@ class TranslationTask(pl.LightningModule):
         self.log("val/nll_token", logs["nll_token"], batch_size=len(batch))
         if self.detokenize is not None:
             max_len = (batch.src_len.float() * self.hparams.max_len_ratio).long() + 10
-            # the reference backend: the module being trained, whatever its precision or variant
-            result = greedy(self.model, batch.src, batch.src_len, max_len, backend="eager")
+            # decoded as the evaluation decodes it: float32 (the autocast of bf16-mixed off) on
+            # the fastest backend that covers the module in eval mode (flexatt.decoding.backends)
+            with full_precision(batch.src.device.type):
+                result = greedy(self.model, batch.src, batch.src_len, max_len, backend="auto")
             for i, row in zip(batch.index.tolist(), result.tokens.tolist()):
                 self._hyps[i] = row
 

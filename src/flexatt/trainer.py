@@ -11,6 +11,13 @@ and the batch order is a function of ``seed + epoch``, the resumed run ends exac
 uninterrupted one ends.
 A ``last.ckpt`` of a different configuration, data or code is never resumed.
 
+``train.threads`` is the number of intra-op threads the run trains (and decodes dev) with: the
+weights depend on it (the order of a product's partial sums), so it is a parameter of the run,
+part of the resume fingerprint and recorded in the metrics JSON, never taken from the machine's
+core count. A model trained beside others (``flexatt repro``, the sweeps' worker processes,
+:mod:`flexatt.parallel`) gets exactly the weights it gets alone; ``side_by_side`` in the metrics
+records how many trainings the launcher allowed at once.
+
 ``trainer.precision: auto`` is decided once per run (:func:`flexatt.runtime.resolve_precision`),
 recorded in ``run.json``, the metrics JSON (``precision``, ``precision_reason``) and the W&B
 config; a resumed run keeps the precision it started with, and under DDP the ranks started by
@@ -20,6 +27,7 @@ rank 0 take rank 0's decision.
 from __future__ import annotations
 
 import csv
+import gc
 import json
 import logging
 import os
@@ -43,6 +51,7 @@ from flexatt.data.subwords import Vocab
 from flexatt.errors import ConfigError, DataError
 from flexatt.io import atomic_path, file_digest, write_json
 from flexatt.model import count_parameters, require_registered
+from flexatt.parallel import intra_op_threads, side_by_side
 from flexatt.provenance import code_digest
 from flexatt.runtime import AUTO_PRECISION, native_cpu_bf16, resolve_precision
 from flexatt.tracking import default_group, lightning_logger, start_run
@@ -192,6 +201,16 @@ def train(cfg: DictConfig | schema.Params, variant: str, *, out_dir: str | None 
     """
     p = schema.params(cfg)
     t = p.train
+    with intra_op_threads(t.threads):
+        return _train(p, variant, out_dir=out_dir, epochs=epochs, lr=lr, beta=beta, init_from=init_from,
+                      metrics_file=metrics_file, job_type=job_type, run_name=run_name, lr_epochs=lr_epochs)
+
+
+def _train(p: schema.Params, variant: str, *, out_dir: str | None, epochs: int | None, lr: float | None,
+           beta: float, init_from: str | Path | None, metrics_file: str | Path | None, job_type: str | None,
+           run_name: str | None, lr_epochs: list[float] | None) -> tuple[dict, dict]:
+    """:func:`train` with ``train.threads`` in force (one function: the run's steps in order)."""
+    t = p.train
     tok_dir, out_dir = Path(t.data_dir), Path(out_dir or t.out_dir)
     epochs = epochs if epochs is not None else t.epochs
     lr = lr if lr is not None else t.lr
@@ -227,7 +246,7 @@ def train(cfg: DictConfig | schema.Params, variant: str, *, out_dir: str | None 
         "early_stopping_patience": t.early_stopping_patience, "val_max_len_ratio": ratio,
         "trainer": schema.as_dict(p).get("trainer", {}),
         "data": file_digest(tok_dir / "train.npz"), "dev": file_digest(tok_dir / "dev.npz"),
-        "dev_references": file_digest(tok_dir / "dev.ref"), "code": _code_digest(),
+        "dev_references": file_digest(tok_dir / "dev.ref"), "code": _code_digest(), "threads": t.threads,
         "init_from": file_digest(init_from) if init_from else None,
     }
     resume, recorded = _resume_point(ckpt_dir, fingerprint)
@@ -251,11 +270,17 @@ def train(cfg: DictConfig | schema.Params, variant: str, *, out_dir: str | None 
         log.info("%s: the run had already ended (%s): not trained further", resume, ended["why"])
         history.load_state_dict(ended["history"])
     else:
+        # the objects made so far (modules, data, Lightning's) are not scanned again by every
+        # collection of the step loop's garbage
+        gc.collect()
+        gc.freeze()
         try:
             trainer.fit(task, datamodule=data, ckpt_path=str(resume) if resume else None)
         except BaseException:
             tracker.finish()
             raise
+        finally:
+            gc.unfreeze()
     wall = time.perf_counter() - started
     if trainer.is_global_zero:  # the checkpoints' vocabularies: a checkpoint's folder is self-contained
         for side in SIDES:
@@ -271,6 +296,8 @@ def train(cfg: DictConfig | schema.Params, variant: str, *, out_dir: str | None 
         "attention": model_cfg["attention"],
         "parameters": count_parameters(task.model),
         "world_size": trainer.world_size,
+        "threads": t.threads,
+        "side_by_side": side_by_side(),
         "precision": precision,
         "precision_reason": precision_reason,
         "epochs": len(rows),

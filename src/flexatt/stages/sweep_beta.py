@@ -14,6 +14,10 @@ what it costs, is measured here:
    forced over the reference tokens), and the mean window and BLEU at the fixed
    ``sweep_beta.tau``.
 
+The runs train side by side (:mod:`flexatt.parallel`; ``train.threads`` each, as many at once as
+``$FLEXATT_JOBS`` or the cores allow), taken in order; a run started beside the one that stops the
+sweep is dropped with its checkpoints. Each run's weights are those it gets alone.
+
 Selected: the β with the smallest window at ``tau`` whose dev BLEU (τ = ∞) is within
 ``tolerance`` of the β = 0 run's (``null`` when none is). Every run keeps its own epochs under
 the stopping rule; ``epochs`` and ``best_epoch`` are recorded per point.
@@ -24,20 +28,23 @@ the runs' checkpoints go to ``<out_dir>/beta<β>/<variant>/`` (and resume after 
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import math
+import shutil
 from pathlib import Path
 
 import torch
 from omegaconf import DictConfig
 
 from flexatt import config as C
-from flexatt import figures, schema
+from flexatt import figures, parallel, schema
 from flexatt.data.batching import LengthGroupedBatches, ParallelData, collate
 from flexatt.data.subwords import PAD_ID
 from flexatt.evaluation import EvalSet, decode_settings, load_model, translate_split, within_tolerance
 from flexatt.io import atomic_path, write_json
 from flexatt.metrics import corpus_bleu
+from flexatt.parallel import intra_op_threads, run_each
 from flexatt.tracking import default_group, start_run
 from flexatt.trainer import train
 
@@ -68,30 +75,25 @@ def select_beta(points: list[dict], reference_bleu: float, tolerance: float) -> 
     return min(eligible, key=lambda p: (p["window"], -p["dev_bleu"], p["beta"]))
 
 
-def run(cfg: DictConfig | schema.Params) -> dict:
-    p = schema.params(cfg)
+def _point(job: tuple[dict, float]) -> tuple[dict, dict]:
+    """One β of the sweep (run by :func:`flexatt.parallel.run_each`, in a worker process or here):
+    fine-tune, then decode dev at τ = ∞ and at ``sweep_beta.tau``. ``(params as a dict, β)`` ->
+    ``(point, decoded_by)``."""
+    run_cfg, beta = job
+    p = schema.validate(run_cfg)
     sb, ft = p.sweep_beta, p.finetune
     variant = p.flexible_variant("sweep_beta.variant")
-    init = Path(ft.init_dir) / variant / "best.ckpt"
-    out_dir = Path(sb.out_dir)
-    settings = decode_settings(p)
-    dev = EvalSet.load(p.train.data_dir, "dev")
+    init, out_dir, name = Path(ft.init_dir) / variant / "best.ckpt", Path(sb.out_dir), f"beta{beta:g}"
     tau = None if math.isinf(sb.tau) else sb.tau
-    run_cfg = schema.as_dict(p)
-    run_cfg.setdefault("logger", {})["group"] = p.logger.group or default_group(p)
-    run_params = schema.validate(run_cfg)  # the W&B runs of the points stay in this pipeline run's group
-    decoded_by: dict = {}
-
-    def point(beta: float) -> dict:
-        name = f"beta{beta:g}"
-        print(f"sweep_beta: beta = {beta:g}: fine-tuning {variant} from {init}", flush=True)
-        metrics, _ = train(run_params, variant, out_dir=str(out_dir / name), epochs=ft.epochs, lr=ft.lr, beta=beta,
-                           init_from=init, metrics_file=out_dir / name / "metrics.json",
-                           job_type="sweep_beta", run_name=f"{variant}-{name}")
+    print(f"sweep_beta: beta = {beta:g}: fine-tuning {variant} from {init}", flush=True)
+    metrics, _ = train(p, variant, out_dir=str(out_dir / name), epochs=ft.epochs, lr=ft.lr, beta=beta,
+                       init_from=init, metrics_file=out_dir / name / "metrics.json",
+                       job_type="sweep_beta", run_name=f"{variant}-{name}")
+    dev, settings = EvalSet.load(p.train.data_dir, "dev"), decode_settings(p)
+    with intra_op_threads(p.train.threads):  # as the worker beside it: one training's cores
         model = load_model(out_dir / name / variant / "best.ckpt")
         full = translate_split(model, dev.split, dev.tgt_vocab, tau=None, **settings)
         windowed = translate_split(model, dev.split, dev.tgt_vocab, tau=tau, **settings)
-        decoded_by.update(full.decoded_by)
         result = {
             "beta": beta, "epochs": metrics["epochs"], "best_epoch": metrics["best_epoch"],
             "dev_bleu": round(corpus_bleu(full.hypotheses, [dev.references])[0], 2),
@@ -99,18 +101,39 @@ def run(cfg: DictConfig | schema.Params) -> dict:
             "window": round(windowed.mean_window, 3),
             "dev_bleu_tau": round(corpus_bleu(windowed.hypotheses, [dev.references])[0], 2),
         }
-        print(f"sweep_beta: beta = {beta:g}: dev BLEU {result['dev_bleu']}, mean g {result['g_mean']}, window "
-              f"{result['window']} at tau = {sb.tau:g} ({result['epochs']} epochs, best {result['best_epoch']})",
-              flush=True)
-        return result
+    print(f"sweep_beta: beta = {beta:g}: dev BLEU {result['dev_bleu']}, mean g {result['g_mean']}, window "
+          f"{result['window']} at tau = {sb.tau:g} ({result['epochs']} epochs, best {result['best_epoch']})",
+          flush=True)
+    return result, dict(full.decoded_by)
 
-    reference = point(0.0)
+
+def run(cfg: DictConfig | schema.Params) -> dict:
+    p = schema.params(cfg)
+    sb = p.sweep_beta
+    variant = p.flexible_variant("sweep_beta.variant")
+    out_dir = Path(sb.out_dir)
+    run_cfg = schema.as_dict(p)
+    run_cfg.setdefault("logger", {})["group"] = p.logger.group or default_group(p)
+    betas = [0.0, *sb.grid]  # the β = 0 reference first, then upward
+    decoded_by: dict = {}
+    reference: dict = {}
     points: list[dict] = []
-    for beta in sb.grid:
-        points.append(point(beta))
-        if not within_tolerance(points[-1]["dev_bleu"], reference["dev_bleu"], sb.max_drop):
-            print(f"sweep_beta: dev BLEU fell more than {sb.max_drop:g} below beta = 0: the sweep stops", flush=True)
-            break
+    # the points side by side (flexatt.parallel), taken in order: a point started beside the one
+    # that stops the sweep is dropped, and its checkpoints removed, as if never trained
+    results = run_each(_point, [(run_cfg, beta) for beta in betas], parallel.jobs(p.train.threads))
+    with contextlib.closing(results):
+        for beta, (result, decoded) in zip(betas, results):
+            decoded_by.update(decoded)
+            if beta == 0.0:
+                reference = result
+                continue
+            points.append(result)
+            if not within_tolerance(result["dev_bleu"], reference["dev_bleu"], sb.max_drop):
+                print(f"sweep_beta: dev BLEU fell more than {sb.max_drop:g} below beta = 0: the sweep stops",
+                      flush=True)
+                break
+    for beta in betas[1 + len(points):]:
+        shutil.rmtree(out_dir / f"beta{beta:g}", ignore_errors=True)
     selected = select_beta(points, reference["dev_bleu"], sb.tolerance)
     result = {"variant": variant, "tau": sb.tau, "max_drop": sb.max_drop, "tolerance": sb.tolerance,
               "reference": reference, "points": points,

@@ -8,6 +8,9 @@ learning rate ``lr`` with ``model.sigma`` set to that σ. Each is decoded on dev
 BLEU decides) and at the reference τ (the middle of ``sweep_tau.grid``, for the window it buys).
 The paper profile can set ``warm_start_epochs`` to the full training length.
 
+The σ points train side by side (:mod:`flexatt.parallel`; ``train.threads`` each, as many at once
+as ``$FLEXATT_JOBS`` or the cores allow); each point's weights are those it gets alone.
+
 Writes ``sweep_sigma.out`` (JSON), ``curve_file`` (CSV for ``dvc plots``) and ``figure`` (PNG).
 """
 
@@ -19,10 +22,11 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from flexatt import config as C
-from flexatt import figures, schema
+from flexatt import figures, parallel, schema
 from flexatt.evaluation import EvalSet, decode_settings, load_model, translate_split
 from flexatt.io import atomic_path, write_json
 from flexatt.metrics import corpus_bleu
+from flexatt.parallel import intra_op_threads, run_each
 from flexatt.tracking import default_group, start_run
 from flexatt.trainer import train
 
@@ -37,35 +41,52 @@ def _dev_point(model, dev: EvalSet, tau: float | None, settings: dict,
     return round(bleu, 2), round(out.mean_window, 3)
 
 
-def run(cfg: DictConfig | schema.Params) -> dict:
-    p = schema.params(cfg)
+def _point(job: tuple[dict, float]) -> tuple[dict, dict]:
+    """One σ of the sweep (run by :func:`flexatt.parallel.run_each`, in a worker process or
+    here): ``(params as a dict, σ)`` -> ``(point, decoded_by)``."""
+    run_cfg, sigma = job
+    p = schema.validate(run_cfg)
     sg = p.sweep_sigma
-    sigmas, base, epochs, lr = sg.grid, p.flexible_variant("sweep_sigma.base_variant"), sg.warm_start_epochs, sg.lr
-    out_dir, out_file, curve_file, figure_file = Path(sg.out_dir), sg.out, Path(sg.curve_file), sg.figure
-    init = Path(p.train.out_dir) / base / "best.ckpt"
+    base, epochs = p.flexible_variant("sweep_sigma.base_variant"), sg.warm_start_epochs
+    out_dir, init = Path(sg.out_dir), Path(p.train.out_dir) / base / "best.ckpt"
     grid = p.sweep_tau.grid
     ref_tau = sorted(grid)[len(grid) // 2]
-    settings = decode_settings(p)
-    dev = EvalSet.load(p.train.data_dir, "dev")
-
-    points, decoded_by = [], {}
-    for sigma in sigmas:
-        run_cfg = schema.as_dict(p)
-        run_cfg.setdefault("variants", {}).setdefault(base, {})["sigma"] = sigma
-        # the W&B runs of the sigma points stay in the group of this pipeline run
-        run_cfg.setdefault("logger", {})["group"] = p.logger.group or default_group(p)
-        name = f"sigma{sigma:g}"
-        print(f"sweep_sigma: sigma = {sigma:g}: {epochs} epoch(s) from {init}", flush=True)
-        metrics, _ = train(schema.validate(run_cfg), base, out_dir=str(out_dir / name), epochs=epochs, lr=lr,
-                           init_from=init, metrics_file=out_dir / name / "metrics.json",
-                           job_type="sweep_sigma", run_name=f"{base}-{name}")
+    name = f"sigma{sigma:g}"
+    print(f"sweep_sigma: sigma = {sigma:g}: {epochs} epoch(s) from {init}", flush=True)
+    metrics, _ = train(p, base, out_dir=str(out_dir / name), epochs=epochs, lr=sg.lr, init_from=init,
+                       metrics_file=out_dir / name / "metrics.json", job_type="sweep_sigma",
+                       run_name=f"{base}-{name}")
+    dev, settings, decoded_by = EvalSet.load(p.train.data_dir, "dev"), decode_settings(p), {}
+    with intra_op_threads(p.train.threads):  # as the worker beside it: one training's cores
         model = load_model(out_dir / name / base / "best.ckpt")
         point = {"sigma": sigma, "train_dev_bleu_greedy": metrics["dev_bleu"]}
         point["dev_bleu"], point["window_inf"] = _dev_point(model, dev, None, settings, decoded_by)
         point["dev_bleu_ref"], point["window"] = _dev_point(model, dev, ref_tau, settings, decoded_by)
-        print(f"sweep_sigma: sigma = {sigma:g}: dev BLEU {point['dev_bleu']} (tau = inf), "
-              f"window {point['window']} at tau = {ref_tau:g}", flush=True)
+    print(f"sweep_sigma: sigma = {sigma:g}: dev BLEU {point['dev_bleu']} (tau = inf), "
+          f"window {point['window']} at tau = {ref_tau:g}", flush=True)
+    return point, decoded_by
+
+
+def run(cfg: DictConfig | schema.Params) -> dict:
+    p = schema.params(cfg)
+    sg = p.sweep_sigma
+    base, epochs = p.flexible_variant("sweep_sigma.base_variant"), sg.warm_start_epochs
+    out_file, curve_file, figure_file = sg.out, Path(sg.curve_file), sg.figure
+    grid = p.sweep_tau.grid
+    ref_tau = sorted(grid)[len(grid) // 2]
+
+    jobs = []
+    for sigma in sg.grid:
+        run_cfg = schema.as_dict(p)
+        run_cfg.setdefault("variants", {}).setdefault(base, {})["sigma"] = sigma
+        # the W&B runs of the sigma points stay in the group of this pipeline run
+        run_cfg.setdefault("logger", {})["group"] = p.logger.group or default_group(p)
+        jobs.append((run_cfg, sigma))
+    points, decoded_by = [], {}
+    # the σ points side by side (flexatt.parallel): each one's weights are those it gets alone
+    for point, decoded in run_each(_point, jobs, parallel.jobs(p.train.threads)):
         points.append(point)
+        decoded_by.update(decoded)
 
     best = max(points, key=lambda p: (p["dev_bleu"], -p["window"]))
     result = {"base_variant": base, "warm_start_epochs": epochs, "reference_tau": ref_tau,
