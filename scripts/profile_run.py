@@ -10,8 +10,9 @@ The copy holds the files git tracks (plus uncommitted edits to them), gets a fre
 repository (DVC needs one; a kept copy of the same profile is refreshed with this tree's files
 and committed again, so a second run resumes: DVC skips the stages that are up to date and
 training resumes from its last checkpoint), and its ``params.yaml`` is recomposed with
-``profile=PROFILE`` exactly as ``dvc exp run -S profile=PROFILE`` would; then ``dvc repro
-[TARGETS]`` runs there, its output streamed. Your working tree, its params.yaml and its DVC
+``profile=PROFILE`` exactly as ``dvc exp run -S profile=PROFILE`` would; then ``flexatt repro
+[TARGETS]`` (``dvc repro`` with independent stages side by side, as ``make repro`` runs it) runs
+there, its output streamed. Your working tree, its params.yaml and its DVC
 cache are never touched; ``--results DIR`` copies the run's results (the outputs under
 ``results/`` of the stages it ran) and its ``dvc.lock`` (which code, data and params made them)
 into ``DIR`` of this working tree, with ``provenance.json`` (the commit of this working tree
@@ -322,8 +323,9 @@ def main(argv: list[str] | None = None, profile: str | None = None) -> int:
 
         def repro(targets: list[str]) -> int:
             sys.stdout.flush()
-            if not args.stepwise:
-                code = subprocess.run([dvc, "repro", *targets], cwd=dest, env=env).returncode
+            if not args.stepwise:  # make repro's way: independent stages side by side (flexatt.schedule)
+                code = subprocess.run([sys.executable, "-m", "flexatt.cli", "repro", *targets], cwd=dest,
+                                      env=env).returncode
                 done.extend(t for t in targets or ["all"] if t not in done)
                 return code
             needed = needed_stages(dest, targets) if targets else None

@@ -233,6 +233,8 @@ def test_only_atomic_writers_in_the_package(root):
         ("stages/tokenize.py", "open(ids_file, \"wb\")"), ("stages/tokenize.py", "npz.open("),
         # the filter stage's split files, opened inside its temporary output folder
         ("stages/filter.py", "open(path, \"w\""),
+        # flexatt repro's log of a stage, written as the stage runs (a log, not a product)
+        ("schedule.py", "open(log, \"wb\")"),
         # flexatt.io itself: the temporary file of write_lines / write_json / save_torch
         ("io.py", "open(tmp"), ("io.py", "torch.save(obj, out)"),
     }

@@ -28,7 +28,7 @@ def _weights_digest(ckpt: Path) -> str:
 
 
 def _train_one(job: tuple[str, str, str]) -> tuple[str, dict]:
-    """Train ``variant`` for two epochs in ``folder`` (a worker of run_each); its weights' digest
+    """Train ``variant`` for one epoch in ``folder`` (a worker of run_each); its weights' digest
     and metrics."""
     folder, variant, out = job
     from flexatt.trainer import train
@@ -36,7 +36,7 @@ def _train_one(job: tuple[str, str, str]) -> tuple[str, dict]:
     os.chdir(folder)
     cfg = load_params("params.yaml", [f"train.out_dir={out}", f"train.metrics_dir={out}_r", "logger.enabled=false",
                                       "trainer.enable_progress_bar=false"])
-    metrics, _ = train(cfg, variant, epochs=2)
+    metrics, _ = train(cfg, variant, epochs=1)
     return _weights_digest(Path(folder) / out / variant / "best.ckpt"), metrics
 
 
@@ -45,6 +45,7 @@ def tokenized(smoke_tokenized, tmp_path_factory):
     return copy_of(smoke_tokenized, tmp_path_factory.mktemp("parallel"))
 
 
+@pytest.mark.slow  # three trainings, two of them in spawned workers
 def test_a_model_trained_beside_another_has_the_weights_it_has_alone(tokenized, monkeypatch):
     monkeypatch.chdir(tokenized)
     threads = torch.get_num_threads()
