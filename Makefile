@@ -93,6 +93,8 @@ bench: $(STAMP)  # the figures of benchmarks/results/ (*.json; the printed table
 	$(BIN)/python benchmarks/joeynmt_decode.py | tee $(RESULTS)/joeynmt_decode.txt
 	bash benchmarks/setup_opennmt.sh
 	$(BIN)/python benchmarks/opennmt_decode.py | tee $(RESULTS)/opennmt_decode.txt
+	$(BIN)/python benchmarks/train_epoch.py --baseline dbbd211 --rounds 2 --out $(RESULTS)/train_epoch.json \
+		| tee $(RESULTS)/train_epoch.txt
 	$(BIN)/python benchmarks/pipeline.py --noop-only
 
 bench-scale: $(STAMP)  # filter + tokenize on generated corpora of 1M and 4.5M pairs: time and memory (hours; run alone)

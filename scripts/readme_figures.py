@@ -28,7 +28,7 @@ so the prose never quotes a figure of an earlier run:
   the default profile's (``results/compare.json``);
 * ``reordering`` (README): flexible attention's window and BLEU against how much the data
   reorders (``results/reordering/summary.json``, ``make reordering``), if committed;
-* ``pipeline``: minutes per stage of the last timed ``dvc repro`` and the machine it ran on
+* ``pipeline``: minutes per stage of the last timed ``make repro`` and the machine it ran on
   (``benchmarks/results/pipeline.json``): the table in ``benchmarks/README.md``, its total in the README.
 
 Everything outside the blocks is left as it is.
@@ -522,11 +522,12 @@ def pipeline_table(pipe: dict) -> str:
     if ft:
         rows.append((f"finetune@{names(ft)}", mins(ft)))
     rows += [(s, f"{stages[s]:.2f}") for s in stages if s not in ("filter", "tokenize") and s not in train + ft]
-    rows.append(("**`dvc repro` from scratch**" if pipe.get("from_scratch") else "**`dvc repro`**",
+    rows.append(("**`make repro` from scratch**" if pipe.get("from_scratch") else "**`make repro`**",
                  f"**{pipe['total_minutes']:.1f}**"))
     if "noop_seconds_median" in pipe:
-        rows.append(("no-op `dvc repro`", f"{pipe['noop_seconds_median']:.2f} s (median of {len(pipe['noop_seconds'])})"))
-    return "\n".join([f"Stage times from `benchmarks/results/pipeline.json` (minutes; {_machine(pipe)}):", "",
+        rows.append(("no-op `make repro`", f"{pipe['noop_seconds_median']:.2f} s (median of {len(pipe['noop_seconds'])})"))
+    return "\n".join([f"Stage times from `benchmarks/results/pipeline.json` (minutes; {_machine(pipe)}; "
+                      "independent stages ran side by side, so the stages' minutes add up to more than the total):", "",
                       "| stage | minutes |", "|---|---|", *(f"| {a} | {b} |" for a, b in rows)])
 
 
@@ -534,11 +535,12 @@ def pipeline_summary(pipe: dict) -> str:
     """The README's line on the pipeline's wall time (the table per stage is in the benchmarks' README)."""
     stages = pipe["stages"]
     train = sum(m for s, m in stages.items() if s.startswith(("train@", "finetune@", "control@")))
-    kind = "`dvc repro` from scratch" if pipe.get("from_scratch") else "`dvc repro`"
-    text = (f"{kind}: **{pipe['total_minutes']:.1f} min** on {_machine(pipe)}, {train:.1f} of them training and "
-            f"fine-tuning (per stage: `benchmarks/results/pipeline.json`, [benchmarks](benchmarks/README.md))")
+    kind = "`make repro` from scratch" if pipe.get("from_scratch") else "`make repro`"
+    text = (f"{kind}: **{pipe['total_minutes']:.1f} min** on {_machine(pipe)}; its trainings and "
+            f"fine-tunings took {train:.1f} min of stage time, two at a time (per stage: "
+            f"`benchmarks/results/pipeline.json`, [benchmarks](benchmarks/README.md))")
     if "noop_seconds_median" in pipe:
-        text += f"; a no-op `dvc repro` {pipe['noop_seconds_median']:.2f} s"
+        text += f"; a no-op `make repro` {pipe['noop_seconds_median']:.2f} s"
     return textwrap.fill(text + ".", width=100, break_on_hyphens=False)
 
 
