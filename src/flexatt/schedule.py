@@ -150,7 +150,8 @@ def run(the_plan: Plan, force: bool = False, n_cores: int | None = None, threads
                 continue
             log = log_dir / f"{name.replace('@', '_')}.log"
             env = {**os.environ, "OMP_NUM_THREADS": str(want), JOBS_ENV: str(max(1, want // threads)),
-                   SIDE_BY_SIDE_ENV: str(max(1, n_cores // threads))}
+                   SIDE_BY_SIDE_ENV: str(max(1, n_cores // threads)),
+                   "PYTHONUNBUFFERED": "1"}  # the log shows the progress bar as it moves
             cmd = [dvc, "--wait-for-lock", "repro", "--single-item", *(["--force"] if force else []), name]
             with open(log, "wb") as out:
                 process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
