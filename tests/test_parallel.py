@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
 from conftest import copy_of
-from flexatt import parallel
+from flexatt import parallel, schedule
 from flexatt.checkpoints import load_checkpoint_state
 from flexatt.config import load_params
 from flexatt.parallel import run_each
@@ -100,3 +103,46 @@ def test_jobs_comes_from_the_environment_or_the_cores(monkeypatch):
 def test_a_plan_counts_the_stages_that_wait_on_each():
     plan = Plan(["tok", "a", "b", "c"], {"tok": set(), "a": {"tok"}, "b": {"tok"}, "c": {"a"}})
     assert [plan.downstream(n) for n in plan.order] == [3, 1, 0, 0]
+
+
+def test_a_stage_log_shows_its_progress_bar_as_it_moves(tmp_path):
+    """A stage's Rich progress bar (Lightning's) under flexatt repro's environment writes its
+    states into the log as they change, and the line the terminal gets is the latest one."""
+    log = tmp_path / "stage.log"
+    script = ("import time\n"
+              "from rich.progress import Progress\n"
+              "with Progress() as progress:\n"
+              "    task = progress.add_task('Epoch 1/3', total=40)\n"
+              "    for i in range(40):\n"
+              "        progress.advance(task)\n"
+              "        progress.refresh()\n"
+              "    print('epoch done', flush=True)\n"
+              "    time.sleep(0.05)\n"
+              "    task2 = progress.add_task('Epoch 2/3', total=40)\n"
+              "    progress.advance(task2, 7)\n"
+              "    progress.refresh()\n"
+              "    time.sleep(3)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TERM")}
+    with open(log, "wb") as out:
+        process = subprocess.Popen([sys.executable, "-c", script], stdout=out, stderr=subprocess.STDOUT,
+                                   env={**env, **schedule.PROGRESS_ENV})
+        try:  # while it runs (its last 3 s): the bar's state now, not its start nor a line before it
+            line = schedule._last_line(log)
+            while process.poll() is None and "18%" not in line:
+                time.sleep(0.05)
+                line = schedule._last_line(log)
+            running = process.poll() is None
+        finally:
+            process.wait()
+    assert running and line.startswith("Epoch 2/3") and "\x1b" not in line, line
+    assert len(log.read_bytes()) > 40 * len("Epoch 1/3")  # every refresh reached the file
+
+
+def test_the_last_line_of_a_log_is_what_a_terminal_shows(tmp_path):
+    log = tmp_path / "stage.log"
+    log.write_bytes("a warning\n\x1b[?25l\r\x1b[2KEpoch 0/2 ━━ 10/424\r\x1b[2KEpoch 0/2 ━━ 11/424\x1b[1A\x1b[2K"
+                    .encode())
+    assert schedule._last_line(log) == "Epoch 0/2 ━━ 11/424"
+    log.write_bytes(b"done\r\n\n")
+    assert schedule._last_line(log) == "done"
+    assert schedule._last_line(tmp_path / "missing.log") == ""

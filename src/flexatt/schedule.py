@@ -42,6 +42,13 @@ TRAINING_PREFIXES = ("train@", "finetune@", "control@")
 #: stages that train several models: long, so they start before stages of one training
 WIDE_STAGES = ("sweep_beta", "sweep_sigma")
 LOG_DIR = Path("artifacts/logs")
+#: a stage's log shows its progress bar as it moves: output unbuffered, and Rich (Lightning's
+#: progress bar) draws into the file as into a terminal of this width, without colours (the
+#: cursor codes it writes are stripped where a log line is read, :func:`_last_line`)
+PROGRESS_ENV = {"PYTHONUNBUFFERED": "1", "TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1", "NO_COLOR": "1",
+                "COLUMNS": "160"}
+#: a terminal control sequence (CSI: cursor moves, line erasing, showing and hiding the cursor)
+_CSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 @dataclass
@@ -100,16 +107,17 @@ def training_threads(root: str | os.PathLike = ".") -> int:
 
 
 def _last_line(path: Path) -> str:
-    """The last non-empty line of a log (a progress bar's latest state: the text after its last
-    carriage return), at most 100 characters."""
+    """The last non-empty line of a log as a terminal would show it (a progress bar's latest
+    state: the last text after a carriage return or a cursor move), at most 100 characters."""
     try:
         with open(path, "rb") as handle:
             handle.seek(max(0, path.stat().st_size - 4096))
             tail = handle.read().decode("utf-8", errors="replace")
     except OSError:
         return ""
-    lines = [re.split(r"\r", line)[-1].strip() for line in tail.splitlines()]
-    lines = [line for line in lines if line]
+    tail = _CSI.sub("\r", tail)  # a cursor move starts the line anew, as \r does
+    segments = [[seg.strip() for seg in line.split("\r") if seg.strip()] for line in tail.split("\n")]
+    lines = [line[-1] for line in segments if line]
     return lines[-1][:100] if lines else ""
 
 
@@ -150,8 +158,7 @@ def run(the_plan: Plan, force: bool = False, n_cores: int | None = None, threads
                 continue
             log = log_dir / f"{name.replace('@', '_')}.log"
             env = {**os.environ, "OMP_NUM_THREADS": str(want), JOBS_ENV: str(max(1, want // threads)),
-                   SIDE_BY_SIDE_ENV: str(max(1, n_cores // threads)),
-                   "PYTHONUNBUFFERED": "1"}  # the log shows the progress bar as it moves
+                   SIDE_BY_SIDE_ENV: str(max(1, n_cores // threads)), **PROGRESS_ENV}
             cmd = [dvc, "--wait-for-lock", "repro", "--single-item", *(["--force"] if force else []), name]
             with open(log, "wb") as out:
                 process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
