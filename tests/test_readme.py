@@ -208,7 +208,13 @@ def test_the_grc_block_shows_its_table_cut_to_the_readmes_columns_beside_the_def
     matched = json.loads((run / "compare.json").read_text())["matched"]
     first = min(matched, key=lambda pair: pair["D"])
     assert f"D = {first['D']} {first['delta']:+.2f}".replace("-", "−") in text
-    assert ("*" in text.split(f"D = {first['D']}")[1].split(",")[0]) == (first["outcome"] != "equal")
+    # the models at one window, in compare's order, each with its own mark
+    at_first = [pair for pair in matched if pair["D"] == first["D"] and pair.get("attention", "local_m") == "local_m"]
+    marks = text.split(f"D = {first['D']} ")[1].split(",")[0].split(" / ")
+    assert len(marks) == len(at_first)
+    for mark, pair in zip(marks, at_first):
+        assert mark.rstrip("*") == f"{pair['delta']:+.2f}".replace("-", "−")
+        assert mark.endswith("*") == (pair["outcome"] != "equal")
     assert figures.claims_block(run / "compare.json").startswith("**Claims** (Greek → English run")
     (tmp_path / "under_way").mkdir()
     under_way = figures.corpus_block(_converged_run(tmp_path / "under_way", finished=False), "`make grc`", default)
