@@ -136,4 +136,4 @@ converged-seeds: $(STAMP)
 	$(BIN)/python scripts/converged_seeds.py --keep $(CONVERGED_DIR)
 
 clean:
-	rm -rf artifacts multirun outputs .pytest_cache
+	rm -rf artifacts logs multirun outputs .pytest_cache

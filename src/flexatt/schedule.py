@@ -41,7 +41,7 @@ from flexatt.parallel import JOBS_ENV, SIDE_BY_SIDE_ENV, cores
 TRAINING_PREFIXES = ("train@", "finetune@", "control@")
 #: stages that train several models: long, so they start before stages of one training
 WIDE_STAGES = ("sweep_beta", "sweep_sigma")
-LOG_DIR = Path("artifacts/logs")
+LOG_DIR = Path("logs")
 #: a stage's log shows its progress bar as it moves: output unbuffered, and Rich (Lightning's
 #: progress bar) draws into the file as into a terminal of this width, without colours (the
 #: cursor codes it writes are stripped where a log line is read, :func:`_last_line`)
