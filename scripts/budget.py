@@ -28,6 +28,9 @@ import statistics
 import sys
 from pathlib import Path
 
+#: the columns of a learning curve (``results/<profile>/train/<variant>.csv``) that a budget reads
+COLUMNS = ("epoch", "lr", "val_bleu", "train_seconds")
+
 
 def read_curves(folder: Path) -> dict[str, list[dict[str, float]]]:
     """``{variant: [row per epoch]}`` from every ``<variant>.csv`` of ``folder``."""
@@ -36,13 +39,12 @@ def read_curves(folder: Path) -> dict[str, list[dict[str, float]]]:
         with open(path, newline="", encoding="utf-8") as handle:
             reader = csv.DictReader(handle)
             rows = list(reader)
-        missing = {"epoch", "lr", "val_bleu", "train_seconds"} - set(reader.fieldnames or ())
+        missing = set(COLUMNS) - set(reader.fieldnames or ())
         if missing or not rows:
             raise ValueError(f"{path}: not a learning curve "
                              f"({'missing: ' + ', '.join(sorted(missing)) if missing else 'no epochs'})")
         try:
-            curves[path.stem] = [{key: float(row[key]) for key in ("epoch", "lr", "val_bleu", "train_seconds")}
-                                 for row in rows]
+            curves[path.stem] = [{key: float(row[key]) for key in COLUMNS} for row in rows]
         except ValueError as exc:
             raise ValueError(f"{path}: {exc}") from None
         epochs = [int(row["epoch"]) for row in curves[path.stem]]
