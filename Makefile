@@ -29,7 +29,7 @@ help:
 	@echo "make char       the character-level 'char' profile up to Table 1, kept in artifacts/char (hours)"
 	@echo "make grc        the Koine Greek -> English 'grc' profile up to Table 1, kept in artifacts/grc (hours)"
 	@echo "make reordering flexible's window against how much the data reorders: smoke runs at 4 levels (~18 min)"
-	@echo "make converged  every model to convergence, controls, beta sweep (about 16 h on 2 cores; resumes)"
+	@echo "make converged  the converged profile's units, one model each at an equal budget (about an hour a unit; resumes)"
 	@echo "make converged-seeds  after make converged: training seeds 1-3 of its headline models (resumes)"
 	@echo "make params     recompose params.yaml from conf/ (PROFILE=smoke|default|paper)"
 	@echo "make bench      run the benchmarks (after make repro and make char: they use their models)"
@@ -122,18 +122,20 @@ grc: $(STAMP)
 reordering: $(STAMP)
 	$(BIN)/python scripts/reordering_sweep.py
 
-# converged models under one stopping rule (conf/profile/converged.yaml): the copy and the DVC
-# cache may live on a volume that outlives the machine; started again, the run resumes; results
-# are copied to results/converged/ after every stage
+# the converged profile as units (conf/units/converged.yaml, scripts/units.py): one model each,
+# trained for the profile's equal budget and decoded, its products in results/converged/units/ as
+# soon as it finishes; started again, it runs the units not yet done (the one under way resumes
+# from its last epoch). COMMIT=1 commits each finished unit's folder.
+converged: $(STAMP)
+	$(BIN)/python scripts/units.py converged $(if $(COMMIT),--commit,)
+
+# the earlier converged run's kept copy (profile_run.py --stepwise), for converged-seeds
 CONVERGED_DIR ?= artifacts/converged
 DVC_CACHE ?= $(HOME)/.cache/flexatt/dvc
-converged: $(STAMP)
-	$(BIN)/python scripts/profile_run.py converged --keep $(CONVERGED_DIR) --cache $(DVC_CACHE) \
-		--results results/converged --stepwise --beta-from-sweep
 
 # after make converged: the seeds sweep of its headline models in its kept copy (hours a seed)
 converged-seeds: $(STAMP)
 	$(BIN)/python scripts/converged_seeds.py --keep $(CONVERGED_DIR)
 
 clean:
-	rm -rf artifacts logs multirun outputs .pytest_cache
+	rm -rf artifacts logs multirun outputs .pytest_cache  # runs/ (units' kept copies) stays: it resumes long runs

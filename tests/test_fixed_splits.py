@@ -154,17 +154,17 @@ def test_plan_split_needs_every_pair_to_carry_a_split():
         plan_split(iter(pairs), 1, 1, 0, fixed=True)
 
 
-def test_the_grc_profile_trains_on_the_greek_corpus_under_the_converged_stopping_rule(tmp_path):
+def test_the_grc_profile_trains_on_the_greek_corpus_under_the_converged_budget_rule(tmp_path):
     params = schema.validate(OmegaConf.load(compose_params(tmp_path, "profile=grc", test_precision=False)))
     assert params.profile == "grc" and params.data.name == "nt_grc_en" and params.data.columns["split"] == "split"
     assert {"global", "local_m", "flexible"} <= set(params.variants) and params.finetune.variants == ["flexible"]
     assert {"global", "local_m", "flexible", "flexible_ft"} <= set(params.evaluate.checkpoints)
-    # the cap is grc's own (an epoch here is a seventh of the default corpus's); the rule is converged's
-    assert (params.train.epochs, params.train.early_stopping_patience, params.finetune.epochs) == (60, 4, 60)
-    converged = ROOT / "conf/profile/converged.yaml"
-    if converged.is_file():  # the stopping rule is converged's: keep the two profiles equal
-        rule = OmegaConf.load(converged)
-        assert params.train.early_stopping_patience == rule.train.early_stopping_patience
-        assert params.train.lr_schedule == rule.train.get("lr_schedule", params.train.lr_schedule)
-        assert params.train.lr_plateau_patience == rule.train.get("lr_plateau_patience", 1)
-        assert params.train.epochs >= rule.train.epochs and params.finetune.epochs >= rule.finetune.epochs
+    # the budget is grc's own (an epoch here is a seventh of the default corpus's); the rule is converged's
+    assert (params.train.epochs, params.train.lr_schedule, params.train.early_stopping_patience) == (40, "fixed", None)
+    rule = schema.validate(OmegaConf.load(compose_params(tmp_path / "c", "profile=converged", test_precision=False)))
+    # the same schedule: full rate, then as many epochs halved one after another; two threads
+    assert params.train.lr_schedule == rule.train.lr_schedule == "fixed"
+    assert params.train.early_stopping_patience is rule.train.early_stopping_patience is None
+    assert (params.train.epochs - params.train.lr_halve_from_epoch
+            == rule.train.epochs - rule.train.lr_halve_from_epoch)
+    assert params.train.threads == rule.train.threads and params.train.lr == rule.train.lr

@@ -1,0 +1,144 @@
+"""Run a long profile's units, one at a time, in a kept copy; each unit's products go to
+``results/<profile>/units/<unit>/`` the moment it finishes (``flexatt.units``).
+
+    python scripts/units.py converged --list              # the plan: done, next, waiting
+    python scripts/units.py converged                     # = make converged: every pending unit
+    python scripts/units.py converged --units 1 --commit  # the next unit, committed when done
+    python scripts/units.py converged --only global-s1    # one unit by name
+
+The copy (``--keep``, default ``runs/<profile>``, git-ignored) holds this working tree's files
+and a ``params.yaml`` composed with ``profile=<profile>``; it is refreshed at every start, so a
+unit runs the code of the commit it names (``unit.json``: ``source``). The profile's data are
+made there by its own stages (``dvc repro tokenize``), and their digests must equal those the
+finished units recorded: a unit is only ever compared with units trained on the same data. A
+unit's training checkpoints stay in the copy (``units/<unit>/``): started again after an
+interruption, the unit resumes from its last epoch; a lost copy costs at most the unit under
+way. With ``--commit``, each finished unit's folder is committed to this working tree's git
+(nothing else is staged). A unit's log is ``logs/units/<profile>/<unit>.log``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "scripts"))
+from profile_run import dvc_env, make_copy, tree_state  # noqa: E402
+
+from flexatt.units import Unit, done_units, plan, read_plan  # noqa: E402
+
+#: the data files whose digests every unit of a profile shares
+DATA_KEYS = ("train.npz", "dev.npz", "test.npz", "src.model", "tgt.model", "dev.ref", "test.ref")
+
+
+def pending(profile: str, results: Path) -> tuple[list[Unit], dict[str, dict]]:
+    """The profile's units not yet done, in the order they run, and the finished ones' manifests."""
+    done = done_units(results)
+    units = plan(read_plan(ROOT / "conf/units" / f"{profile}.yaml"), done)
+    return [u for u in units if u.name not in done], done
+
+
+def prepare(copy: Path, profile: str) -> dict[str, str]:
+    """Refresh the copy and make the profile's data there; returns their digests."""
+    from flexatt.io import file_digest
+
+    copy.mkdir(parents=True, exist_ok=True)
+    make_copy(copy, [f"profile={profile}"], results=False)
+    dvc, env = dvc_env(copy)
+    subprocess.run([dvc, "repro", "tokenize"], cwd=copy, env=env, check=True)
+    import yaml
+
+    tok_dir = copy / yaml.safe_load((copy / "params.yaml").read_text())["train"]["data_dir"]
+    return {name: file_digest(tok_dir / name) for name in DATA_KEYS}
+
+
+def check_data(digests: dict[str, str], done: dict[str, dict]) -> None:
+    """Refuse data that differ from what the finished units trained on (names the unit and file)."""
+    for name, manifest in done.items():
+        recorded = manifest.get("data", {})
+        for key, digest in digests.items():
+            if key in recorded and recorded[key] != digest:
+                sys.exit(f"error: the data made here differ from unit {name}'s ({key}): its units "
+                         f"would not be comparable with the finished ones")
+
+
+def run_one(unit: Unit, copy: Path, out: Path, source: dict, log: Path) -> int:
+    """``python -m flexatt.units run`` in the copy, its output to the terminal and ``log``."""
+    _, env = dvc_env(copy)
+    cmd = [sys.executable, "-m", "flexatt.units", "run", unit.name, "--out", str(out.resolve()),
+           "--source", json.dumps(source), *(["--keep-weights"] if unit.keep_weights else [])]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "a", encoding="utf-8") as f:
+        process = subprocess.Popen(cmd, cwd=copy, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True)
+        for line in process.stdout:
+            sys.stdout.write(line)
+            f.write(line)
+        return process.wait()
+
+
+def commit(unit: str, folder: Path) -> None:
+    """Commit the unit's folder (only it) with its figures in the message."""
+    manifest = json.loads((folder / "unit.json").read_text(encoding="utf-8"))
+    test = manifest["summary"]["test"]
+    figures = f"test BLEU {test['inf']['bleu']} at window {test['inf']['window']}"
+    if "selected" in test:
+        figures += (f"; at dev-selected tau {manifest['summary']['dev']['selected_tau']}: "
+                    f"BLEU {test['selected']['bleu']}, window {test['selected']['window']}")
+    message = (f"{manifest['profile']} unit {unit}: {manifest['training']['epochs']} epochs, {figures}; "
+               f"{manifest['minutes']['total']} min on {manifest['machine']['cpu']}")
+    subprocess.run(["git", "add", "--", str(folder)], cwd=ROOT, check=True)
+    subprocess.run(["git", "commit", "-qm", message, "--", str(folder)], cwd=ROOT, check=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("profile")
+    parser.add_argument("--keep", type=Path, help="the kept copy (default: runs/<profile>)")
+    parser.add_argument("--results", type=Path, help="default: results/<profile>/units")
+    parser.add_argument("--list", action="store_true", help="print the plan and stop")
+    parser.add_argument("--units", type=int, help="run at most this many units")
+    parser.add_argument("--only", help="run this unit (by name) only")
+    parser.add_argument("--commit", action="store_true", help="commit each finished unit's folder")
+    args = parser.parse_args(argv)
+    results = args.results or ROOT / "results" / args.profile / "units"
+    todo, done = pending(args.profile, results)
+    if args.list:
+        for name, m in done.items():
+            print(f"done     {name:24s} {m['minutes']['total']:6.1f} min  commit {str(m['source'].get('commit'))[:7]}")
+        for unit in todo:
+            print(f"pending  {unit.name}")
+        return 0
+    if args.only:
+        todo = [u for u in todo if u.name == args.only]
+        if not todo:
+            sys.exit(f"error: {args.only} is not a pending unit of {args.profile} (--list shows them)")
+    copy = (args.keep or ROOT / "runs" / args.profile).resolve()
+    source = tree_state()
+    check_data(prepare(copy, args.profile), done)
+    ran = 0
+    while todo and (args.units is None or ran < args.units):
+        unit = todo[0]
+        started = time.time()
+        log = ROOT / "logs/units" / args.profile / f"{unit.name}.log"
+        code = run_one(unit, copy, results / unit.name, source, log)
+        if code != 0:
+            print(f"units: {unit.name} failed (exit {code}); its log: {log.relative_to(ROOT)}")
+            return code
+        print(f"units: {unit.name} done in {(time.time() - started) / 60:.1f} min", flush=True)
+        if args.commit:
+            commit(unit.name, results / unit.name)
+        ran += 1
+        if args.only:
+            break
+        todo, done = pending(args.profile, results)  # the nearest fixed window's seeds join once known
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,561 @@
+"""Units of a long profile run: one trained model and everything decoded from it, small enough
+to keep in git.
+
+A long run (the ``converged`` and ``grc`` profiles) is a set of units (``conf/units/<profile>.yaml``
+lists them; :func:`plan` orders them). A unit trains one model under the profile's equal budget
+(``train.epochs`` under the ``fixed`` learning-rate schedule, early stopping off; the budget check
+trains at a multiple of it, :func:`budget_overrides`), takes its last checkpoint (the checkpoint
+rule: the budget's end) and decodes what evaluation, comparison and the claims read, so that they
+need no checkpoint:
+
+- dev and test at τ = ∞ (beam search, ``decode``), each with its hypotheses, the per-sentence
+  windows (positions scored, summed over steps; steps; source lengths) and sacrebleu's
+  per-sentence BLEU sufficient statistics;
+- a flexible model's dev τ search (the sweep_tau grid and bisections, :func:`flexatt.evaluation.search_points`,
+  the selection rule :func:`flexatt.evaluation.select_tau`) and, on both splits, the trade-off
+  curve's τs; test at the selected τ;
+- where the corpus has gold word alignments, the forced-decoding alignments of every reference
+  (at τ = ∞ and at the selected τ), their AER, the AER of a length-proportional diagonal on the
+  same links (:func:`diagonal_links`: the alignment that reads no words), and the g_t values;
+- its learning curve, learning-rate sequence and provenance (commit, machine, threads,
+  precision, wall minutes).
+
+A model that later units fine-tune (``parents``) keeps its weights, rounded to float16
+(``weights.fp16.pt``, about half of a float32 state); the unit then decodes those rounded weights,
+so every number of the unit comes from the one set of weights that is kept.
+
+Products (:data:`PRODUCTS`) are written to ``<out>/``: ``unit.json`` (the manifest and every
+summary figure), ``curve.csv``, ``decodes.json.gz``, ``alignments.json.gz`` and ``g.npz`` where
+there are gold alignments, ``weights.fp16.pt`` for a parent. :func:`load_products` reads them
+back and checks that the files the manifest names are complete (sizes and SHA-256).
+
+``python -m flexatt.units run UNIT --out DIR`` runs one unit in the current folder (its
+``params.yaml`` and tokenized data); ``scripts/units.py`` runs a profile's pending units in a
+kept copy and commits-ready copies their products into ``results/<profile>/units/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import io
+import json
+import math
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
+
+from flexatt.errors import ConfigError, DataError
+
+#: the files of a unit: always, with gold alignments, for a parent
+PRODUCTS = ("unit.json", "curve.csv", "decodes.json.gz")
+ALIGNMENT_PRODUCTS = ("alignments.json.gz", "g.npz")
+WEIGHTS = "weights.fp16.pt"
+#: variants whose decoding takes a threshold τ
+TAU_ATTENTIONS = ("flexible", "flexible_sact")
+SPLITS = ("dev", "test")
+
+
+# --------------------------------------------------------------------------------------------
+# The plan
+
+
+class BudgetCheck(BaseModel):
+    """The budget check: ``variant`` trained at ``factor`` times the profile's epochs."""
+
+    model_config = ConfigDict(extra="forbid")
+    variant: str
+    factor: Annotated[float, Field(gt=1.0)] = 1.5
+
+
+class Plan(BaseModel):
+    """``conf/units/<profile>.yaml``: which models a profile's units train, at which seeds.
+
+    ``seeded`` variants train at every seed of ``seeds``; of ``fixed`` (the fixed-window
+    baselines, trained at the first seed), the one whose dev window is nearest the first seed's
+    flexible model at its selected τ (:func:`nearest_fixed`) trains at every seed too;
+    ``others`` (further baselines) train at the first seed only; ``parents`` keep their weights (later units fine-tune them)."""
+
+    model_config = ConfigDict(extra="forbid")
+    seeds: Annotated[list[PositiveInt], Field(min_length=1)]
+    seeded: Annotated[list[str], Field(min_length=1)]
+    fixed: list[str] = Field(default_factory=list)
+    others: list[str] = Field(default_factory=list)
+    flexible: str = "flexible"
+    parents: list[str] = Field(default_factory=list)
+    budget_check: Optional[BudgetCheck] = None
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One model to train and decode: ``variant`` (a key of ``variants``) at ``seed``, for
+    ``budget`` times the profile's epochs."""
+
+    variant: str
+    seed: int
+    budget: float = 1.0
+    keep_weights: bool = False
+
+    @property
+    def name(self) -> str:
+        """``<variant>-s<seed>``, with ``-x<budget>`` for a budget check."""
+        return f"{self.variant}-s{self.seed}" + (f"-x{self.budget:g}" if self.budget != 1.0 else "")
+
+
+def read_plan(path: str | os.PathLike) -> Plan:
+    """The plan of ``conf/units/<profile>.yaml``; a wrong key or value is refused naming the file."""
+    import yaml
+    from pydantic import ValidationError
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(str(path), "no unit plan for this profile")
+    try:
+        return Plan.model_validate(yaml.safe_load(path.read_text(encoding="utf-8")) or {})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(k) for k in first["loc"])
+        raise ConfigError(f"{path}: {where}", first["msg"]) from None
+
+
+def plan(spec: Plan, done: dict[str, dict]) -> list[Unit]:
+    """Every unit of ``spec`` in the order they run: the first seed of every model (fixed windows
+    first, the flexible model last: its test decodes are matched to their windows), the budget
+    check, then the other seeds of the seeded models and of the fixed window nearest flexible's
+    (once the first seed's units are in ``done``: name -> manifest; until then those units are
+    not listed)."""
+    first, rest = spec.seeds[0], spec.seeds[1:]
+    order = [*dict.fromkeys([*spec.seeded, *spec.fixed, *spec.others])]
+    order = [v for v in order if v != spec.flexible]
+    if spec.flexible in spec.seeded:
+        order.append(spec.flexible)
+    units = [Unit(v, first, keep_weights=v in spec.parents) for v in order]
+    if spec.budget_check is not None:
+        units.append(Unit(spec.budget_check.variant, first, spec.budget_check.factor))
+    nearest = nearest_fixed(spec, first, done)
+    seeded = [*spec.seeded, *([nearest] if nearest and nearest not in spec.seeded else [])]
+    units += [Unit(v, seed, keep_weights=v in spec.parents) for seed in rest for v in seeded]
+    return units
+
+
+def nearest_fixed(spec: Plan, seed: int, done: dict[str, dict]) -> str | None:
+    """The fixed-window variant whose dev window (τ = ∞) is nearest the flexible model's dev
+    window at its selected τ, all at ``seed``; ``None`` until those units are done."""
+    flexible = done.get(Unit(spec.flexible, seed).name)
+    if flexible is None or not spec.fixed or any(Unit(v, seed).name not in done for v in spec.fixed):
+        return None
+    target = flexible["summary"]["dev"]["selected"]["window"]
+    return min(spec.fixed, key=lambda v: (abs(done[Unit(v, seed).name]["summary"]["dev"]["inf"]["window"] - target), v))
+
+
+def budget_overrides(epochs: int, halve_from: int, factor: float) -> list[str]:
+    """``train.epochs`` and ``train.lr_halve_from_epoch`` for ``factor`` times the budget:
+    ``ceil(factor · epochs)`` epochs, the extra ones at the full learning rate, then the same
+    halvings as the budget (the decay's length is kept)."""
+    longer = math.ceil(factor * epochs)
+    return [f"train.epochs={longer}", f"train.lr_halve_from_epoch={halve_from + longer - epochs}"]
+
+
+# --------------------------------------------------------------------------------------------
+# Decoding a unit's products
+
+
+def diagonal_links(n_src: int, n_tgt: int) -> set[tuple[int, int]]:
+    """The length-proportional diagonal: target word j linked to source word
+    ``floor((j + 0.5) · n_src / n_tgt)``, one link per target word (the same shape as
+    :func:`flexatt.metrics.attention_alignment`'s). It reads no words, so its AER is the floor an
+    attention alignment has to beat to show that it aligns (no library has it: it is one line)."""
+    if n_src == 0 or n_tgt == 0:
+        return set()
+    return {(min(n_src - 1, int((j + 0.5) * n_src / n_tgt)), j) for j in range(n_tgt)}
+
+
+def _words(vocab, ids) -> int:
+    from flexatt.metrics import piece_word_ids
+
+    pieces = [vocab.sp.id_to_piece(int(t)) for t in ids]
+    return piece_word_ids(pieces)[-1] + 1 if pieces else 0
+
+
+def _record(split: str, tau: float, out, data) -> dict:
+    """One decode as stored: its text, per-sentence windows and BLEU statistics, summary."""
+    from sacrebleu.metrics import BLEU
+
+    from flexatt.metrics import corpus_bleu, corpus_chrf
+
+    bleu, signature = corpus_bleu(out.hypotheses, [data.references])
+    stats = BLEU()._extract_corpus_statistics(list(out.hypotheses), [list(data.references)])
+    return {
+        "split": split, "tau": None if math.isinf(tau) else tau,
+        "window": round(out.mean_window, 3), "window_step_weighted": round(out.step_weighted_window, 3),
+        "bleu": round(bleu, 2), "chrf": round(corpus_chrf(out.hypotheses, [data.references])[0], 2),
+        "bleu_signature": signature, "seconds": round(out.seconds, 2), "decoded_by": out.decoded_by,
+        "hypotheses": out.hypotheses, "window_sum": out.window_sum.tolist(), "steps": out.steps.tolist(),
+        "src_lengths": np.asarray(out.src_lengths).tolist(), "bleu_stats": [list(map(int, s)) for s in stats],
+    }
+
+
+def summary_point(record: dict) -> dict:
+    """What a decode contributes to a τ search and the manifest: τ, window, BLEU."""
+    return {"tau": record["tau"], "window": record["window"], "bleu": record["bleu"]}
+
+
+class UnitDecoder:
+    """Decodes (split, τ) of one model once, keeping every decode as a stored record."""
+
+    def __init__(self, model, sets: dict, settings: dict):
+        self.model, self.sets, self.settings = model, sets, settings
+        self.records: dict[tuple[str, float], dict] = {}
+
+    def point(self, split: str, tau: float) -> dict:
+        from flexatt.evaluation import translate_split
+
+        key = (split, float(tau))
+        if key not in self.records:
+            data = self.sets[split]
+            out = translate_split(self.model, data.split, data.tgt_vocab, tau=tau, **self.settings)
+            self.records[key] = _record(split, float(tau), out, data)
+            r = self.records[key]
+            print(f"unit: {split:4s} tau={tau:<8g} window {r['window']:7.2f}  BLEU {r['bleu']:6.2f}  "
+                  f"({r['seconds']:.0f} s)", flush=True)
+        return summary_point(self.records[key])
+
+
+def decode_products(model, p, tok_dir: Path, filter_dir: Path) -> tuple[dict, dict, dict | None, dict]:
+    """Every decode of a unit's model: ``(summary, decodes, alignments, g_values)``.
+
+    ``summary[split]``: ``inf`` (and, for a flexible model, ``selected``, ``selected_tau``,
+    ``points``) as τ/window/BLEU points, and ``aer`` / ``aer_diagonal`` where the split has gold
+    links. ``decodes``: ``{"records": [...]}``, one stored record per (split, τ).
+    ``alignments``: ``{split: {tau label: ["i-j ...", ...]}}`` or ``None``. ``g_values``:
+    ``{"<split>/<tau label>": array}`` of the g_t seen in forced decoding (flexible models).
+    """
+    from flexatt.evaluation import EvalSet, decode_settings, search_points, select_tau
+
+    st = p.sweep_tau
+    settings = decode_settings(p)
+    sets = {s: EvalSet.load(tok_dir, s) for s in SPLITS}
+    decoder = UnitDecoder(model, sets, settings)
+    flexible = model.config.get("attention") in TAU_ATTENTIONS
+    summary: dict[str, dict] = {s: {"inf": decoder.point(s, math.inf)} for s in SPLITS}
+    taus: dict[str, list[float]] = {s: [math.inf] for s in SPLITS}
+    if flexible:
+        grid = list(st.grid)
+        log_mean = round(math.log(sets["dev"].mean_src_len), 3)
+        if st.add_log_mean_len and log_mean not in grid:
+            grid = sorted([*grid, log_mean])
+        reference = summary["dev"]["inf"]["bleu"]
+        points = search_points(lambda tau: decoder.point("dev", tau), grid, reference, st.tolerance, st.search_steps)
+        chosen = select_tau(points, reference, st.tolerance)
+        selected = chosen["tau"] if chosen else math.inf
+        summary["dev"].update(points=points, selected_tau=chosen["tau"] if chosen else None,
+                              selected=chosen or summary["dev"]["inf"])
+        curve = [t for t in st.curve_taus if t < 999.0]
+        for tau in curve:
+            decoder.point("dev", tau)
+        summary["test"]["selected"] = decoder.point("test", selected)
+        summary["test"]["selected_tau"] = summary["dev"]["selected_tau"]
+        summary["test"]["curve"] = [decoder.point("test", tau) for tau in curve]
+        taus = {s: [math.inf, *([selected] if not math.isinf(selected) else [])] for s in SPLITS}
+    alignments, g_values = _alignments(model, sets, filter_dir, taus, settings, summary)
+    decodes = {"beam_size": settings["beam_size"], "alpha": settings["alpha"],
+               "records": [decoder.records[k] for k in sorted(decoder.records, key=lambda k: (SPLITS.index(k[0]), k[1]))]}
+    return summary, decodes, alignments, g_values
+
+
+def tau_label(tau: float) -> str:
+    """``inf`` or the τ as ``%g``: the key of an alignment or g_t entry."""
+    return "inf" if math.isinf(tau) else f"{tau:g}"
+
+
+def _alignments(model, sets: dict, filter_dir: Path, taus: dict[str, list[float]], settings: dict,
+                summary: dict) -> tuple[dict | None, dict]:
+    from flexatt.metrics import aer
+    from flexatt.stages.evaluate import _gold, forced_alignments
+
+    alignments: dict[str, dict] = {}
+    g_values: dict[str, np.ndarray] = {}
+    for split, data in sets.items():
+        gold = _gold(filter_dir / f"{split}.align", len(data.split))
+        if gold is None:
+            continue
+        diagonal = [diagonal_links(_words(data.src_vocab, data.split.src(i)), _words(data.tgt_vocab, data.split.tgt(i)))
+                    for i in range(len(data.split))]
+        summary[split]["aer_diagonal"] = round(aer(diagonal, gold, restrict_to_covered=True), 4)
+        alignments[split] = {}
+        for tau in taus[split]:
+            links, g, _ = forced_alignments(model, data, None if math.isinf(tau) else tau, settings["batch_size"],
+                                            settings["backend"])
+            label = tau_label(tau)
+            alignments[split][label] = [" ".join(f"{s}-{t}" for s, t in sorted(sent)) for sent in links]
+            summary[split].setdefault("aer", {})[label] = round(aer(links, gold, restrict_to_covered=True), 4)
+            if g is not None:
+                g_values[f"{split}/{label}"] = g.astype(np.float16)
+        print(f"unit: {split} AER {summary[split]['aer']} (diagonal {summary[split]['aer_diagonal']})", flush=True)
+    return (alignments or None), g_values
+
+
+# --------------------------------------------------------------------------------------------
+# Writing and reading products
+
+
+def _gzip_json(obj: Any) -> bytes:
+    """JSON, gzip-compressed with no timestamp: the same products give the same bytes."""
+    buffer = io.BytesIO()
+    with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0, compresslevel=9) as gz:
+        gz.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    return buffer.getvalue()
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def write_products(out: Path, manifest: dict, files: dict[str, bytes]) -> None:
+    """Write ``files`` (name -> bytes) and ``unit.json`` (``manifest`` with each file's size and
+    SHA-256) into ``out``, atomically as a whole: a unit's folder is complete or absent."""
+    from flexatt.io import atomic_path
+
+    out = Path(out)
+    with atomic_path(out) as tmp:
+        tmp = Path(tmp)
+        tmp.mkdir(parents=True)
+        listed = {}
+        for name, data in files.items():
+            (tmp / name).write_bytes(data)
+            listed[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        text = json.dumps({**manifest, "files": listed}, indent=2, ensure_ascii=False) + "\n"
+        (tmp / "unit.json").write_text(text, encoding="utf-8")
+        if out.exists():
+            import shutil
+
+            shutil.rmtree(out)
+
+
+def load_products(folder: str | os.PathLike) -> dict:
+    """A unit's products: ``manifest``, ``decodes``, ``alignments`` (or ``None``), ``g``
+    (name -> array) and ``curve`` (rows of the learning curve).
+
+    Raises:
+        DataError: a file the manifest lists is missing or differs from what was written
+            (size or SHA-256), or ``unit.json`` is unreadable (the message names the file).
+    """
+    import csv
+
+    folder = Path(folder)
+    try:
+        manifest = json.loads((folder / "unit.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DataError(folder / "unit.json", f"unreadable unit manifest ({exc})") from None
+    for name, info in manifest.get("files", {}).items():
+        path = folder / name
+        if not path.is_file() or path.stat().st_size != info["bytes"] or _sha256(path) != info["sha256"]:
+            raise DataError(path, "missing or not the file the unit wrote (size or SHA-256 differ)")
+    missing = [name for name in PRODUCTS[1:] if name not in manifest.get("files", {})]
+    if missing:
+        raise DataError(folder / "unit.json", f"lists no {', '.join(missing)}")
+    read = lambda name: json.loads(gzip.decompress((folder / name).read_bytes()))  # noqa: E731
+    with open(folder / "curve.csv", newline="", encoding="utf-8") as f:
+        curve = list(csv.DictReader(f))
+    g = {}
+    if (folder / "g.npz").is_file():
+        with np.load(folder / "g.npz") as archive:
+            g = {key: archive[key] for key in archive.files}
+    return {"manifest": manifest, "decodes": read("decodes.json.gz"), "curve": curve, "g": g,
+            "alignments": read("alignments.json.gz") if (folder / "alignments.json.gz").is_file() else None}
+
+
+def done_units(folder: str | os.PathLike) -> dict[str, dict]:
+    """The manifests of the finished units under ``folder`` (``results/<profile>/units``)."""
+    folder = Path(folder)
+    found = {}
+    for manifest in sorted(folder.glob("*/unit.json")) if folder.is_dir() else []:
+        found[manifest.parent.name] = json.loads(manifest.read_text(encoding="utf-8"))
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# Running one unit
+
+
+def _npz(arrays: dict[str, np.ndarray]) -> bytes:
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def _round_to_fp16(checkpoint: Path) -> tuple[bytes, Any]:
+    """The model of ``checkpoint`` with its floating-point weights rounded to float16: the bytes
+    of ``weights.fp16.pt`` (state dict in float16, model configuration, vocabulary sizes) and the
+    model holding the rounded weights (in float32 for decoding)."""
+    import torch
+
+    from flexatt.checkpoints import checkpoint_hparams
+    from flexatt.evaluation import load_model
+
+    model = load_model(checkpoint)
+    state = {k: v.half() if v.is_floating_point() else v for k, v in model.state_dict().items()}
+    model.load_state_dict(state)  # copies into the float32 parameters: the rounded values
+    hparams = checkpoint_hparams(checkpoint)
+    buffer = io.BytesIO()
+    torch.save({"state_dict": state, "model_cfg": hparams["model_cfg"], "src_vocab": hparams["src_vocab"],
+                "tgt_vocab": hparams["tgt_vocab"]}, buffer)
+    return buffer.getvalue(), model.eval()
+
+
+def load_weights(path: str | os.PathLike):
+    """A model from a unit's ``weights.fp16.pt``, in float32 and eval mode."""
+    import torch
+
+    from flexatt.model import build_model
+
+    saved = torch.load(path, map_location="cpu", weights_only=True)
+    model = build_model(saved["model_cfg"], saved["src_vocab"], saved["tgt_vocab"])
+    model.load_state_dict(saved["state_dict"])
+    return model.eval()
+
+
+def _git_commit() -> dict:
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True, check=False).stdout.strip()
+
+    return {"commit": git("rev-parse", "HEAD") or None,
+            "uncommitted_edits": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+
+def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str = "params.yaml",
+             overrides: tuple[str, ...] = (), source: dict | None = None) -> dict:
+    """Train ``unit`` in the current folder (its ``params.yaml``, tokenized data) and write its
+    products to ``out``. Training checkpoints go to ``work/<unit>/`` (resumed when a run is
+    started again). ``source``: the commit the code came from (default: this folder's git).
+    Returns the manifest."""
+    import torch
+
+    from flexatt import config as C
+    from flexatt import schema
+    from flexatt.evaluation import load_model
+    from flexatt.trainer import model_config, train
+
+    started = time.perf_counter()
+    base = schema.params(C.load_params(params))
+    t = base.train
+    if t.lr_schedule != "fixed" or t.early_stopping_patience is not None:
+        raise ConfigError("train.lr_schedule", "units train an equal budget: lr_schedule must be fixed and "
+                          "early_stopping_patience null")
+    extra = [f"train.seed={unit.seed}"]
+    if unit.budget != 1.0:
+        extra += budget_overrides(t.epochs, t.lr_halve_from_epoch, unit.budget)
+    p = schema.validate(C.load_params(params, [*overrides, *extra]))
+    folder = work / unit.name
+    metrics, _ = train(p, unit.variant, out_dir=str(folder / "model"), metrics_file=folder / f"{unit.variant}.json",
+                       run_name=unit.name, job_type="unit")
+    trained = time.perf_counter()
+    checkpoint = folder / "model" / unit.variant / "last.ckpt"
+    files: dict[str, bytes] = {"curve.csv": (folder / f"{unit.variant}.csv").read_bytes()}
+    with torch.inference_mode(False):
+        if unit.keep_weights:
+            files[WEIGHTS], model = _round_to_fp16(checkpoint)
+        else:
+            model = load_model(checkpoint)
+    tok_dir, filter_dir = Path(p.train.data_dir), Path(p.tokenize.in_dir)
+    with _threads(p.train.threads):
+        summary, decodes, alignments, g_values = decode_products(model, p, tok_dir, filter_dir)
+    files["decodes.json.gz"] = _gzip_json(decodes)
+    if alignments is not None:
+        files["alignments.json.gz"] = _gzip_json(alignments)
+        if g_values:
+            files["g.npz"] = _npz({k.replace("/", "__"): v for k, v in g_values.items()})
+    from flexatt.io import file_digest
+
+    curve = [row for row in files["curve.csv"].decode().splitlines()[1:] if row]
+    manifest = {
+        "unit": unit.name, "variant": unit.variant, "seed": unit.seed, "budget": unit.budget,
+        "profile": p.profile, "model": model_config(p, unit.variant),
+        "training": {**metrics, "epochs_budget": p.train.epochs, "lr_schedule": p.train.lr_schedule,
+                     "lr_halve_from_epoch": p.train.lr_halve_from_epoch, "stopped_by": "budget",
+                     "checkpoint": "last", "checkpoint_epoch": len(curve),
+                     "lr_sequence": [float(row.split(",")[2]) for row in curve]},
+        "weights": "float16 (weights.fp16.pt): every decode of this unit is of the rounded weights"
+                   if unit.keep_weights else "not kept",
+        "decode": {"beam_size": decodes["beam_size"], "alpha": decodes["alpha"]},
+        "summary": summary,
+        "data": {name: file_digest(tok_dir / name) for name in
+                 ("train.npz", "dev.npz", "test.npz", "src.model", "tgt.model", "dev.ref", "test.ref")},
+        "source": source or _git_commit(),
+        "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version(),
+                    "torch": torch.__version__},
+        "minutes": {"train": round((trained - started) / 60, 1),
+                    "decode": round((time.perf_counter() - trained) / 60, 1),
+                    "total": round((time.perf_counter() - started) / 60, 1)},
+    }
+    write_products(out, manifest, files)
+    print(f"unit {unit.name}: {manifest['minutes']['total']} min, products "
+          f"{sum(len(b) for b in files.values()) / 1e6:.2f} MB in {out}", flush=True)
+    return manifest
+
+
+def _threads(n: int):
+    from flexatt.parallel import intra_op_threads
+
+    return intra_op_threads(n)
+
+
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def parse_unit(name: str) -> Unit:
+    """The unit named ``<variant>-s<seed>[-x<budget>]``."""
+    head, _, budget = name.partition("-x")
+    variant, sep, seed = head.rpartition("-s")
+    if not sep or not variant or not seed.isdigit():
+        raise ConfigError(name, "a unit is named <variant>-s<seed>[-x<budget>]")
+    try:
+        return Unit(variant, int(seed), float(budget) if budget else 1.0)
+    except ValueError:
+        raise ConfigError(name, "a unit's budget is a number (-x1.5)") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m flexatt.units", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="train one unit here and write its products")
+    run.add_argument("unit", help="<variant>-s<seed>[-x<budget>]")
+    run.add_argument("--out", required=True, type=Path, help="the folder of its products")
+    run.add_argument("--work", type=Path, default=Path("units"), help="training checkpoints (default: units/)")
+    run.add_argument("--keep-weights", action="store_true", help="keep the weights in float16 (a parent)")
+    run.add_argument("--source", type=json.loads, help="JSON: the commit the code came from (default: git here)")
+    args, overrides = parser.parse_known_args(argv)  # key=value overrides of params.yaml
+    if any("=" not in item or item.startswith("-") for item in overrides):
+        parser.error(f"unrecognized arguments: {' '.join(overrides)}")
+    args.overrides = overrides
+    unit = parse_unit(args.unit)
+    unit = Unit(unit.variant, unit.seed, unit.budget, args.keep_weights)
+    from flexatt.errors import FlexattError
+
+    try:
+        run_unit(unit, args.out, work=args.work, overrides=tuple(args.overrides), source=args.source)
+    except FlexattError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,158 @@
+"""flexatt.units and scripts/units.py: the plan's order, the budget check's schedule, the diagonal
+alignment, and a real unit on the smoke profile whose products are complete, load, and come from
+the weights it keeps."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, copy_of, load_script, run_module
+from flexatt.errors import ConfigError, DataError
+from flexatt.units import (Plan, Unit, budget_overrides, diagonal_links, load_products, load_weights,
+                           nearest_fixed, parse_unit, plan, read_plan)
+
+
+def _manifest(dev_inf: float, selected: float | None = None) -> dict:
+    dev = {"inf": {"tau": None, "window": dev_inf, "bleu": 30.0}}
+    if selected is not None:
+        dev["selected"] = {"tau": 1.0, "window": selected, "bleu": 29.8}
+    return {"summary": {"dev": dev}}
+
+
+SPEC = Plan(seeds=[1, 2, 3], seeded=["global", "flexible"], fixed=["local_m_d5", "local_m"], others=["sact"],
+            parents=["flexible"], budget_check={"variant": "flexible", "factor": 1.5})
+
+
+def test_the_first_seed_of_every_model_comes_first_flexible_last_then_the_budget_check():
+    names = [u.name for u in plan(SPEC, {})]
+    assert names == ["global-s1", "local_m_d5-s1", "local_m-s1", "sact-s1", "flexible-s1", "flexible-s1-x1.5",
+                     "global-s2", "flexible-s2", "global-s3", "flexible-s3"]
+    assert [u.keep_weights for u in plan(SPEC, {}) if u.variant == "flexible" and u.budget == 1.0] == [True] * 3
+
+
+def test_the_fixed_window_nearest_flexibles_selected_window_gets_the_seeds_once_known():
+    done = {"flexible-s1": _manifest(24.0, selected=11.2), "local_m_d5-s1": _manifest(10.9),
+            "local_m-s1": _manifest(19.8)}
+    assert nearest_fixed(SPEC, 1, {k: v for k, v in done.items() if k != "local_m-s1"}) is None  # not all known
+    assert nearest_fixed(SPEC, 1, done) == "local_m_d5"
+    names = [u.name for u in plan(SPEC, done)]
+    assert names[-6:] == ["global-s2", "flexible-s2", "local_m_d5-s2", "global-s3", "flexible-s3", "local_m_d5-s3"]
+
+
+def test_the_budget_check_adds_epochs_at_the_full_rate_and_keeps_the_halvings():
+    assert budget_overrides(25, 20, 1.5) == ["train.epochs=38", "train.lr_halve_from_epoch=33"]
+    assert budget_overrides(40, 35, 1.5) == ["train.epochs=60", "train.lr_halve_from_epoch=55"]
+
+
+def test_unit_names_round_trip_and_bad_ones_are_refused():
+    for unit in (Unit("local_m_d5", 2), Unit("flexible", 1, 1.5)):
+        assert parse_unit(unit.name) == unit
+    for bad in ("global", "global-sx", "-s1", "flexible-s1-xfast"):
+        with pytest.raises(ConfigError):
+            parse_unit(bad)
+
+
+def test_the_diagonal_links_every_target_word_once_in_proportion():
+    assert diagonal_links(4, 2) == {(1, 0), (3, 1)}
+    assert diagonal_links(2, 4) == {(0, 0), (0, 1), (1, 2), (1, 3)}
+    assert diagonal_links(3, 3) == {(0, 0), (1, 1), (2, 2)}
+    assert diagonal_links(0, 3) == set() == diagonal_links(3, 0)
+
+
+def test_the_profiles_plans_are_valid_and_name_their_variants(tmp_path):
+    from omegaconf import OmegaConf
+
+    from conftest import compose_params
+    from flexatt import schema
+
+    spec = read_plan(ROOT / "conf/units/converged.yaml")
+    params = schema.validate(OmegaConf.load(compose_params(tmp_path, "profile=converged", test_precision=False)))
+    for variant in [*spec.seeded, *spec.fixed, *spec.others, *spec.parents]:
+        assert variant in params.variants, variant
+    assert params.train.lr_schedule == "fixed" and params.train.early_stopping_patience is None
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("seeds: [1]\nseeded: [global]\nbudget_check: {variant: flexible, factor: 0.5}\n")
+    with pytest.raises(ConfigError, match="budget_check.factor"):
+        read_plan(bad)
+    bad.write_text("seeds: [1]\nseeded: [global]\nfixd: [local_m]\n")
+    with pytest.raises(ConfigError, match="fixd"):
+        read_plan(bad)
+
+
+#: a short τ search: what a unit decodes, not how long it takes
+SHORT = ["train.epochs=1", "logger.enabled=false", "sweep_tau.grid=[1.0]", "sweep_tau.search_steps=1",
+         "sweep_tau.add_log_mean_len=false", "sweep_tau.curve_taus=[0.5]"]
+
+
+@pytest.fixture(scope="module")
+def smoke_unit(smoke_tokenized, tmp_path_factory) -> Path:
+    work = copy_of(smoke_tokenized, tmp_path_factory.mktemp("unit"))
+    result = run_module("flexatt.units", "run", "flexible-s2", "--out", "products", "--keep-weights", *SHORT,
+                        cwd=work, threads="1")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    return work
+
+
+def test_a_units_products_are_complete_and_load(smoke_unit):
+    products = load_products(smoke_unit / "products")
+    m = products["manifest"]
+    assert (m["unit"], m["variant"], m["seed"], m["model"]["attention"]) == ("flexible-s2", "flexible", 2, "flexible")
+    assert m["training"]["stopped_by"] == "budget" and m["training"]["checkpoint"] == "last"
+    assert m["training"]["lr_sequence"] == [float(row["lr"]) for row in products["curve"]]
+    records = {(r["split"], r["tau"]): r for r in products["decodes"]["records"]}
+    n = {split: len((smoke_unit / f"artifacts/tok/{split}.ref").read_text().splitlines()) for split in ("dev", "test")}
+    for split in ("dev", "test"):
+        r = records[(split, None)]
+        assert len(r["hypotheses"]) == len(r["window_sum"]) == len(r["steps"]) == len(r["bleu_stats"]) == n[split]
+        assert m["summary"][split]["inf"]["bleu"] == r["bleu"]
+        assert 0 <= m["summary"][split]["aer_diagonal"] <= 1 and 0 <= m["summary"][split]["aer"]["inf"] <= 1
+        assert len(products["alignments"][split]["inf"]) == n[split]
+    selected = m["summary"]["dev"]["selected_tau"]
+    assert ("test", selected) in records and ("test", 0.5) in records and ("dev", 0.5) in records
+    assert any(key.startswith("test__") for key in products["g"])
+    assert sum(info["bytes"] for info in m["files"].values()) < 2e6
+
+
+def test_a_units_numbers_come_from_the_weights_it_keeps(smoke_unit):
+    """The parent's float16 weights, decoded again, give the unit's stored test hypotheses."""
+    from flexatt.evaluation import EvalSet, translate_split
+
+    products = load_products(smoke_unit / "products")
+    model = load_weights(smoke_unit / "products/weights.fp16.pt")
+    data = EvalSet.load(smoke_unit / "artifacts/tok", "test")
+    beam = products["manifest"]["decode"]["beam_size"]
+    out = translate_split(model, data.split, data.tgt_vocab, beam_size=beam, batch_size=150, backend="eager")
+    stored = next(r for r in products["decodes"]["records"] if r["split"] == "test" and r["tau"] is None)
+    assert out.hypotheses == stored["hypotheses"]
+    assert out.window_sum.tolist() == stored["window_sum"]
+
+
+def test_a_changed_product_is_refused(smoke_unit, tmp_path):
+    folder = copy_of(smoke_unit / "products", tmp_path / "p")
+    decodes = folder / "decodes.json.gz"
+    data = json.loads(gzip.decompress(decodes.read_bytes()))
+    data["records"][0]["hypotheses"][0] = "edited"
+    decodes.write_bytes(gzip.compress(json.dumps(data).encode()))
+    with pytest.raises(DataError, match="decodes.json.gz"):
+        load_products(folder)
+    (folder / "unit.json").write_text("{")
+    with pytest.raises(DataError, match="unit.json"):
+        load_products(folder)
+
+
+def test_the_script_lists_the_plan_and_refuses_data_that_differ(tmp_path, capsys):
+    units = load_script("units")
+    results = tmp_path / "units"
+    (results / "global-s1").mkdir(parents=True)
+    (results / "global-s1/unit.json").write_text(json.dumps({
+        "minutes": {"total": 41.5}, "source": {"commit": "abcdef0123"}, "data": {"train.npz": "aaaa"}}))
+    assert units.main(["converged", "--results", str(results), "--list"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:2] == ["done", "global-s1"] and out[1].split() == ["pending", "local_m_d5-s1"]
+    with pytest.raises(SystemExit, match="global-s1.*train.npz"):
+        units.check_data({"train.npz": "bbbb"}, units.done_units(results))
+    units.check_data({"train.npz": "aaaa"}, units.done_units(results))
