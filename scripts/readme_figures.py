@@ -12,7 +12,8 @@ so the prose never quotes a figure of an earlier run:
   committed, else from the default profile's ``results/metrics.json`` (which it then says);
 * ``finetuning`` (README): whether fine-tuning narrows the window against its control, and the β
   sweep (``results/metrics.json``, ``results/sweep_beta.json``); the converged block's own once it is committed;
-* ``converged`` (README): the converged run (``make converged``, ``results/converged/``): its
+* ``converged`` (README): the converged profile's finished units (``results/converged/units/``,
+  ``make converged``) once one is committed; before, the converged run (``results/converged/``): its
   Table 1, the fine-tuning against its control at the β the sweep selected, and minutes per
   stage (``provenance.json``), if committed; ``grc`` (README) the same of ``make grc``
   (``results/grc/``: Koine Greek → English);
@@ -286,6 +287,10 @@ LONG_RUNS = {
 }
 
 
+#: how the README introduces a long run made of units
+UNITS_INTRO = {"converged": "`make converged` (the `converged` profile as units, [long runs](#configuration))"}
+
+
 def long_run_block(run: Path, intro: str, estimate: str = "") -> str:
     """A long run of ``scripts/profile_run.py --stepwise`` (``results/<profile>/``): its Table 1
     under a caption (stopping rule, source commit, data, reordering, the minutes each stage took),
@@ -318,6 +323,46 @@ def long_run_block(run: Path, intro: str, estimate: str = "") -> str:
     return "\n".join([textwrap.fill(caption.strip(), width=100, break_on_hyphens=False), "",
                       *_table_lines((run / "table1.md").read_text(encoding="utf-8")), "",
                       finetuning_block(metrics, beta, run / "dvc.lock")])
+
+
+def units_block(run: Path, profile: str, intro: str) -> str:
+    """A long run made of units (``results/<profile>/units/``, ``scripts/units.py``): how many of
+    the plan's units are done and, for each, its budget, dev and test BLEU, test window (and, for a
+    flexible model, the same at its dev-selected τ), test AER beside the diagonal's, minutes and
+    commit. Only finished units are shown; nothing is promised for the rest."""
+    from flexatt.units import done_units, plan, read_plan
+
+    folder = run / "units"
+    done = done_units(folder)
+    planned = plan(read_plan(ROOT / "conf" / "units" / f"{profile}.yaml"), done)
+    names = [u.name for u in planned]
+    extra = [n for n in done if n not in names]
+    lead = (f"{intro}: {len(done)} of its {len(names) + len(extra)} units are done "
+            f"(`{_shown(folder)}/`; one model each, trained for the profile's equal budget and "
+            f"decoded, every figure below from its products).")
+    if not done:
+        return textwrap.fill(lead, width=100, break_on_hyphens=False)
+    aer = lambda s: (f"{s['aer']['inf']:.3f} ({s['aer_diagonal']:.3f})"  # noqa: E731
+                     if "aer" in s else "–")
+    lines = ["| unit | epochs | dev BLEU | test BLEU | test window | test AER (diagonal) | minutes | commit |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name in [*[n for n in names if n in done], *extra]:
+        m = done[name]
+        dev, test, t = m["summary"]["dev"], m["summary"]["test"], m["training"]
+        lines.append(f"| {name} | {t['epochs']} | {dev['inf']['bleu']:.2f} | {test['inf']['bleu']:.2f} | "
+                     f"{test['inf']['window']:.2f} | {aer(test)} | {m['minutes']['total']:.0f} | "
+                     f"{str(m['source'].get('commit'))[:7]} |")
+        if "selected" in test:
+            tau = dev.get("selected_tau")
+            label = "τ = ∞: none kept dev BLEU" if tau is None else f"τ = {tau:g}"
+            lines.append(f"| {name} at {label} | | {dev['selected']['bleu']:.2f} | {test['selected']['bleu']:.2f} | "
+                         f"{test['selected']['window']:.2f} | | | |")
+    machines = sorted({m["machine"]["cpu"] for m in done.values()})
+    note = (f"Test BLEU is sacrebleu's on the detokenised text, beam {next(iter(done.values()))['decode']['beam_size']}; "
+            f"the window is the positions scored per decoding step; AER is against the gold links, beside "
+            f"that of a length-proportional diagonal that reads no words. Minutes on {', '.join(machines)}.")
+    return "\n".join([textwrap.fill(lead, width=100, break_on_hyphens=False), "", *lines, "",
+                      textwrap.fill(note, width=100, break_on_hyphens=False)])
 
 
 def wall_time(prov: dict) -> str:
@@ -556,7 +601,9 @@ def blocks_of(path: Path, converged: Path = ROOT / "results" / "converged") -> d
     claims = converged / "compare.json" if (converged / "compare.json").is_file() else ROOT / "results" / "compare.json"
     return {
         "headline": head,
-        "converged": long_run_block(converged, *LONG_RUNS["converged"]),
+        "converged": (units_block(converged, "converged", UNITS_INTRO["converged"])
+                      if (converged / "units").is_dir() and not done
+                      else long_run_block(converged, *LONG_RUNS["converged"])),
         "grc": corpus_block(ROOT / "results" / "grc", LONG_RUNS["grc"][0], filt, LONG_RUNS["grc"][1]),
         "results": (results_pointer() if done else
                     results_block((ROOT / "results" / "table1.md").read_text(encoding="utf-8"), filt, metrics)),

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 from profile_run import dvc_env, make_copy, tree_state  # noqa: E402
 
-from flexatt.units import Unit, done_units, plan, read_plan  # noqa: E402
+from flexatt.units import WEIGHTS, Unit, done_units, plan, read_plan  # noqa: E402
 
 #: the data files whose digests every unit of a profile shares
 DATA_KEYS = ("train.npz", "dev.npz", "test.npz", "src.model", "tgt.model", "dev.ref", "test.ref")
@@ -68,10 +68,12 @@ def check_data(digests: dict[str, str], done: dict[str, dict]) -> None:
 
 
 def run_one(unit: Unit, copy: Path, out: Path, source: dict, log: Path) -> int:
-    """``python -m flexatt.units run`` in the copy, its output to the terminal and ``log``."""
+    """``python -m flexatt.units run`` in the copy, its output to the terminal and ``log``; a
+    fine-tuning or control starts from its parent's weights beside ``out``."""
     _, env = dvc_env(copy)
+    parent = ["--parent", str((out.parent / unit.parent / WEIGHTS).resolve())] if unit.parent else []
     cmd = [sys.executable, "-m", "flexatt.units", "run", unit.name, "--out", str(out.resolve()),
-           "--source", json.dumps(source), *(["--keep-weights"] if unit.keep_weights else [])]
+           "--source", json.dumps(source), *(["--keep-weights"] if unit.keep_weights else []), *parent]
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a", encoding="utf-8") as f:
         process = subprocess.Popen(cmd, cwd=copy, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -86,7 +88,7 @@ def commit(unit: str, folder: Path) -> None:
     """Commit the unit's folder (only it) with its figures in the message."""
     manifest = json.loads((folder / "unit.json").read_text(encoding="utf-8"))
     test = manifest["summary"]["test"]
-    figures = f"test BLEU {test['inf']['bleu']} at window {test['inf']['window']}"
+    figures = f"test BLEU {test['inf']['bleu']} at window {test['inf']['window']} (tau = inf)"
     if "selected" in test:
         figures += (f"; at dev-selected tau {manifest['summary']['dev']['selected_tau']}: "
                     f"BLEU {test['selected']['bleu']}, window {test['selected']['window']}")

@@ -13,7 +13,7 @@ import pytest
 from conftest import ROOT, copy_of, load_script, run_module
 from flexatt.errors import ConfigError, DataError
 from flexatt.units import (Plan, Unit, budget_overrides, diagonal_links, load_products, load_weights,
-                           nearest_fixed, parse_unit, plan, read_plan)
+                           nearest_fixed, parse_unit, plan, read_plan, select_beta)
 
 
 def _manifest(dev_inf: float, selected: float | None = None) -> dict:
@@ -43,15 +43,39 @@ def test_the_fixed_window_nearest_flexibles_selected_window_gets_the_seeds_once_
     assert names[-6:] == ["global-s2", "flexible-s2", "local_m_d5-s2", "global-s3", "flexible-s3", "local_m_d5-s3"]
 
 
+def test_the_fine_tuning_sweep_runs_beside_its_control_and_its_pairs_wait_for_the_selected_beta():
+    spec = Plan(seeds=[1, 2], seeded=["global", "flexible"], parents=["flexible"],
+                finetuning={"parent": "flexible", "betas": [1.0, 10.0], "epochs": 2, "pairs": 3})
+    names = [u.name for u in plan(spec, {})]
+    assert names == ["global-s1", "flexible-s1", "flexible-s1-ctl-r1", "flexible-s1-ft-b1-r1",
+                     "flexible-s1-ft-b10-r1", "global-s2", "flexible-s2"]
+
+    def run(dev_bleu: float, window: float) -> dict:
+        return {"summary": {"dev": {"inf": {"bleu": dev_bleu, "window": 24.0},
+                                    "selected": {"bleu": dev_bleu - 0.3, "window": window}}}}
+
+    done = {"flexible-s1-ctl-r1": run(33.0, 18.0), "flexible-s1-ft-b1-r1": run(32.9, 16.0),
+            "flexible-s1-ft-b10-r1": run(32.6, 12.0)}
+    assert select_beta(spec, done) == 10.0
+    assert [u.name for u in plan(spec, done)][-4:] == ["flexible-s1-ft-b10-r2", "flexible-s1-ctl-r2",
+                                                        "flexible-s1-ft-b10-r3", "flexible-s1-ctl-r3"]
+    done["flexible-s1-ft-b10-r1"] = run(32.0, 12.0)  # 1.0 below the control: out of the tolerance
+    assert select_beta(spec, done) == 1.0
+    done["flexible-s1-ft-b1-r1"] = run(31.0, 16.0)
+    assert select_beta(spec, done) is None  # no β keeps the control's BLEU: the pairs wait
+    assert select_beta(spec, {k: v for k, v in done.items() if k != "flexible-s1-ctl-r1"}) is None
+
+
 def test_the_budget_check_adds_epochs_at_the_full_rate_and_keeps_the_halvings():
     assert budget_overrides(25, 20, 1.5) == ["train.epochs=38", "train.lr_halve_from_epoch=33"]
     assert budget_overrides(40, 35, 1.5) == ["train.epochs=60", "train.lr_halve_from_epoch=55"]
 
 
 def test_unit_names_round_trip_and_bad_ones_are_refused():
-    for unit in (Unit("local_m_d5", 2), Unit("flexible", 1, 1.5)):
+    for unit in (Unit("local_m_d5", 2), Unit("flexible", 1, 1.5), Unit("flexible", 1, beta=10.0, run=2),
+                 Unit("flexible", 1, beta=0.0, run=3)):
         assert parse_unit(unit.name) == unit
-    for bad in ("global", "global-sx", "-s1", "flexible-s1-xfast"):
+    for bad in ("global", "global-sx", "-s1", "flexible-s1-xfast", "flexible-s1-ft-b010-r1", "flexible-s1-ctl"):
         with pytest.raises(ConfigError):
             parse_unit(bad)
 
@@ -69,11 +93,14 @@ def test_the_profiles_plans_are_valid_and_name_their_variants(tmp_path):
     from conftest import compose_params
     from flexatt import schema
 
-    spec = read_plan(ROOT / "conf/units/converged.yaml")
-    params = schema.validate(OmegaConf.load(compose_params(tmp_path, "profile=converged", test_precision=False)))
-    for variant in [*spec.seeded, *spec.fixed, *spec.others, *spec.parents]:
-        assert variant in params.variants, variant
-    assert params.train.lr_schedule == "fixed" and params.train.early_stopping_patience is None
+    for profile in ("converged", "smoke"):
+        spec = read_plan(ROOT / f"conf/units/{profile}.yaml")
+        params = schema.validate(OmegaConf.load(compose_params(tmp_path / profile, f"profile={profile}",
+                                                               test_precision=False)))
+        for variant in [*spec.seeded, *spec.fixed, *spec.others, *spec.parents, spec.finetuning.parent]:
+            assert variant in params.variants, variant
+        assert spec.finetuning.parent in spec.parents  # its weights are kept
+        assert params.train.lr_schedule == "fixed" and params.train.early_stopping_patience is None
     bad = tmp_path / "bad.yaml"
     bad.write_text("seeds: [1]\nseeded: [global]\nbudget_check: {variant: flexible, factor: 0.5}\n")
     with pytest.raises(ConfigError, match="budget_check.factor"):
@@ -91,6 +118,7 @@ SHORT = ["train.epochs=1", "logger.enabled=false", "sweep_tau.grid=[1.0]", "swee
 @pytest.fixture(scope="module")
 def smoke_unit(smoke_tokenized, tmp_path_factory) -> Path:
     work = copy_of(smoke_tokenized, tmp_path_factory.mktemp("unit"))
+    (work / "conf").symlink_to(ROOT / "conf")  # a fine-tuning's epochs: conf/units/<profile>.yaml
     result = run_module("flexatt.units", "run", "flexible-s2", "--out", "products", "--keep-weights", *SHORT,
                         cwd=work, threads="1")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
@@ -129,6 +157,24 @@ def test_a_units_numbers_come_from_the_weights_it_keeps(smoke_unit):
     stored = next(r for r in products["decodes"]["records"] if r["split"] == "test" and r["tau"] is None)
     assert out.hypotheses == stored["hypotheses"]
     assert out.window_sum.tolist() == stored["window_sum"]
+
+
+def test_a_control_replays_its_fine_tunings_learning_rates_from_the_same_kept_weights(smoke_unit):
+    parent = smoke_unit / "products" / "weights.fp16.pt"
+    for name in ("flexible-s2-ft-b10-r1", "flexible-s2-ctl-r1"):
+        result = run_module("flexatt.units", "run", name, "--out", name, "--parent", str(parent), *SHORT,
+                            cwd=smoke_unit, threads="1")
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    ft, ctl = (load_products(smoke_unit / n)["manifest"] for n in ("flexible-s2-ft-b10-r1", "flexible-s2-ctl-r1"))
+    spec = read_plan(ROOT / "conf/units/smoke.yaml").finetuning
+    assert (ft["kind"], ctl["kind"]) == ("finetune", "control")
+    assert ft["training"]["lr_sequence"] == ctl["training"]["lr_sequence"] == [0.002] * spec.epochs
+    assert ft["finetuning"]["parent_sha256"] == ctl["finetuning"]["parent_sha256"]
+    assert (ft["finetuning"]["beta"], ctl["finetuning"]["beta"]) == (10.0, 0.0)
+    assert "selected" in ft["summary"]["dev"] and "selected" in ctl["summary"]["dev"]  # both τ-selected on dev
+    missing = run_module("flexatt.units", "run", "flexible-s2-ctl-r2", "--out", "x", "--parent", "nowhere.pt",
+                         *SHORT, cwd=smoke_unit, threads="1")
+    assert missing.returncode == 2 and "nowhere.pt" in missing.stderr and "flexible-s2" in missing.stderr
 
 
 def test_a_changed_product_is_refused(smoke_unit, tmp_path):

@@ -44,6 +44,7 @@ import json
 import math
 import os
 import platform
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -76,6 +77,20 @@ class BudgetCheck(BaseModel):
     factor: Annotated[float, Field(gt=1.0)] = 1.5
 
 
+class Finetuning(BaseModel):
+    """Fine-tuning units: the first seed's ``parent`` fine-tuned at each β of ``betas`` (fine-tuning
+    seed 1) beside its control (β = 0), each ``epochs`` epochs at the constant ``finetune.lr`` (the
+    control replays the same sequence); β selected on dev (:func:`select_beta`); then ``pairs``
+    fine-tuning/control pairs at that β, fine-tuning seeds 1 to ``pairs`` (seed 1 is the sweep's)."""
+
+    model_config = ConfigDict(extra="forbid")
+    parent: str
+    betas: Annotated[list[PositiveFloat], Field(min_length=1)]
+    epochs: PositiveInt
+    pairs: PositiveInt = 5
+    tolerance: Annotated[float, Field(ge=0)] = 0.5
+
+
 class Plan(BaseModel):
     """``conf/units/<profile>.yaml``: which models a profile's units train, at which seeds.
 
@@ -92,22 +107,42 @@ class Plan(BaseModel):
     flexible: str = "flexible"
     parents: list[str] = Field(default_factory=list)
     budget_check: Optional[BudgetCheck] = None
+    finetuning: Optional[Finetuning] = None
 
 
 @dataclass(frozen=True)
 class Unit:
     """One model to train and decode: ``variant`` (a key of ``variants``) at ``seed``, for
-    ``budget`` times the profile's epochs."""
+    ``budget`` times the profile's epochs; or, with ``beta`` set, a fine-tuning of that unit's
+    kept weights (its parent) with β = ``beta`` (0: the control) and fine-tuning seed ``run``."""
 
     variant: str
     seed: int
     budget: float = 1.0
     keep_weights: bool = False
+    beta: Optional[float] = None
+    run: int = 0
+
+    @property
+    def kind(self) -> str:
+        """``train``, ``finetune`` or ``control``."""
+        return "train" if self.beta is None else "control" if self.beta == 0 else "finetune"
+
+    @property
+    def parent(self) -> str | None:
+        """The unit whose weights a fine-tuning or control starts from."""
+        return None if self.beta is None else f"{self.variant}-s{self.seed}"
 
     @property
     def name(self) -> str:
-        """``<variant>-s<seed>``, with ``-x<budget>`` for a budget check."""
-        return f"{self.variant}-s{self.seed}" + (f"-x{self.budget:g}" if self.budget != 1.0 else "")
+        """``<variant>-s<seed>``, with ``-x<budget>`` for a budget check, ``-ft-b<β>-r<run>`` for a
+        fine-tuning and ``-ctl-r<run>`` for its control."""
+        base = f"{self.variant}-s{self.seed}"
+        if self.kind == "finetune":
+            return f"{base}-ft-b{self.beta:g}-r{self.run}"
+        if self.kind == "control":
+            return f"{base}-ctl-r{self.run}"
+        return base + (f"-x{self.budget:g}" if self.budget != 1.0 else "")
 
 
 def read_plan(path: str | os.PathLike) -> Plan:
@@ -129,9 +164,10 @@ def read_plan(path: str | os.PathLike) -> Plan:
 def plan(spec: Plan, done: dict[str, dict]) -> list[Unit]:
     """Every unit of ``spec`` in the order they run: the first seed of every model (fixed windows
     first, the flexible model last: its test decodes are matched to their windows), the budget
-    check, then the other seeds of the seeded models and of the fixed window nearest flexible's
-    (once the first seed's units are in ``done``: name -> manifest; until then those units are
-    not listed)."""
+    check, the fine-tuning's β sweep beside its control, then the other seeds of the seeded
+    models and of the fixed window nearest flexible's, then the fine-tuning/control pairs at the
+    selected β. Units that wait for a choice made from finished units (``done``: name ->
+    manifest) are listed once it can be made: the nearest fixed window's seeds, the pairs."""
     first, rest = spec.seeds[0], spec.seeds[1:]
     order = [*dict.fromkeys([*spec.seeded, *spec.fixed, *spec.others])]
     order = [v for v in order if v != spec.flexible]
@@ -140,10 +176,34 @@ def plan(spec: Plan, done: dict[str, dict]) -> list[Unit]:
     units = [Unit(v, first, keep_weights=v in spec.parents) for v in order]
     if spec.budget_check is not None:
         units.append(Unit(spec.budget_check.variant, first, spec.budget_check.factor))
+    ft = spec.finetuning
+    if ft is not None:
+        units.append(Unit(ft.parent, first, beta=0.0, run=1))
+        units += [Unit(ft.parent, first, beta=b, run=1) for b in ft.betas]
     nearest = nearest_fixed(spec, first, done)
     seeded = [*spec.seeded, *([nearest] if nearest and nearest not in spec.seeded else [])]
     units += [Unit(v, seed, keep_weights=v in spec.parents) for seed in rest for v in seeded]
+    beta = select_beta(spec, done) if ft is not None else None
+    if beta is not None:
+        units += [Unit(ft.parent, first, beta=b, run=r) for r in range(2, ft.pairs + 1) for b in (beta, 0.0)]
     return units
+
+
+def select_beta(spec: Plan, done: dict[str, dict]) -> float | None:
+    """The fine-tuning's β, chosen on dev once the sweep's units are done: among the βs whose dev
+    BLEU at τ = ∞ is at most ``tolerance`` below the control's, the one whose dev window at its
+    own selected τ is smallest (ties: the smaller β). ``None`` while a sweep unit is missing or
+    when no β keeps the control's BLEU (the pairs then wait for a decision)."""
+    ft = spec.finetuning
+    first = spec.seeds[0]
+    control = done.get(Unit(ft.parent, first, beta=0.0, run=1).name)
+    runs = {b: done.get(Unit(ft.parent, first, beta=b, run=1).name) for b in ft.betas}
+    if control is None or any(m is None for m in runs.values()):
+        return None
+    reference = control["summary"]["dev"]["inf"]["bleu"]
+    eligible = [(m["summary"]["dev"]["selected"]["window"], b) for b, m in runs.items()
+                if round(reference - m["summary"]["dev"]["inf"]["bleu"], 6) <= ft.tolerance]
+    return min(eligible)[1] if eligible else None
 
 
 def nearest_fixed(spec: Plan, seed: int, done: dict[str, dict]) -> str | None:
@@ -434,10 +494,11 @@ def _git_commit() -> dict:
 
 
 def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str = "params.yaml",
-             overrides: tuple[str, ...] = (), source: dict | None = None) -> dict:
+             overrides: tuple[str, ...] = (), source: dict | None = None, parent: Path | None = None) -> dict:
     """Train ``unit`` in the current folder (its ``params.yaml``, tokenized data) and write its
     products to ``out``. Training checkpoints go to ``work/<unit>/`` (resumed when a run is
     started again). ``source``: the commit the code came from (default: this folder's git).
+    A fine-tuning or control starts from ``parent`` (its parent unit's ``weights.fp16.pt``).
     Returns the manifest."""
     import torch
 
@@ -452,13 +513,32 @@ def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str =
     if t.lr_schedule != "fixed" or t.early_stopping_patience is not None:
         raise ConfigError("train.lr_schedule", "units train an equal budget: lr_schedule must be fixed and "
                           "early_stopping_patience null")
-    extra = [f"train.seed={unit.seed}"]
-    if unit.budget != 1.0:
-        extra += budget_overrides(t.epochs, t.lr_halve_from_epoch, unit.budget)
-    p = schema.validate(C.load_params(params, [*overrides, *extra]))
     folder = work / unit.name
-    metrics, _ = train(p, unit.variant, out_dir=str(folder / "model"), metrics_file=folder / f"{unit.variant}.json",
-                       run_name=unit.name, job_type="unit")
+    common = dict(out_dir=str(folder / "model"), metrics_file=folder / f"{unit.variant}.json", run_name=unit.name)
+    finetuning: dict = {}
+    if unit.kind == "train":
+        extra = [f"train.seed={unit.seed}"]
+        if unit.budget != 1.0:
+            extra += budget_overrides(t.epochs, t.lr_halve_from_epoch, unit.budget)
+        p = schema.validate(C.load_params(params, [*overrides, *extra]))
+        metrics, _ = train(p, unit.variant, job_type="unit", **common)
+    else:
+        p = schema.validate(C.load_params(params, [*overrides, f"train.seed={unit.run}"]))
+        spec = read_plan(Path("conf/units") / f"{p.profile}.yaml").finetuning
+        if spec is None:
+            raise ConfigError(f"conf/units/{p.profile}.yaml", "has no finetuning section")
+        if parent is None or not Path(parent).is_file():
+            raise DataError(parent or unit.parent, f"the weights of {unit.parent} not found (run that unit first)")
+        init = folder / "parent.ckpt"
+        init.parent.mkdir(parents=True, exist_ok=True)
+        saved = torch.load(parent, map_location="cpu", weights_only=True)
+        torch.save({"state_dict": {f"model.{k}": v.float() if v.is_floating_point() else v
+                                   for k, v in saved["state_dict"].items()}}, init)
+        rates = [p.finetune.lr] * spec.epochs  # the fine-tuning's sequence; its control replays it
+        metrics, _ = train(p, unit.variant, epochs=spec.epochs, lr=p.finetune.lr, beta=unit.beta, init_from=init,
+                           lr_epochs=rates, job_type=unit.kind, **common)
+        finetuning = {"parent": unit.parent, "parent_sha256": _sha256(Path(parent)), "beta": unit.beta,
+                      "run": unit.run}
     trained = time.perf_counter()
     checkpoint = folder / "model" / unit.variant / "last.ckpt"
     files: dict[str, bytes] = {"curve.csv": (folder / f"{unit.variant}.csv").read_bytes()}
@@ -479,11 +559,14 @@ def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str =
 
     curve = [row for row in files["curve.csv"].decode().splitlines()[1:] if row]
     manifest = {
-        "unit": unit.name, "variant": unit.variant, "seed": unit.seed, "budget": unit.budget,
+        "unit": unit.name, "kind": unit.kind, "variant": unit.variant, "seed": unit.seed, "budget": unit.budget,
+        **({"finetuning": finetuning} if finetuning else {}),
         "profile": p.profile, "model": model_config(p, unit.variant),
-        "training": {**metrics, "epochs_budget": p.train.epochs, "lr_schedule": p.train.lr_schedule,
-                     "lr_halve_from_epoch": p.train.lr_halve_from_epoch, "stopped_by": "budget",
+        "training": {**metrics, "lr_schedule": p.train.lr_schedule if unit.kind == "train" else "constant",
+                     "lr_halve_from_epoch": p.train.lr_halve_from_epoch if unit.kind == "train" else None,
+                     "stopped_by": "budget",
                      "checkpoint": "last", "checkpoint_epoch": len(curve),
+                     "epochs_budget": p.train.epochs if unit.kind == "train" else len(curve),
                      "lr_sequence": [float(row.split(",")[2]) for row in curve]},
         "weights": "float16 (weights.fp16.pt): every decode of this unit is of the rounded weights"
                    if unit.keep_weights else "not kept",
@@ -520,16 +603,30 @@ def _cpu() -> str:
     return platform.processor() or platform.machine()
 
 
+UNIT_NAME = re.compile(r"(?P<variant>\w+)-s(?P<seed>\d+)(?:-x(?P<budget>[\d.]+)|-ft-b(?P<beta>[\d.e+-]+)-r(?P<run>\d+)"
+                       r"|-ctl-r(?P<control>\d+))?")
+
+
 def parse_unit(name: str) -> Unit:
-    """The unit named ``<variant>-s<seed>[-x<budget>]``."""
-    head, _, budget = name.partition("-x")
-    variant, sep, seed = head.rpartition("-s")
-    if not sep or not variant or not seed.isdigit():
-        raise ConfigError(name, "a unit is named <variant>-s<seed>[-x<budget>]")
+    """The unit named ``<variant>-s<seed>`` with ``-x<budget>``, ``-ft-b<β>-r<run>`` or
+    ``-ctl-r<run>`` (:attr:`Unit.name`)."""
+    match = UNIT_NAME.fullmatch(name)
     try:
-        return Unit(variant, int(seed), float(budget) if budget else 1.0)
+        if match is None:
+            raise ValueError
+        g = match.groupdict()
+        if g["beta"] is not None:
+            unit = Unit(g["variant"], int(g["seed"]), beta=float(g["beta"]), run=int(g["run"]))
+        elif g["control"] is not None:
+            unit = Unit(g["variant"], int(g["seed"]), beta=0.0, run=int(g["control"]))
+        else:
+            unit = Unit(g["variant"], int(g["seed"]), float(g["budget"] or 1.0))
     except ValueError:
-        raise ConfigError(name, "a unit's budget is a number (-x1.5)") from None
+        raise ConfigError(name, "a unit is named <variant>-s<seed>, with -x<budget>, -ft-b<beta>-r<run> "
+                          "or -ctl-r<run>") from None
+    if unit.name != name or unit.budget <= 0 or (unit.beta is not None and unit.beta < 0):
+        raise ConfigError(name, f"not a unit's name as written (that unit is {unit.name})")
+    return unit
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -540,17 +637,19 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--out", required=True, type=Path, help="the folder of its products")
     run.add_argument("--work", type=Path, default=Path("units"), help="training checkpoints (default: units/)")
     run.add_argument("--keep-weights", action="store_true", help="keep the weights in float16 (a parent)")
+    run.add_argument("--parent", type=Path, help="a fine-tuning's or control's parent weights (weights.fp16.pt)")
     run.add_argument("--source", type=json.loads, help="JSON: the commit the code came from (default: git here)")
     args, overrides = parser.parse_known_args(argv)  # key=value overrides of params.yaml
     if any("=" not in item or item.startswith("-") for item in overrides):
         parser.error(f"unrecognized arguments: {' '.join(overrides)}")
     args.overrides = overrides
     unit = parse_unit(args.unit)
-    unit = Unit(unit.variant, unit.seed, unit.budget, args.keep_weights)
+    unit = Unit(unit.variant, unit.seed, unit.budget, args.keep_weights, unit.beta, unit.run)
     from flexatt.errors import FlexattError
 
     try:
-        run_unit(unit, args.out, work=args.work, overrides=tuple(args.overrides), source=args.source)
+        run_unit(unit, args.out, work=args.work, overrides=tuple(args.overrides), source=args.source,
+                 parent=args.parent)
     except FlexattError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
