@@ -67,13 +67,22 @@ def check_data(digests: dict[str, str], done: dict[str, dict]) -> None:
                          f"would not be comparable with the finished ones")
 
 
-def run_one(unit: Unit, copy: Path, out: Path, source: dict, log: Path) -> int:
+def targets(unit: Unit, spec, done: dict[str, dict]) -> list[str]:
+    """``--match`` arguments of a flexible model's unit: the finished fixed-window units of its
+    seed and their dev windows at τ = ∞."""
+    if unit.variant not in {spec.flexible, *( [spec.finetuning.parent] if spec.finetuning else [])}:
+        return []
+    names = [Unit(v, unit.seed).name for v in spec.fixed]
+    return [f"--match={n}={done[n]['summary']['dev']['inf']['window']}" for n in names if n in done]
+
+
+def run_one(unit: Unit, copy: Path, out: Path, source: dict, log: Path, match: list[str] = ()) -> int:
     """``python -m flexatt.units run`` in the copy, its output to the terminal and ``log``; a
     fine-tuning or control starts from its parent's weights beside ``out``."""
     _, env = dvc_env(copy)
     parent = ["--parent", str((out.parent / unit.parent / WEIGHTS).resolve())] if unit.parent else []
     cmd = [sys.executable, "-m", "flexatt.units", "run", unit.name, "--out", str(out.resolve()),
-           "--source", json.dumps(source), *(["--keep-weights"] if unit.keep_weights else []), *parent]
+           "--source", json.dumps(source), *(["--keep-weights"] if unit.keep_weights else []), *parent, *match]
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "a", encoding="utf-8") as f:
         process = subprocess.Popen(cmd, cwd=copy, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -128,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         unit = todo[0]
         started = time.time()
         log = ROOT / "logs/units" / args.profile / f"{unit.name}.log"
-        code = run_one(unit, copy, results / unit.name, source, log)
+        spec = read_plan(ROOT / "conf/units" / f"{args.profile}.yaml")
+        code = run_one(unit, copy, results / unit.name, source, log, targets(unit, spec, done))
         if code != 0:
             print(f"units: {unit.name} failed (exit {code}); its log: {log.relative_to(ROOT)}")
             return code

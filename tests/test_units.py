@@ -119,8 +119,8 @@ SHORT = ["train.epochs=1", "logger.enabled=false", "sweep_tau.grid=[1.0]", "swee
 def smoke_unit(smoke_tokenized, tmp_path_factory) -> Path:
     work = copy_of(smoke_tokenized, tmp_path_factory.mktemp("unit"))
     (work / "conf").symlink_to(ROOT / "conf")  # a fine-tuning's epochs: conf/units/<profile>.yaml
-    result = run_module("flexatt.units", "run", "flexible-s2", "--out", "products", "--keep-weights", *SHORT,
-                        cwd=work, threads="1")
+    result = run_module("flexatt.units", "run", "flexible-s2", "--out", "products", "--keep-weights",
+                        "--match", "local_m-s2=4.5", *SHORT, cwd=work, threads="1")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     return work
 
@@ -142,6 +142,11 @@ def test_a_units_products_are_complete_and_load(smoke_unit):
     selected = m["summary"]["dev"]["selected_tau"]
     assert ("test", selected) in records and ("test", 0.5) in records and ("dev", 0.5) in records
     assert any(key.startswith("test__") for key in products["g"])
+    matched = m["summary"]["matched"]["local_m-s2"]  # flexible at the τ of a fixed window's dev window
+    assert matched["target"] == 4.5 and matched["dev"]["window"] == records[("dev", matched["tau"])]["window"]
+    assert matched["test"] == {k: records[("test", matched["tau"])][k] for k in ("tau", "window", "bleu")}
+    dev_windows = [r["window"] for (split, _), r in records.items() if split == "dev"]
+    assert abs(matched["dev"]["window"] - 4.5) == min(abs(w - 4.5) for w in dev_windows)
     assert sum(info["bytes"] for info in m["files"].values()) < 2e6
 
 
@@ -202,3 +207,8 @@ def test_the_script_lists_the_plan_and_refuses_data_that_differ(tmp_path, capsys
     with pytest.raises(SystemExit, match="global-s1.*train.npz"):
         units.check_data({"train.npz": "bbbb"}, units.done_units(results))
     units.check_data({"train.npz": "aaaa"}, units.done_units(results))
+    spec = read_plan(ROOT / "conf/units/converged.yaml")
+    done = {"local_m_d5-s1": _manifest(10.9), "local_m-s1": _manifest(19.8)}
+    assert units.targets(Unit("flexible", 1), spec, done) == ["--match=local_m_d5-s1=10.9", "--match=local_m-s1=19.8"]
+    assert units.targets(Unit("flexible", 1, beta=0.0, run=2), spec, done)[0] == "--match=local_m_d5-s1=10.9"
+    assert units.targets(Unit("flexible", 2), spec, done) == [] == units.targets(Unit("global", 1), spec, done)

@@ -289,12 +289,15 @@ class UnitDecoder:
         return summary_point(self.records[key])
 
 
-def decode_products(model, p, tok_dir: Path, filter_dir: Path) -> tuple[dict, dict, dict | None, dict]:
+def decode_products(model, p, tok_dir: Path, filter_dir: Path,
+                    targets: dict[str, float] | None = None) -> tuple[dict, dict, dict | None, dict]:
     """Every decode of a unit's model: ``(summary, decodes, alignments, g_values)``.
 
     ``summary[split]``: ``inf`` (and, for a flexible model, ``selected``, ``selected_tau``,
     ``points``) as τ/window/BLEU points, and ``aer`` / ``aer_diagonal`` where the split has gold
-    links. ``decodes``: ``{"records": [...]}``, one stored record per (split, τ).
+    links. ``targets`` (fixed-window unit -> its dev window at τ = ∞): a flexible model is
+    decoded on test at the τ whose dev window equals each (:func:`flexatt.claims.match_window`),
+    ``summary["matched"][unit]``. ``decodes``: ``{"records": [...]}``, one stored record per (split, τ).
     ``alignments``: ``{split: {tau label: ["i-j ...", ...]}}`` or ``None``. ``g_values``:
     ``{"<split>/<tau label>": array}`` of the g_t seen in forced decoding (flexible models).
     """
@@ -325,10 +328,28 @@ def decode_products(model, p, tok_dir: Path, filter_dir: Path) -> tuple[dict, di
         summary["test"]["selected_tau"] = summary["dev"]["selected_tau"]
         summary["test"]["curve"] = [decoder.point("test", tau) for tau in curve]
         taus = {s: [math.inf, *([selected] if not math.isinf(selected) else [])] for s in SPLITS}
+        summary["matched"] = match_targets(decoder, targets or {}, p.compare.search_steps)
     alignments, g_values = _alignments(model, sets, filter_dir, taus, settings, summary)
     decodes = {"beam_size": settings["beam_size"], "alpha": settings["alpha"],
                "records": [decoder.records[k] for k in sorted(decoder.records, key=lambda k: (SPLITS.index(k[0]), k[1]))]}
     return summary, decodes, alignments, g_values
+
+
+def match_targets(decoder: UnitDecoder, targets: dict[str, float], steps: int) -> dict[str, dict]:
+    """For each fixed window (name -> its dev window), the τ at which this flexible model's dev
+    window equals it, bracketed by the dev points already decoded, and test decoded there."""
+    from flexatt.claims import match_window
+
+    matched = {}
+    for name, target in sorted(targets.items()):
+        known = [summary_point(r) for (split, _), r in decoder.records.items() if split == "dev"]
+        match, new = match_window(lambda tau: decoder.point("dev", tau), known, target, steps)
+        tau = math.inf if match["tau"] is None else match["tau"]
+        matched[name] = {"target": target, "tau": match["tau"], "dev": match, "test": decoder.point("test", tau),
+                         "decoded": len(new)}
+        print(f"unit: matched {name}'s dev window {target:.2f} at tau={tau:g}: dev {match['window']:.2f}, "
+              f"test window {matched[name]['test']['window']:.2f} BLEU {matched[name]['test']['bleu']:.2f}", flush=True)
+    return matched
 
 
 def tau_label(tau: float) -> str:
@@ -494,11 +515,13 @@ def _git_commit() -> dict:
 
 
 def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str = "params.yaml",
-             overrides: tuple[str, ...] = (), source: dict | None = None, parent: Path | None = None) -> dict:
+             overrides: tuple[str, ...] = (), source: dict | None = None, parent: Path | None = None,
+             targets: dict[str, float] | None = None) -> dict:
     """Train ``unit`` in the current folder (its ``params.yaml``, tokenized data) and write its
     products to ``out``. Training checkpoints go to ``work/<unit>/`` (resumed when a run is
     started again). ``source``: the commit the code came from (default: this folder's git).
-    A fine-tuning or control starts from ``parent`` (its parent unit's ``weights.fp16.pt``).
+    A fine-tuning or control starts from ``parent`` (its parent unit's ``weights.fp16.pt``);
+    ``targets``: the fixed windows a flexible model is matched to (:func:`decode_products`).
     Returns the manifest."""
     import torch
 
@@ -549,7 +572,7 @@ def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str =
             model = load_model(checkpoint)
     tok_dir, filter_dir = Path(p.train.data_dir), Path(p.tokenize.in_dir)
     with _threads(p.train.threads):
-        summary, decodes, alignments, g_values = decode_products(model, p, tok_dir, filter_dir)
+        summary, decodes, alignments, g_values = decode_products(model, p, tok_dir, filter_dir, targets)
     files["decodes.json.gz"] = _gzip_json(decodes)
     if alignments is not None:
         files["alignments.json.gz"] = _gzip_json(alignments)
@@ -638,6 +661,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--work", type=Path, default=Path("units"), help="training checkpoints (default: units/)")
     run.add_argument("--keep-weights", action="store_true", help="keep the weights in float16 (a parent)")
     run.add_argument("--parent", type=Path, help="a fine-tuning's or control's parent weights (weights.fp16.pt)")
+    run.add_argument("--match", action="append", default=[], metavar="UNIT=WINDOW",
+                     help="a fixed-window unit and its dev window: a flexible model is matched to it")
     run.add_argument("--source", type=json.loads, help="JSON: the commit the code came from (default: git here)")
     args, overrides = parser.parse_known_args(argv)  # key=value overrides of params.yaml
     if any("=" not in item or item.startswith("-") for item in overrides):
@@ -645,11 +670,15 @@ def main(argv: list[str] | None = None) -> int:
     args.overrides = overrides
     unit = parse_unit(args.unit)
     unit = Unit(unit.variant, unit.seed, unit.budget, args.keep_weights, unit.beta, unit.run)
+    try:
+        targets = {name: float(window) for name, window in (item.split("=", 1) for item in args.match)}
+    except ValueError:
+        parser.error(f"--match takes UNIT=WINDOW (got {args.match})")
     from flexatt.errors import FlexattError
 
     try:
         run_unit(unit, args.out, work=args.work, overrides=tuple(args.overrides), source=args.source,
-                 parent=args.parent)
+                 parent=args.parent, targets=targets)
     except FlexattError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
