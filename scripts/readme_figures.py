@@ -338,8 +338,8 @@ def units_block(run: Path, profile: str, intro: str) -> str:
     names = [u.name for u in planned]
     extra = [n for n in done if n not in names]
     lead = (f"{intro}: {len(done)} of its {len(names) + len(extra)} units are done "
-            f"(`{_shown(folder)}/`; one model each, trained for the profile's equal budget and "
-            f"decoded, every figure below from its products).")
+            f"(`{_shown(folder)}/`; a unit is one model, trained for the profile's equal budget and "
+            f"decoded{', and every figure below comes from its products' if done else ''}).")
     if not done:
         return textwrap.fill(lead, width=100, break_on_hyphens=False)
     aer = lambda s: (f"{s['aer']['inf']:.3f} ({s['aer_diagonal']:.3f})"  # noqa: E731

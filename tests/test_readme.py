@@ -3,6 +3,7 @@ the project cites only documents it ships."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -275,3 +276,36 @@ def test_a_landed_converged_run_with_its_seeds_keeps_the_readme_within_its_lengt
     assert "| Local-p (D=5) |" in blocks["converged"] and "Paired by seed" in blocks["seeds"]
     text = figures.fill(figures.README.read_text(encoding="utf-8"), blocks, figures.README)
     assert len(text.splitlines()) <= 250
+
+
+def _unit(name: str, dev: float, test: float, window: float, selected: dict | None = None) -> dict:
+    summary = {"dev": {"inf": {"tau": None, "window": 24.1, "bleu": dev}},
+               "test": {"inf": {"tau": None, "window": window, "bleu": test}, "aer": {"inf": 0.48},
+                        "aer_diagonal": 0.61}}
+    if selected:
+        summary["dev"].update(selected_tau=selected["tau"], selected={**selected, "bleu": dev - 0.4})
+        summary["test"]["selected"] = {**selected, "bleu": test - 0.3}
+    return {"unit": name, "summary": summary, "training": {"epochs": 25}, "minutes": {"total": 52.4},
+            "source": {"commit": "89abcdef0123"}, "machine": {"cpu": "Some CPU"}, "decode": {"beam_size": 5}}
+
+
+def test_the_converged_block_shows_the_finished_units_and_no_promise(tmp_path):
+    """Once results/converged/units/ exists, the converged block lists the units done (and only
+    them), with the flexible model's row at its dev-selected τ and AER beside the diagonal's."""
+    from conftest import load_script
+
+    figures = load_script("readme_figures")
+    run = tmp_path / "converged"
+    (run / "units").mkdir(parents=True)
+    empty = figures.blocks_of(figures.README, converged=run)["converged"]
+    assert "0 of its" in empty and "|" not in empty
+    for name, unit in (("global-s1", _unit("global-s1", 31.2, 30.05, 25.3)),
+                       ("flexible-s1", _unit("flexible-s1", 32.0, 31.1, 25.3, {"tau": 1.2, "window": 11.87}))):
+        (run / "units" / name).mkdir()
+        (run / "units" / name / "unit.json").write_text(json.dumps(unit))
+    block = figures.blocks_of(figures.README, converged=run)["converged"]
+    assert "2 of its" in " ".join(block.split())
+    rows = [line for line in block.splitlines() if line.startswith("| global-s1") or line.startswith("| flexible-s1")]
+    assert rows[0] == "| global-s1 | 25 | 31.20 | 30.05 | 25.30 | 0.480 (0.610) | 52 | 89abcde |"
+    assert rows[2] == "| flexible-s1 at τ = 1.2 | | 31.60 | 30.80 | 11.87 | | | |"
+    assert "local_m" not in block  # units not done are not shown

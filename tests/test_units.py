@@ -23,23 +23,23 @@ def _manifest(dev_inf: float, selected: float | None = None) -> dict:
     return {"summary": {"dev": dev}}
 
 
-SPEC = Plan(seeds=[1, 2, 3], seeded=["global", "flexible"], fixed=["local_m_d5", "local_m"], others=["sact"],
+CONVERGED_LIKE = Plan(seeds=[1, 2, 3], seeded=["global", "flexible"], fixed=["local_m_d5", "local_m"], others=["sact"],
             parents=["flexible"], budget_check={"variant": "flexible", "factor": 1.5})
 
 
 def test_the_first_seed_of_every_model_comes_first_flexible_last_then_the_budget_check():
-    names = [u.name for u in plan(SPEC, {})]
+    names = [u.name for u in plan(CONVERGED_LIKE, {})]
     assert names == ["global-s1", "local_m_d5-s1", "local_m-s1", "sact-s1", "flexible-s1", "flexible-s1-x1.5",
                      "global-s2", "flexible-s2", "global-s3", "flexible-s3"]
-    assert [u.keep_weights for u in plan(SPEC, {}) if u.variant == "flexible" and u.budget == 1.0] == [True] * 3
+    assert [u.keep_weights for u in plan(CONVERGED_LIKE, {}) if u.variant == "flexible" and u.budget == 1.0] == [True] * 3
 
 
 def test_the_fixed_window_nearest_flexibles_selected_window_gets_the_seeds_once_known():
     done = {"flexible-s1": _manifest(24.0, selected=11.2), "local_m_d5-s1": _manifest(10.9),
             "local_m-s1": _manifest(19.8)}
-    assert nearest_fixed(SPEC, 1, {k: v for k, v in done.items() if k != "local_m-s1"}) is None  # not all known
-    assert nearest_fixed(SPEC, 1, done) == "local_m_d5"
-    names = [u.name for u in plan(SPEC, done)]
+    assert nearest_fixed(CONVERGED_LIKE, 1, {k: v for k, v in done.items() if k != "local_m-s1"}) is None  # not all known
+    assert nearest_fixed(CONVERGED_LIKE, 1, done) == "local_m_d5"
+    names = [u.name for u in plan(CONVERGED_LIKE, done)]
     assert names[-6:] == ["global-s2", "flexible-s2", "local_m_d5-s2", "global-s3", "flexible-s3", "local_m_d5-s3"]
 
 
