@@ -107,6 +107,42 @@ def commit(unit: str, folder: Path) -> None:
     subprocess.run(["git", "commit", "-qm", message, "--", str(folder)], cwd=ROOT, check=True)
 
 
+def write_report(profile: str, results: Path, data: Path) -> int:
+    """``<results>/../report.{json,md}`` and ``figures/units.png`` from the finished units; the
+    references are ``data``'s, refused where their digest differs from the units' record."""
+    from flexatt.io import file_digest, write_json
+    from flexatt.unit_claims import Units, figure, report
+
+    done = done_units(results)
+    references = {}
+    for split in ("test",):
+        path = data / f"{split}.ref"
+        if not path.is_file():
+            sys.exit(f"error: {path}: not found (make the profile's data: scripts/units.py {profile} --units 0)")
+        recorded = {m["data"].get(f"{split}.ref") for m in done.values() if "data" in m}
+        if recorded and recorded != {file_digest(path)}:
+            sys.exit(f"error: {path}: not the references the units decoded (digest differs)")
+        references[split] = path.read_text(encoding="utf-8").split("\n")[:-1]
+    spec = read_plan(ROOT / "conf/units" / f"{profile}.yaml")
+    started = time.time()
+    out = report(results, spec, references)
+    folder = results.parent
+    write_json(folder / "report.json", {k: v for k, v in out.items() if k != "markdown"})
+    (folder / "report.md").write_text(out["markdown"], encoding="utf-8")
+    figure(Units(results, spec), folder / "figures" / "units.png")
+    print(out["markdown"])
+    print(f"units: report of {len(done)} units in {time.time() - started:.0f} s: "
+          f"{_shown(folder / 'report.md')}, {_shown(folder / 'figures/units.png')}")
+    return 0
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("profile")
@@ -116,8 +152,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--units", type=int, help="run at most this many units")
     parser.add_argument("--only", help="run this unit (by name) only")
     parser.add_argument("--commit", action="store_true", help="commit each finished unit's folder")
+    parser.add_argument("--report", action="store_true",
+                        help="the table, claims and figure from the finished units (no decoding), and stop")
+    parser.add_argument("--data", type=Path, help="with --report: the tokenized data whose references the units "
+                        "decoded (default: the kept copy's)")
     args = parser.parse_args(argv)
     results = args.results or ROOT / "results" / args.profile / "units"
+    if args.report:
+        return write_report(args.profile, results, args.data or (args.keep or ROOT / "runs" / args.profile)
+                            / "artifacts" / "tok")
     todo, done = pending(args.profile, results)
     if args.list:
         for name, m in done.items():
