@@ -266,7 +266,8 @@ def model_table(units: Units) -> list[dict]:
             by_variant.setdefault((m["variant"], label + " "), []).append(
                 {"bleu": test["selected"]["bleu"], "window": test["selected"]["window"], "aer": aer,
                  "diagonal": test.get("aer_diagonal"), "seed": m["seed"], "tau": tau})
-    for (variant, at), found in sorted(by_variant.items(), key=lambda kv: (kv[0][0] != "global", kv[0])):
+    for (variant, at), found in sorted(by_variant.items(), key=lambda kv: (kv[0][0] != "global", kv[0][0],
+                                                                          kv[0][1] != "τ=∞")):
         row = {"model": variant, "at": at.strip(), "seeds": sorted(f["seed"] for f in found)}
         for key in ("bleu", "window", "aer", "diagonal"):
             values = [f[key] for f in found if f[key] is not None]
@@ -344,8 +345,8 @@ def figure(units: Units, path: str | Path) -> Path:
             continue
         test = m["summary"]["test"]
         variant = m["variant"]
+        label = None if variant in colours else variant  # one legend entry per model
         colour = colours.setdefault(variant, f"C{len(colours) % 10}")
-        label = variant if sum(c == colour for c in colours.values()) and variant not in ax.get_legend_handles_labels()[1] else None
         ax.scatter([test["inf"]["window"]], [test["inf"]["bleu"]], color=colour, label=label, zorder=3)
         if "curve" in test:
             points = sorted([*test["curve"], test["inf"]], key=lambda p: p["window"])
