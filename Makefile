@@ -18,7 +18,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # W&B stays offline unless you have configured an API key.
 export WANDB_MODE ?= $(if $(WANDB_API_KEY),online,offline)
 
-.PHONY: help venv test test-slow test-all repro smoke char converged converged-seeds grc reordering params bench bench-scale bench-pipeline clean report push pull
+.PHONY: help venv test test-slow test-all repro smoke char converged grc reordering params bench bench-scale bench-pipeline clean report push pull
 
 help:
 	@echo "make repro      create .venv and run the pipeline (flexatt repro: dvc repro, independent stages side by side)"
@@ -30,7 +30,6 @@ help:
 	@echo "make grc        the Koine Greek -> English 'grc' profile up to Table 1, kept in artifacts/grc (hours)"
 	@echo "make reordering flexible's window against how much the data reorders: smoke runs at 4 levels (~18 min)"
 	@echo "make converged  the converged profile's units, one model each at an equal budget (about an hour a unit; resumes)"
-	@echo "make converged-seeds  after make converged: training seeds 1-3 of its headline models (resumes)"
 	@echo "make params     recompose params.yaml from conf/ (PROFILE=smoke|default|paper)"
 	@echo "make bench      run the benchmarks (after make repro and make char: they use their models)"
 	@echo "make bench-scale  filter + tokenize at 1M and 4.5M generated pairs: wall time and peak memory (run alone)"
@@ -110,9 +109,11 @@ smoke: $(STAMP)
 char: $(STAMP)
 	$(BIN)/python scripts/profile_run.py char --keep artifacts/char --targets evaluate --results results/char
 
-# the second corpus (data/nt_grc_en), trained to convergence like `make converged` (beta from its
-# own sweep, controls, the matched-window comparison); a second run resumes
+# the second corpus (data/nt_grc_en), an equal budget like `make converged`'s (beta from its own
+# sweep, controls, the matched-window comparison), stage by stage in a kept copy whose DVC cache
+# may live on lasting storage; a second run resumes
 GRC_DIR ?= artifacts/grc
+DVC_CACHE ?= $(HOME)/.cache/flexatt/dvc
 grc: $(STAMP)
 	$(BIN)/python scripts/profile_run.py grc --keep $(GRC_DIR) --cache $(DVC_CACHE) --results results/grc \
 		--stepwise --beta-from-sweep --targets compare
@@ -128,14 +129,6 @@ reordering: $(STAMP)
 # from its last epoch). COMMIT=1 commits each finished unit's folder.
 converged: $(STAMP)
 	$(BIN)/python scripts/units.py converged $(if $(COMMIT),--commit,)
-
-# the earlier converged run's kept copy (profile_run.py --stepwise), for converged-seeds
-CONVERGED_DIR ?= artifacts/converged
-DVC_CACHE ?= $(HOME)/.cache/flexatt/dvc
-
-# after make converged: the seeds sweep of its headline models in its kept copy (hours a seed)
-converged-seeds: $(STAMP)
-	$(BIN)/python scripts/converged_seeds.py --keep $(CONVERGED_DIR)
 
 clean:
 	rm -rf artifacts logs multirun outputs .pytest_cache  # runs/ (units' kept copies) stays: it resumes long runs

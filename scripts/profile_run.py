@@ -244,7 +244,7 @@ def selected_beta(copy: Path) -> float | None:
     return json.loads((copy / out).read_text(encoding="utf-8"))["selected_beta"]
 
 
-#: what other scripts add to a run's results folder (``converged_seeds.py``: ``seeds/``), kept
+#: what other scripts add to a run's results folder (a seeds sweep's ``seeds/``), kept
 #: when :func:`copy_results` replaces the pipeline's part of it
 KEPT = ("seeds",)
 

@@ -19,8 +19,8 @@ so the prose never quotes a figure of an earlier run:
   (``results/grc/``: Koine Greek → English);
 * ``results`` (README): Table 1 (``results/table1.md``) under a caption with the corpus sizes
   (``results/filter.json``); once a converged run is committed, a line that names it instead;
-* ``seeds`` (README): mean ± sd of the seed sweep (``results/converged/seeds/summary.csv`` of ``make
-  converged-seeds``, else ``results/seeds/summary.csv``) and its comparisons paired by seed
+* ``seeds`` (README): mean ± sd of the seed sweep (``results/converged/seeds/summary.csv`` where an
+  earlier converged run kept one, else ``results/seeds/summary.csv``) and its comparisons paired by seed
   (``paired.json``), if committed;
 * ``char`` (README): the char profile's run (``results/char/``: dev BLEU of training, Table 1's
   window and BLEU), if committed;
