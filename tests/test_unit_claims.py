@@ -121,6 +121,22 @@ def test_c_fails_when_the_fine_tuned_window_is_not_narrower_at_its_own_tau(run):
     assert c["window_change"]["ci"][0] > -0.05 and c["verdict"] == FAILS
 
 
+def test_the_budget_check_says_what_longer_training_gains(run):
+    from flexatt.unit_claims import Units, budget_check
+
+    assert budget_check(Units(run, PLAN)) is None  # not run yet
+    plan = Plan(**{**PLAN.model_dump(), "budget_check": {"variant": "flexible", "factor": 1.5}})
+    _unit(run, Unit("flexible", 1, 1.5), [_record(None, 0.25, 201, 25.0)], dev_bleu=30.7)
+    for name, epochs in (("flexible-s1", 25), ("flexible-s1-x1.5", 38)):
+        path = run / name / "unit.json"
+        manifest = __import__("json").loads(path.read_text())
+        manifest["training"] = {"epochs": epochs}
+        path.write_text(__import__("json").dumps(manifest))
+    check = budget_check(Units(run, plan))
+    assert check["epochs"] == [25, 38] and check["dev_gain"] == 0.7 and not check["enough"]
+    assert "gains +0.70 dev BLEU" in report(run, plan, {"test": REFERENCES}, **OPTIONS)["markdown"]
+
+
 def test_the_report_renders_every_claim(run):
     md = report(run, PLAN, {"test": REFERENCES}, **OPTIONS)["markdown"]
     assert "| global | τ=∞ | 1,2,3 |" in md and "| flexible | selected τ | 1,2,3 |" in md

@@ -182,6 +182,17 @@ def test_a_control_replays_its_fine_tunings_learning_rates_from_the_same_kept_we
     assert missing.returncode == 2 and "nowhere.pt" in missing.stderr and "flexible-s2" in missing.stderr
 
 
+def test_the_budget_check_trains_longer_and_decodes_at_tau_inf_only(smoke_unit):
+    result = run_module("flexatt.units", "run", "flexible-s2-x1.5", "--out", "longer", *SHORT, cwd=smoke_unit,
+                        threads="1")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    products = load_products(smoke_unit / "longer")
+    m = products["manifest"]
+    assert m["training"]["epochs"] == 2 and m["training"]["epochs_budget"] == 2 and m["budget"] == 1.5
+    assert [(r["split"], r["tau"]) for r in products["decodes"]["records"]] == [("dev", None), ("test", None)]
+    assert products["alignments"] is None and "selected" not in m["summary"]["dev"]
+
+
 def test_a_changed_product_is_refused(smoke_unit, tmp_path):
     folder = copy_of(smoke_unit / "products", tmp_path / "p")
     decodes = folder / "decodes.json.gz"

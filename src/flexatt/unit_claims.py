@@ -276,21 +276,52 @@ def model_table(units: Units) -> list[dict]:
     return rows
 
 
+#: the most dev BLEU that training longer may still gain for the budget to count as enough
+BUDGET_GAIN = 0.5
+
+
+def budget_check(units: Units) -> dict | None:
+    """The budget check: the dev (and test) BLEU of the first seed's model trained for the budget
+    and for ``factor`` times it, both at their last epoch and τ = ∞ (beam search), and whether
+    the longer run gains less than :data:`BUDGET_GAIN` dev BLEU; ``None`` until both are done."""
+    check = units.plan.budget_check
+    if check is None:
+        return None
+    seed = units.plan.seeds[0]
+    base, longer = Unit(check.variant, seed).name, Unit(check.variant, seed, check.factor).name
+    if not (units.has(base) and units.has(longer)):
+        return None
+    a, b = units.manifests[base], units.manifests[longer]
+    gain = round(b["summary"]["dev"]["inf"]["bleu"] - a["summary"]["dev"]["inf"]["bleu"], 2)
+    return {"variant": check.variant, "factor": check.factor,
+            "epochs": [a["training"]["epochs"], b["training"]["epochs"]],
+            "dev_bleu": [a["summary"]["dev"]["inf"]["bleu"], b["summary"]["dev"]["inf"]["bleu"]],
+            "test_bleu": [a["summary"]["test"]["inf"]["bleu"], b["summary"]["test"]["inf"]["bleu"]],
+            "dev_gain": gain, "enough": gain < BUDGET_GAIN}
+
+
 def _ms(stat: dict | None, digits: int = 2) -> str:
     if stat is None:
         return "–"
     return f"{stat['mean']:.{digits}f}" + ("" if stat["sd"] is None else f" ± {stat['sd']:.{digits}f}")
 
 
-def render(table: list[dict], claims: list[dict], units: Units) -> str:
-    """The report as Markdown: the models over seeds, then the claims with their verdicts."""
+def render(table: list[dict], claims: list[dict], units: Units, budget: dict | None = None) -> str:
+    """The report as Markdown: the models over seeds, the budget check, then the claims."""
     lines = [f"Units done: {len(units.manifests)} (`{units.folder}`).", "",
              "| model | at | seeds | test BLEU | window | AER | diagonal AER |", "|---|---|---|---|---|---|---|"]
     for r in table:
         lines.append(f"| {r['model']} | {r['at']} | {','.join(map(str, r['seeds']))} | {_ms(r['bleu'])} | "
                      f"{_ms(r['window'])} | {_ms(r['aer'], 3)} | {_ms(r['diagonal'], 3)} |")
     lines += ["", "mean ± sd over training seeds; AER against the gold links, beside a length-proportional "
-              "diagonal's.", "", "| claim | verdict | Δ BLEU per seed | over seeds (95% t) | pooled (95% bootstrap) | "
+              "diagonal's.", ""]
+    if budget is not None:
+        lines += [f"Budget check: {budget['variant']} trained {budget['epochs'][1]} epochs instead of "
+                  f"{budget['epochs'][0]} gains {budget['dev_gain']:+.2f} dev BLEU ({budget['dev_bleu'][0]:.2f} → "
+                  f"{budget['dev_bleu'][1]:.2f}; test {budget['test_bleu'][0]:.2f} → {budget['test_bleu'][1]:.2f}): "
+                  + ("under" if budget["enough"] else "not under") + f" {BUDGET_GAIN} BLEU, so the budget "
+                  + ("is" if budget["enough"] else "is not") + " enough by this check.", ""]
+    lines += [ "| claim | verdict | Δ BLEU per seed | over seeds (95% t) | pooled (95% bootstrap) | "
               "p (Holm) | p AR (Holm) | detail |", "|---|---|---|---|---|---|---|---|"]
     for c in claims:
         if c["verdict"] == NOT_MEASURED:
@@ -329,8 +360,9 @@ def report(folder: str | Path, plan: Plan, references: dict[str, list[str]], **o
     units = Units(folder, plan)
     table = model_table(units)
     claims = decide(units, references, **options)
-    return {"units": sorted(units.manifests), "table": table, "claims": claims,
-            "markdown": render(table, claims, units)}
+    budget = budget_check(units)
+    return {"units": sorted(units.manifests), "table": table, "budget_check": budget, "claims": claims,
+            "markdown": render(table, claims, units, budget)}
 
 
 def figure(units: Units, path: str | Path) -> Path:

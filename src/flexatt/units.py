@@ -289,8 +289,8 @@ class UnitDecoder:
         return summary_point(self.records[key])
 
 
-def decode_products(model, p, tok_dir: Path, filter_dir: Path,
-                    targets: dict[str, float] | None = None) -> tuple[dict, dict, dict | None, dict]:
+def decode_products(model, p, tok_dir: Path, filter_dir: Path, targets: dict[str, float] | None = None,
+                    full: bool = True) -> tuple[dict, dict, dict | None, dict]:
     """Every decode of a unit's model: ``(summary, decodes, alignments, g_values)``.
 
     ``summary[split]``: ``inf`` (and, for a flexible model, ``selected``, ``selected_tau``,
@@ -300,6 +300,8 @@ def decode_products(model, p, tok_dir: Path, filter_dir: Path,
     ``summary["matched"][unit]``. ``decodes``: ``{"records": [...]}``, one stored record per (split, τ).
     ``alignments``: ``{split: {tau label: ["i-j ...", ...]}}`` or ``None``. ``g_values``:
     ``{"<split>/<tau label>": array}`` of the g_t seen in forced decoding (flexible models).
+    ``full=False`` (the budget check, which reports what longer training gains) decodes dev and
+    test at τ = ∞ only.
     """
     from flexatt.evaluation import EvalSet, decode_settings, search_points, select_tau
 
@@ -310,6 +312,8 @@ def decode_products(model, p, tok_dir: Path, filter_dir: Path,
     flexible = model.config.get("attention") in TAU_ATTENTIONS
     summary: dict[str, dict] = {s: {"inf": decoder.point(s, math.inf)} for s in SPLITS}
     taus: dict[str, list[float]] = {s: [math.inf] for s in SPLITS}
+    if not full:
+        return summary, _decodes(decoder, settings), None, {}
     if flexible:
         grid = list(st.grid)
         log_mean = round(math.log(sets["dev"].mean_src_len), 3)
@@ -321,7 +325,7 @@ def decode_products(model, p, tok_dir: Path, filter_dir: Path,
         selected = chosen["tau"] if chosen else math.inf
         summary["dev"].update(points=points, selected_tau=chosen["tau"] if chosen else None,
                               selected=chosen or summary["dev"]["inf"])
-        curve = [t for t in st.curve_taus if t < 999.0]
+        curve = [t for t in st.curve_taus if t < 999.0]  # 999 stands for τ = ∞ there: decoded above
         for tau in curve:
             decoder.point("dev", tau)
         summary["test"]["selected"] = decoder.point("test", selected)
@@ -330,9 +334,13 @@ def decode_products(model, p, tok_dir: Path, filter_dir: Path,
         taus = {s: [math.inf, *([selected] if not math.isinf(selected) else [])] for s in SPLITS}
         summary["matched"] = match_targets(decoder, targets or {}, p.compare.search_steps)
     alignments, g_values = _alignments(model, sets, filter_dir, taus, settings, summary)
-    decodes = {"beam_size": settings["beam_size"], "alpha": settings["alpha"],
-               "records": [decoder.records[k] for k in sorted(decoder.records, key=lambda k: (SPLITS.index(k[0]), k[1]))]}
-    return summary, decodes, alignments, g_values
+    return summary, _decodes(decoder, settings), alignments, g_values
+
+
+def _decodes(decoder: UnitDecoder, settings: dict) -> dict:
+    """The stored decodes: the beam settings and every record, by split then τ."""
+    order = sorted(decoder.records, key=lambda k: (SPLITS.index(k[0]), k[1]))
+    return {"beam_size": settings["beam_size"], "alpha": settings["alpha"], "records": [decoder.records[k] for k in order]}
 
 
 def match_targets(decoder: UnitDecoder, targets: dict[str, float], steps: int) -> dict[str, dict]:
@@ -531,7 +539,7 @@ def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str =
     from flexatt.trainer import model_config, train
 
     started = time.perf_counter()
-    base = schema.params(C.load_params(params))
+    base = schema.params(C.load_params(params, list(overrides)))
     t = base.train
     if t.lr_schedule != "fixed" or t.early_stopping_patience is not None:
         raise ConfigError("train.lr_schedule", "units train an equal budget: lr_schedule must be fixed and "
@@ -572,7 +580,8 @@ def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str =
             model = load_model(checkpoint)
     tok_dir, filter_dir = Path(p.train.data_dir), Path(p.tokenize.in_dir)
     with _threads(p.train.threads):
-        summary, decodes, alignments, g_values = decode_products(model, p, tok_dir, filter_dir, targets)
+        summary, decodes, alignments, g_values = decode_products(model, p, tok_dir, filter_dir, targets,
+                                                                   full=unit.budget == 1.0)
     files["decodes.json.gz"] = _gzip_json(decodes)
     if alignments is not None:
         files["alignments.json.gz"] = _gzip_json(alignments)
