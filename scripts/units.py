@@ -5,6 +5,8 @@
     python scripts/units.py converged                     # = make converged: every pending unit
     python scripts/units.py converged --units 1 --commit  # the next unit, committed when done
     python scripts/units.py converged --only global-s1    # one unit by name
+    python scripts/units.py grc --only global-s1 --set data=nt_grc_en_x3 \
+        --results results/grc/probes/x3/units --keep runs/grc-x3   # a probe under an override
 
 The copy (``--keep``, default ``runs/<profile>``, git-ignored) holds this working tree's files
 and a ``params.yaml`` composed with ``profile=<profile>``; it is refreshed at every start, so a
@@ -43,12 +45,13 @@ def pending(profile: str, results: Path) -> tuple[list[Unit], dict[str, dict]]:
     return [u for u in units if u.name not in done], done
 
 
-def prepare(copy: Path, profile: str) -> dict[str, str]:
-    """Refresh the copy and make the profile's data there; returns their digests."""
+def prepare(copy: Path, profile: str, overrides: list[str] = ()) -> dict[str, str]:
+    """Refresh the copy (``params.yaml``: the profile with ``overrides``) and make the profile's
+    data there; returns their digests."""
     from flexatt.io import file_digest
 
     copy.mkdir(parents=True, exist_ok=True)
-    make_copy(copy, [f"profile={profile}"], results=False)
+    make_copy(copy, [f"profile={profile}", *overrides], results=False)
     dvc, env = dvc_env(copy)
     subprocess.run([dvc, "repro", "tokenize"], cwd=copy, env=env, check=True)
     import yaml
@@ -148,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("profile")
     parser.add_argument("--keep", type=Path, help="the kept copy (default: runs/<profile>)")
     parser.add_argument("--results", type=Path, help="default: results/<profile>/units")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="an override of the profile (a probe: give it its own --results and --keep)")
     parser.add_argument("--list", action="store_true", help="print the plan and stop")
     parser.add_argument("--units", type=int, help="run at most this many units")
     parser.add_argument("--only", help="run this unit (by name) only")
@@ -173,8 +178,10 @@ def main(argv: list[str] | None = None) -> int:
         if not todo:
             sys.exit(f"error: {args.only} is not a pending unit of {args.profile} (--list shows them)")
     copy = (args.keep or ROOT / "runs" / args.profile).resolve()
-    source = tree_state()
-    check_data(prepare(copy, args.profile), done)
+    if args.set and not (args.results and args.keep):
+        sys.exit("error: --set changes what the units train: give the run its own --results and --keep")
+    source = {**tree_state(), "overrides": args.set}
+    check_data(prepare(copy, args.profile, args.set), done)
     ran = 0
     while todo and (args.units is None or ran < args.units):
         unit = todo[0]

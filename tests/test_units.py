@@ -93,7 +93,7 @@ def test_the_profiles_plans_are_valid_and_name_their_variants(tmp_path):
     from conftest import compose_params
     from flexatt import schema
 
-    for profile in ("converged", "smoke"):
+    for profile in ("converged", "grc", "smoke"):
         spec = read_plan(ROOT / f"conf/units/{profile}.yaml")
         params = schema.validate(OmegaConf.load(compose_params(tmp_path / profile, f"profile={profile}",
                                                                test_precision=False)))
