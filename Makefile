@@ -27,7 +27,7 @@ help:
 	@echo "make test-all   every test, fast and slow (what CI runs, besides other precisions and SIMD levels)"
 	@echo "make smoke      run the pipeline on the tiny synthetic 'smoke' profile in a scratch copy"
 	@echo "make char       the character-level 'char' profile up to Table 1, kept in artifacts/char (hours)"
-	@echo "make grc        the Koine Greek -> English 'grc' profile up to Table 1, kept in artifacts/grc (hours)"
+	@echo "make grc        the Koine Greek -> English 'grc' profile as units (about half an hour to an hour a unit; resumes)"
 	@echo "make reordering flexible's window against how much the data reorders: smoke runs at 4 levels (~18 min)"
 	@echo "make converged  the converged profile's units, one model each at an equal budget (about an hour a unit; resumes)"
 	@echo "make params     recompose params.yaml from conf/ (PROFILE=smoke|default|paper)"
@@ -109,14 +109,10 @@ smoke: $(STAMP)
 char: $(STAMP)
 	$(BIN)/python scripts/profile_run.py char --keep artifacts/char --targets evaluate --results results/char
 
-# the second corpus (data/nt_grc_en), an equal budget like `make converged`'s (beta from its own
-# sweep, controls, the matched-window comparison), stage by stage in a kept copy whose DVC cache
-# may live on lasting storage; a second run resumes
-GRC_DIR ?= artifacts/grc
-DVC_CACHE ?= $(HOME)/.cache/flexatt/dvc
+# the second corpus (data/nt_grc_en) as units, like `make converged` (conf/units/grc.yaml), its
+# products in results/grc/units/; COMMIT=1 commits each finished unit's folder
 grc: $(STAMP)
-	$(BIN)/python scripts/profile_run.py grc --keep $(GRC_DIR) --cache $(DVC_CACHE) --results results/grc \
-		--stepwise --beta-from-sweep --targets compare
+	$(BIN)/python scripts/units.py grc $(if $(COMMIT),--commit,)
 
 # the synthetic task at reordering levels 0, 0.25, 0.5, 1 (copies kept in artifacts/reordering/),
 # with the real corpora whose results exist -> results/reordering/summary.json, the plot and figure

@@ -288,7 +288,8 @@ LONG_RUNS = {
 
 
 #: how the README introduces a long run made of units
-UNITS_INTRO = {"converged": "`make converged` (the `converged` profile as units, [long runs](#configuration))"}
+UNITS_INTRO = {"converged": "`make converged` (the `converged` profile as units, [long runs](#configuration))",
+               "grc": "`make grc` (Koine Greek → English as units, [long runs](#configuration))"}
 
 
 def long_run_block(run: Path, intro: str, estimate: str = "") -> str:
@@ -604,7 +605,9 @@ def blocks_of(path: Path, converged: Path = ROOT / "results" / "converged") -> d
         "converged": (units_block(converged, "converged", UNITS_INTRO["converged"])
                       if (converged / "units").is_dir() and not done
                       else long_run_block(converged, *LONG_RUNS["converged"])),
-        "grc": corpus_block(ROOT / "results" / "grc", LONG_RUNS["grc"][0], filt, LONG_RUNS["grc"][1]),
+        "grc": (units_block(ROOT / "results" / "grc", "grc", UNITS_INTRO["grc"])
+                if (ROOT / "results" / "grc" / "units").is_dir()
+                else corpus_block(ROOT / "results" / "grc", LONG_RUNS["grc"][0], filt, LONG_RUNS["grc"][1])),
         "results": (results_pointer() if done else
                     results_block((ROOT / "results" / "table1.md").read_text(encoding="utf-8"), filt, metrics)),
         "seeds": seeds_block(converged / "seeds" / "summary.csv" if (converged / "seeds" / "summary.csv").is_file()
