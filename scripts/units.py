@@ -146,6 +146,20 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
+def figures(manifest: dict) -> str:
+    """A finished unit's headline figures: dev and test BLEU and window at τ = ∞, AER beside the
+    diagonal's where the corpus has gold links."""
+    summary = manifest.get("summary", {})
+    parts = []
+    for split in ("dev", "test"):
+        s = summary.get(split, {})
+        if "inf" in s:
+            parts.append(f"{split} BLEU {s['inf']['bleu']:.2f} window {s['inf']['window']:.1f}")
+        if "aer" in s:
+            parts.append(f"AER {s['aer']['inf']:.3f} (diagonal {s['aer_diagonal']:.3f})")
+    return ", ".join(parts)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("profile")
@@ -169,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     todo, done = pending(args.profile, results)
     if args.list:
         for name, m in done.items():
-            print(f"done     {name:24s} {m['minutes']['total']:6.1f} min  commit {str(m['source'].get('commit'))[:7]}")
+            print(f"done     {name:24s} {m['minutes']['total']:6.1f} min  commit {str(m['source'].get('commit'))[:7]}"
+                  f"  {figures(m)}")
         for unit in todo:
             print(f"pending  {unit.name}")
         return 0

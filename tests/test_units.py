@@ -215,6 +215,9 @@ def test_the_script_lists_the_plan_and_refuses_data_that_differ(tmp_path, capsys
     assert units.main(["converged", "--results", str(results), "--list"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:2] == ["done", "global-s1"] and out[1].split() == ["pending", "local_m_d5-s1"]
+    assert units.figures({"summary": {"test": {"inf": {"bleu": 30.123, "window": 25.04}, "aer": {"inf": 0.61},
+                                               "aer_diagonal": 0.7}}}) == \
+        "test BLEU 30.12 window 25.0, AER 0.610 (diagonal 0.700)"
     with pytest.raises(SystemExit, match="global-s1.*train.npz"):
         units.check_data({"train.npz": "bbbb"}, units.done_units(results))
     units.check_data({"train.npz": "aaaa"}, units.done_units(results))
