@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 from profile_run import dvc_env, make_copy, tree_state  # noqa: E402
 
+from flexatt.schedule import PROGRESS_ENV  # noqa: E402
 from flexatt.units import WEIGHTS, Unit, done_units, plan, read_plan  # noqa: E402
 
 #: the data files whose digests every unit of a profile shares
@@ -87,12 +88,13 @@ def run_one(unit: Unit, copy: Path, out: Path, source: dict, log: Path, match: l
     cmd = [sys.executable, "-m", "flexatt.units", "run", unit.name, "--out", str(out.resolve()),
            "--source", json.dumps(source), *(["--keep-weights"] if unit.keep_weights else []), *parent, *match]
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "a", encoding="utf-8") as f:
-        process = subprocess.Popen(cmd, cwd=copy, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                   text=True)
-        for line in process.stdout:
-            sys.stdout.write(line)
-            f.write(line)
+    env = {**env, **PROGRESS_ENV}  # Lightning's progress bar, as `flexatt repro` logs it
+    with open(log, "ab") as f:
+        process = subprocess.Popen(cmd, cwd=copy, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        while chunk := process.stdout.read1(1 << 16):
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+            f.write(chunk)
         return process.wait()
 
 

@@ -226,3 +226,26 @@ def test_the_script_lists_the_plan_and_refuses_data_that_differ(tmp_path, capsys
     assert units.targets(Unit("flexible", 1), spec, done) == ["--match=local_m_d5-s1=10.9", "--match=local_m-s1=19.8"]
     assert units.targets(Unit("flexible", 1, beta=0.0, run=2), spec, done)[0] == "--match=local_m_d5-s1=10.9"
     assert units.targets(Unit("flexible", 2), spec, done) == [] == units.targets(Unit("global", 1), spec, done)
+
+
+@pytest.mark.slow
+def test_the_script_runs_a_profiles_next_unit_in_a_kept_copy_and_resumes_the_plan(tmp_path):
+    """scripts/units.py end to end on the smoke profile: the copy, its data by its own stages, the
+    first unit of the plan with its products, then the plan without it."""
+    import subprocess
+    import sys
+
+    from conftest import stage_env
+
+    results, copy = tmp_path / "units", tmp_path / "copy"
+    cmd = [sys.executable, str(ROOT / "scripts/units.py"), "smoke", "--results", str(results), "--keep", str(copy)]
+    run = subprocess.run([*cmd, "--units", "1"], capture_output=True, text=True, env=stage_env(), timeout=1200)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "units: global-s1 done" in run.stdout
+    products = load_products(results / "global-s1")
+    m = products["manifest"]
+    assert m["profile"] == "smoke" and m["source"]["commit"] and m["training"]["epochs"] == 10
+    assert (copy / "units/global-s1/model/global/last.ckpt").is_file()  # the checkpoints stay in the copy
+    listed = subprocess.run([*cmd, "--list"], capture_output=True, text=True, env=stage_env(), timeout=600)
+    assert listed.stdout.splitlines()[0].startswith("done     global-s1")
+    assert listed.stdout.splitlines()[1].split() == ["pending", "local_m-s1"]
