@@ -338,8 +338,10 @@ def units_block(run: Path, profile: str, intro: str) -> str:
     planned = plan(read_plan(ROOT / "conf" / "units" / f"{profile}.yaml"), done)
     names = [u.name for u in planned]
     extra = [n for n in done if n not in names]
-    lead = (f"{intro}: {len(done)} of its {len(names) + len(extra)} units are done "
-            f"(`{_shown(folder)}/`; a unit is one model, trained for the profile's equal budget and "
+    lead = (f"{intro}: {len(done)} of the {len(names) + len(extra)} units planned so far "
+            f"{'is' if len(done) == 1 else 'are'} done (the seeds of the fixed window nearest flexible's and "
+            f"the fine-tuning pairs join the plan once the units that choose them are done; "
+            f"`{_shown(folder)}/`: a unit is one model, trained for the profile's equal budget and "
             f"decoded{', and every figure below comes from its products' if done else ''}).")
     if not done:
         return textwrap.fill(lead, width=100, break_on_hyphens=False)

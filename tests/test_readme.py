@@ -298,13 +298,13 @@ def test_the_converged_block_shows_the_finished_units_and_no_promise(tmp_path):
     run = tmp_path / "converged"
     (run / "units").mkdir(parents=True)
     empty = figures.blocks_of(figures.README, converged=run)["converged"]
-    assert "0 of its" in empty and "|" not in empty
+    assert "0 of the" in empty and "|" not in empty
     for name, unit in (("global-s1", _unit("global-s1", 31.2, 30.05, 25.3)),
                        ("flexible-s1", _unit("flexible-s1", 32.0, 31.1, 25.3, {"tau": 1.2, "window": 11.87}))):
         (run / "units" / name).mkdir()
         (run / "units" / name / "unit.json").write_text(json.dumps(unit))
     block = figures.blocks_of(figures.README, converged=run)["converged"]
-    assert "2 of its" in " ".join(block.split())
+    assert "2 of the" in " ".join(block.split()) and "are done" in " ".join(block.split())
     rows = [line for line in block.splitlines() if line.startswith("| global-s1") or line.startswith("| flexible-s1")]
     assert rows[0] == "| global-s1 | 25 | 31.20 | 30.05 | 25.30 | 0.480 (0.610) | 52 | 89abcde |"
     assert rows[2] == "| flexible-s1 at τ = 1.2 | | 31.60 | 30.80 | 11.87 | | | |"
