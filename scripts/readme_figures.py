@@ -38,6 +38,7 @@ Everything outside the blocks is left as it is.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import re
 import sys
@@ -328,42 +329,39 @@ def long_run_block(run: Path, intro: str, estimate: str = "") -> str:
 
 def units_block(run: Path, profile: str, intro: str) -> str:
     """A long run made of units (``results/<profile>/units/``, ``scripts/units.py``): how many of
-    the plan's units are done and, for each, its budget, dev and test BLEU, test window (and, for a
-    flexible model, the same at its dev-selected τ), test AER beside the diagonal's, minutes and
-    commit. Only finished units are shown; nothing is promised for the rest."""
-    from flexatt.units import done_units, plan, read_plan
+    the plan's units are done, then each model over the seeds done (a flexible model also at its
+    dev-selected τ): test BLEU and window as mean ± sd, test AER beside the diagonal's
+    (:func:`flexatt.unit_claims.model_table`), and the minutes a unit took. Only finished units
+    count; nothing is promised for the rest (``scripts/units.py <profile> --list`` lists them)."""
+    from flexatt.unit_claims import Units, model_table
+    from flexatt.units import plan, read_plan
 
     folder = run / "units"
-    done = done_units(folder)
-    planned = plan(read_plan(ROOT / "conf" / "units" / f"{profile}.yaml"), done)
-    names = [u.name for u in planned]
-    extra = [n for n in done if n not in names]
-    lead = (f"{intro}: {len(done)} of the {len(names) + len(extra)} units planned so far "
-            f"{'is' if len(done) == 1 else 'are'} done (the seeds of the fixed window nearest flexible's and "
-            f"the fine-tuning pairs join the plan once the units that choose them are done; "
-            f"`{_shown(folder)}/`: a unit is one model, trained for the profile's equal budget and "
-            f"decoded{', and every figure below comes from its products' if done else ''}).")
+    spec = read_plan(ROOT / "conf" / "units" / f"{profile}.yaml")
+    units = Units(folder, spec)
+    done = units.manifests
+    names = [u.name for u in plan(spec, done)]
+    total = len(names) + len([n for n in done if n not in names])
+    lead = (f"{intro}: {len(done)} of the {total} units planned so far {'is' if len(done) == 1 else 'are'} done "
+            f"(`{_shown(folder)}/`; a unit is one model, trained for the profile's equal budget and decoded; the "
+            f"seeds of the fixed window nearest flexible's and the fine-tuning pairs join the plan once the units "
+            f"that choose them are done).")
     if not done:
         return textwrap.fill(lead, width=100, break_on_hyphens=False)
-    aer = lambda s: (f"{s['aer']['inf']:.3f} ({s['aer_diagonal']:.3f})"  # noqa: E731
-                     if "aer" in s else "–")
-    lines = ["| unit | epochs | dev BLEU | test BLEU | test window | test AER (diagonal) | minutes | commit |",
-             "|---|---|---|---|---|---|---|---|"]
-    for name in [*[n for n in names if n in done], *extra]:
-        m = done[name]
-        dev, test, t = m["summary"]["dev"], m["summary"]["test"], m["training"]
-        lines.append(f"| {name} | {t['epochs']} | {dev['inf']['bleu']:.2f} | {test['inf']['bleu']:.2f} | "
-                     f"{test['inf']['window']:.2f} | {aer(test)} | {m['minutes']['total']:.0f} | "
-                     f"{str(m['source'].get('commit'))[:7]} |")
-        if "selected" in test:
-            tau = dev.get("selected_tau")
-            label = "τ = ∞: none kept dev BLEU" if tau is None else f"τ = {tau:g}"
-            lines.append(f"| {name} at {label} | | {dev['selected']['bleu']:.2f} | {test['selected']['bleu']:.2f} | "
-                         f"{test['selected']['window']:.2f} | | | |")
+    ms = lambda st, d=2: "–" if st is None else (  # noqa: E731
+        f"{st['mean']:.{d}f}" + ("" if st["sd"] is None else f" ± {st['sd']:.{d}f}"))
+    lines = ["| model | at | seeds | test BLEU | window | AER (diagonal) |", "|---|---|---|---|---|---|"]
+    for r in model_table(units):
+        aer = "–" if r["aer"] is None else f"{ms(r['aer'], 3)} ({ms(r['diagonal'], 3)})"
+        lines.append(f"| {r['model']} | {r['at']} | {len(r['seeds'])} | {ms(r['bleu'])} | {ms(r['window'])} | {aer} |")
+    minutes = [m["minutes"]["total"] for m in done.values()]
     machines = sorted({m["machine"]["cpu"] for m in done.values()})
-    note = (f"Test BLEU is sacrebleu's on the detokenised text, beam {next(iter(done.values()))['decode']['beam_size']}; "
-            f"the window is the positions scored per decoding step; AER is against the gold links, beside "
-            f"that of a length-proportional diagonal that reads no words. Minutes on {', '.join(machines)}.")
+    beam = next(iter(done.values()))["decode"]["beam_size"]
+    note = (f"Mean ± sd over the training seeds done; test BLEU is sacrebleu's (beam {beam}), the window the "
+            f"positions scored per decoding step, AER against the gold links beside that of a length-proportional "
+            f"diagonal that reads no words. A unit took "
+            f"{f'{min(minutes):.0f}' if round(min(minutes)) == round(max(minutes)) else f'{min(minutes):.0f}–{max(minutes):.0f}'} min "
+            f"({', '.join(machines)}); per unit: `python scripts/units.py {profile} --list`.")
     return "\n".join([textwrap.fill(lead, width=100, break_on_hyphens=False), "", *lines, "",
                       textwrap.fill(note, width=100, break_on_hyphens=False)])
 
@@ -393,21 +391,6 @@ def wall_time(prov: dict) -> str:
     return text
 
 
-#: the columns of a run's Table 1 that the README's block of a second corpus shows
-CORPUS_COLUMNS = ("model", "window", "reduction", "BLEU", "chrF", "AER", "epochs (best)")
-
-
-def _table_rows(markdown: str) -> list[dict[str, str]]:
-    """The rows of the first Markdown table of ``markdown``, each a dict keyed by its header."""
-    lines = _table_lines(markdown)
-
-    def cells(line: str) -> list[str]:
-        return [c.strip() for c in line.strip().strip("|").split("|")]
-
-    header = cells(lines[0])
-    return [dict(zip(header, cells(line))) for line in lines[2:]]
-
-
 def _cut(reduction: float) -> str:
     """A window reduction (a fraction of Global's window) as a signed percentage."""
     percent = round(100 * reduction)
@@ -418,55 +401,46 @@ def _signed(x: float) -> str:
     return f"{x:+.2f}".replace("-", "−")
 
 
-def corpus_block(run: Path, intro: str, default_filter: dict, estimate: str = "") -> str:
-    """A long run on a second corpus (``make grc``, ``results/grc/``): Table 1 cut to the columns
-    of :data:`CORPUS_COLUMNS` under a caption that sets its reordering beside the default
-    corpus's, the fine-tuning against its control in one sentence, where the whole table, the
-    claims and the figures are, and the wall time; while it has not finished, the stages done."""
-    if not (run / "metrics.json").is_file() or not (run / "table1.md").is_file():
-        return long_run_block(run, intro, estimate)
-    prov, metrics, filt = _json(run / "provenance.json"), _json(run / "metrics.json"), _json(run / "filter.json")
-    where = _shown(run)
-    reordering, default = filt.get("reordering"), default_filter.get("reordering")
-    crossing = (f"; {reordering['crossing_link_pairs']:.1%} of gold link pairs cross, in "
-                f"{reordering['sentences_with_crossing']:.0%} of pairs" if reordering else "")
-    if reordering and default:
-        crossing += f" (default corpus {default['crossing_link_pairs']:.1%}, {default['sentences_with_crossing']:.0%})"
-    caption = (f"{intro}, commit {str(prov.get('commit'))[:7]}, {stopping_rule(run / 'dvc.lock')}: "
-               f"{filt['splits']['train']['pairs']:,} training and "
-               f"{filt['splits'][metrics['split']]['pairs']:,} {metrics['split']} pairs, beam "
-               f"{metrics['beam_size']}{crossing}; AER against the human alignments.")
-    rows = _table_rows((run / "table1.md").read_text(encoding="utf-8"))
-    table = ["| " + " | ".join(CORPUS_COLUMNS) + " |", "|" + "---|" * len(CORPUS_COLUMNS),
-             *("| " + " | ".join(row.get(c, "") for c in CORPUS_COLUMNS) + " |" for row in rows)]
-    parts = [textwrap.fill(caption, width=100, break_on_hyphens=False), "", *table, ""]
-    effect = metrics.get("finetuning_effect", {}).get("flexible_ft_tau")
-    models = metrics["models"]
-    if effect and {"flexible_ft_tau", "flexible_ctl_tau"} <= set(models):
-        ft, ctl = models["flexible_ft_tau"], models["flexible_ctl_tau"]
-        text = (f"Fine-tuned (β = {finetuned_beta(run / 'dvc.lock')}, chosen on dev) vs its β = 0 control "
-                f"at τ = {effect['tau']:g}: window {ft['window']:.2f} vs {ctl['window']:.2f}, "
-                f"Δ BLEU {effect['bleu']:+.2f} (unadjusted p = {effect['p_value']:.3f}). ")
-    else:
-        text = ""
-    matched = _json(run / "compare.json").get("matched") if (run / "compare.json").is_file() else None
-    if matched:  # flexible (and fine-tuned) at the window of each fixed one, tau matched on dev
-        by_fixed: dict[str, list[dict]] = {}
-        for pair in sorted(matched, key=lambda pair: pair["D"]):
-            kind = "" if pair.get("attention", "local_m") == "local_m" else pair["attention"].replace("_", "-") + " "
-            by_fixed.setdefault(f"{kind}D = {pair['D']}", []).append(pair)
-        names = " / ".join(dict.fromkeys(pair["model"].replace("flexible_ft", "fine-tuned") for pair in matched))
-        text += (f"At local-m's window (τ matched on dev), Δ BLEU of {names}: " + ", ".join(
-            f"{fixed} {' / '.join(_signed(p['delta']) + ('*' if p['outcome'] in SIGNIFICANT else '') for p in pairs)}"
-            for fixed, pairs in by_fixed.items()) + " (* Holm p < 0.05). ")
-    text += (f"In `{where}/`: " + ", ".join(f"`{name}`" for name in ("table1.md", "compare.md", "figures/")
-                                           if (run / name).exists()) + f". {wall_time(prov)}")
-    parts.append(textwrap.fill(text.strip(), width=100, break_on_hyphens=False, break_long_words=False))
-    return "\n".join(parts)
+def earlier_run_note(run: Path, intro: str) -> str:
+    """A long profile with no finished unit whose folder holds an earlier stage-by-stage run
+    (``provenance.json``, ``metrics.json``): what is kept of that run, and why it decides none of
+    the claims, read from its files: a stopping rule (each model at its own length), a control
+    whose learning rates differ from its fine-tuning's, one seed, and its own Global's test AER
+    beside a length-proportional diagonal's where a probe unit (``<run>/probes/*/units/``)
+    measured that. Empty when there is no earlier run or none of these holds."""
+    if not (run / "provenance.json").is_file() or not (run / "metrics.json").is_file():
+        return ""
+    prov, metrics = _json(run / "provenance.json"), _json(run / "metrics.json")
+    glob = metrics["models"].get("global", {})
+    probes = [m for m in (done_units_of(p) for p in sorted((run / "probes").glob("*/units"))) for m in m.values()]
+    diagonal = next((m["summary"]["test"]["aer_diagonal"] for m in probes if "aer_diagonal" in m["summary"]["test"]), None)
+    aer = (f", and its Global aligns little better than a length-proportional diagonal that reads no words "
+           f"(test AER {glob['aer']:.3f} against {diagonal:.3f})" if glob.get("aer") is not None and diagonal else "")
+    rule = stopping_rule(run / "dvc.lock")
+    reasons = [f"its models {rule.replace('; ‡ at the cap', '')}, each at its own length"] if "until" in rule else []
+    ft, ctl = run / "finetune" / "flexible.csv", run / "finetune_control" / "flexible.csv"
+    if ft.is_file() and ctl.is_file() and _lr_column(ft) != _lr_column(ctl):
+        reasons.append("its control did not replay its fine-tuning's learning rates")
+    if not (run / "seeds").is_dir():
+        reasons.append("it has one seed")
+    if not reasons:
+        return ""
+    text = (f"{intro}: no unit is done yet. An earlier run on this corpus (commit {str(prov.get('commit'))[:7]}; "
+            f"`{_shown(run)}/`: `table1.md`, `compare.md`) decides none of the claims: "
+            f"{'; '.join(reasons[:-1]) + '; and ' + reasons[-1] if len(reasons) > 1 else reasons[0]}{aer}.")
+    return textwrap.fill(text, width=100, break_on_hyphens=False)
 
 
-#: matched-window outcomes that a significant difference gives
-SIGNIFICANT = ("better", "worse")
+def _lr_column(curve: Path) -> list[str]:
+    """The learning rate of each epoch of a learning curve (``lr`` column)."""
+    with open(curve, newline="", encoding="utf-8") as f:
+        return [row["lr"] for row in csv.DictReader(f)]
+
+
+def done_units_of(folder: Path) -> dict[str, dict]:
+    from flexatt.units import done_units
+
+    return done_units(folder)
 
 
 #: the README's short name of each claim of ``results/compare.json`` (its own text otherwise)
@@ -609,7 +583,7 @@ def blocks_of(path: Path, converged: Path = ROOT / "results" / "converged") -> d
                       else long_run_block(converged, *LONG_RUNS["converged"])),
         "grc": (units_block(ROOT / "results" / "grc", "grc", UNITS_INTRO["grc"])
                 if (ROOT / "results" / "grc" / "units").is_dir()
-                else corpus_block(ROOT / "results" / "grc", LONG_RUNS["grc"][0], filt, LONG_RUNS["grc"][1])),
+                else earlier_run_note(ROOT / "results" / "grc", UNITS_INTRO["grc"])),
         "results": (results_pointer() if done else
                     results_block((ROOT / "results" / "table1.md").read_text(encoding="utf-8"), filt, metrics)),
         "seeds": seeds_block(converged / "seeds" / "summary.csv" if (converged / "seeds" / "summary.csv").is_file()

@@ -174,52 +174,36 @@ def test_the_seeds_block_adds_the_comparisons_paired_by_seed(tmp_path):
     assert "fine-tuned − control" not in text and "its control" not in text  # measured on no seed
 
 
-def test_the_grc_block_shows_its_table_cut_to_the_readmes_columns_beside_the_default_corpus(tmp_path):
-    """A finished run on a second corpus: its Table 1's rows with the columns the README keeps,
-    its reordering beside the default corpus's, its fine-tuning against the control, where the
-    rest is, the wall time; its claims line names the run."""
-    import json
+def test_an_earlier_grc_run_is_named_with_what_keeps_it_from_deciding_the_claims(tmp_path):
+    """Before a Greek unit is done, the grc block names the earlier run and why it decides
+    nothing, each reason read from its files."""
     import shutil
 
     from conftest import load_script
 
     figures = load_script("readme_figures")
     run = _converged_run(tmp_path, finished=True).rename(tmp_path / "grc")
-    (run / "figures").mkdir()
-    (run / "figures" / "tradeoff.png").write_bytes(b"png")
-    shutil.copy2(ROOT / "results/compare.md", run)
-    filt = json.loads((run / "filter.json").read_text())
-    filt["reordering"] = {**filt["reordering"], "crossing_link_pairs": 0.0669, "sentences_with_crossing": 0.945}
-    (run / "filter.json").write_text(json.dumps(filt))
-    default = json.loads((ROOT / "results/filter.json").read_text())
-    block = figures.corpus_block(run, "`make grc` (a second corpus)", default)
-    text = " ".join(block.split())
-    assert "6.7% of gold link pairs cross, in 94% of pairs (default corpus " \
-           f"{default['reordering']['crossing_link_pairs']:.1%}" in text
-    table = [line for line in block.splitlines() if line.startswith("|")]
-    assert table[0] == "| model | window | reduction | BLEU | chrF | AER | epochs (best) |"
-    source = figures._table_rows((run / "table1.md").read_text())
-    assert len(table) == len(source) + 2
-    glob = next(r for r in source if r["model"] == "Global")
-    assert f"| Global | {glob['window']} | {glob['reduction']} | {glob['BLEU']} | {glob['chrF']} | {glob['AER']} |" \
-           in block
-    assert f"Fine-tuned (β = {_selected_beta():g}, chosen on dev) vs its β = 0 control" in text
-    assert "`table1.md`, `compare.md`, `figures/`." in text and "5.4 h in all" in text
-    # flexible at each fixed window, by D: the compare stage's matched pairs, * where Holm p < 0.05
-    matched = json.loads((run / "compare.json").read_text())["matched"]
-    first = min(matched, key=lambda pair: pair["D"])
-    assert f"D = {first['D']} {first['delta']:+.2f}".replace("-", "−") in text
-    # the models at one window, in compare's order, each with its own mark
-    at_first = [pair for pair in matched if pair["D"] == first["D"] and pair.get("attention", "local_m") == "local_m"]
-    marks = text.split(f"D = {first['D']} ")[1].split(",")[0].split(" / ")
-    assert len(marks) == len(at_first)
-    for mark, pair in zip(marks, at_first):
-        assert mark.rstrip("*") == f"{pair['delta']:+.2f}".replace("-", "−")
-        assert mark.endswith("*") == (pair["outcome"] != "equal")
-    assert figures.claims_block(run / "compare.json").startswith("**Claims** (Greek → English run")
-    (tmp_path / "under_way").mkdir()
-    under_way = figures.corpus_block(_converged_run(tmp_path / "under_way", finished=False), "`make grc`", default)
-    assert "has not finished" in " ".join(under_way.split())
+    lock = (run / "dvc.lock").read_text()
+    (run / "dvc.lock").write_text(json.dumps({"stages": {"train@flexible": {"params": {"params.yaml": {
+        "train.lr_plateau_patience": 1, "train.early_stopping_patience": 2}}}}}))
+    for folder, rates in (("finetune", "0.0002,0.0001"), ("finetune_control", "0.0002,0.0002")):
+        (run / folder).mkdir(exist_ok=True)
+        (run / folder / "flexible.csv").write_text("epoch,lr\n" + "".join(
+            f"{i + 1},{r}\n" for i, r in enumerate(rates.split(","))))
+    note = " ".join(figures.earlier_run_note(run, "`make grc`").split())
+    assert note.startswith("`make grc`: no unit is done yet. An earlier run on this corpus (commit 0123456;")
+    assert "stopped after 2), each at its own length" in note
+    assert "its control did not replay its fine-tuning's learning rates; and it has one seed." in note
+    probe = run / "probes" / "base" / "units" / "global-s1"
+    probe.mkdir(parents=True)
+    (probe / "unit.json").write_text(json.dumps({"summary": {"test": {"aer_diagonal": 0.7301}}}))
+    aer = json.loads((run / "metrics.json").read_text())["models"]["global"]["aer"]
+    if aer is not None:
+        assert f"(test AER {aer:.3f} against 0.730)" in " ".join(figures.earlier_run_note(run, "x").split())
+    shutil.copy2(run / "finetune" / "flexible.csv", run / "finetune_control" / "flexible.csv")
+    (run / "seeds").mkdir()
+    (run / "dvc.lock").write_text(lock)
+    assert figures.earlier_run_note(run, "x") == ""  # nothing keeps it from deciding: no note
 
 
 def _landed_run(tmp_path: Path) -> Path:
@@ -278,20 +262,22 @@ def test_a_landed_converged_run_with_its_seeds_keeps_the_readme_within_its_lengt
     assert len(text.splitlines()) <= 250
 
 
-def _unit(name: str, dev: float, test: float, window: float, selected: dict | None = None) -> dict:
-    summary = {"dev": {"inf": {"tau": None, "window": 24.1, "bleu": dev}},
+def _unit(name: str, variant: str, seed: int, test: float, window: float, selected: dict | None = None) -> dict:
+    summary = {"dev": {"inf": {"tau": None, "window": 24.1, "bleu": test + 1}},
                "test": {"inf": {"tau": None, "window": window, "bleu": test}, "aer": {"inf": 0.48},
                         "aer_diagonal": 0.61}}
     if selected:
-        summary["dev"].update(selected_tau=selected["tau"], selected={**selected, "bleu": dev - 0.4})
+        summary["dev"].update(selected_tau=selected["tau"], selected={**selected, "bleu": test + 0.6})
         summary["test"]["selected"] = {**selected, "bleu": test - 0.3}
-    return {"unit": name, "summary": summary, "training": {"epochs": 25}, "minutes": {"total": 52.4},
-            "source": {"commit": "89abcdef0123"}, "machine": {"cpu": "Some CPU"}, "decode": {"beam_size": 5}}
+        summary["test"]["aer"][f"{selected['tau']:g}"] = 0.5
+    return {"unit": name, "variant": variant, "seed": seed, "kind": "train", "budget": 1.0, "summary": summary,
+            "training": {"epochs": 25}, "minutes": {"total": 52.4}, "source": {"commit": "89abcdef0123"},
+            "machine": {"cpu": "Some CPU"}, "decode": {"beam_size": 5}}
 
 
-def test_the_converged_block_shows_the_finished_units_and_no_promise(tmp_path):
-    """Once results/converged/units/ exists, the converged block lists the units done (and only
-    them), with the flexible model's row at its dev-selected τ and AER beside the diagonal's."""
+def test_the_converged_block_shows_the_models_over_their_finished_units_and_no_promise(tmp_path):
+    """Once results/converged/units/ exists, the converged block gives each model over the seeds
+    done (and only those), flexible also at its dev-selected τ, AER beside the diagonal's."""
     from conftest import load_script
 
     figures = load_script("readme_figures")
@@ -299,13 +285,14 @@ def test_the_converged_block_shows_the_finished_units_and_no_promise(tmp_path):
     (run / "units").mkdir(parents=True)
     empty = figures.blocks_of(figures.README, converged=run)["converged"]
     assert "0 of the" in empty and "|" not in empty
-    for name, unit in (("global-s1", _unit("global-s1", 31.2, 30.05, 25.3)),
-                       ("flexible-s1", _unit("flexible-s1", 32.0, 31.1, 25.3, {"tau": 1.2, "window": 11.87}))):
-        (run / "units" / name).mkdir()
-        (run / "units" / name / "unit.json").write_text(json.dumps(unit))
+    for unit in (_unit("global-s1", "global", 1, 30.0, 25.3), _unit("global-s2", "global", 2, 31.0, 25.1),
+                 _unit("flexible-s1", "flexible", 1, 31.1, 25.3, {"tau": 1.2, "window": 11.87})):
+        (run / "units" / unit["unit"]).mkdir()
+        (run / "units" / unit["unit"] / "unit.json").write_text(json.dumps(unit))
     block = figures.blocks_of(figures.README, converged=run)["converged"]
-    assert "2 of the" in " ".join(block.split()) and "are done" in " ".join(block.split())
-    rows = [line for line in block.splitlines() if line.startswith("| global-s1") or line.startswith("| flexible-s1")]
-    assert rows[0] == "| global-s1 | 25 | 31.20 | 30.05 | 25.30 | 0.480 (0.610) | 52 | 89abcde |"
-    assert rows[2] == "| flexible-s1 at τ = 1.2 | | 31.60 | 30.80 | 11.87 | | | |"
+    assert "3 of the" in " ".join(block.split()) and "are done" in " ".join(block.split())
+    rows = [line for line in block.splitlines() if line.startswith("| global") or line.startswith("| flexible")]
+    assert rows == ["| global | τ=∞ | 2 | 30.50 ± 0.71 | 25.20 ± 0.14 | 0.480 ± 0.000 (0.610 ± 0.000) |",
+                    "| flexible | τ=∞ | 1 | 31.10 | 25.30 | 0.480 (0.610) |",
+                    "| flexible | selected τ | 1 | 30.80 | 11.87 | 0.500 (0.610) |"]
     assert "local_m" not in block  # units not done are not shown
