@@ -536,6 +536,7 @@ def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str =
     from flexatt import config as C
     from flexatt import schema
     from flexatt.evaluation import load_model
+    from flexatt.io import save_torch
     from flexatt.trainer import model_config, train
 
     started = time.perf_counter()
@@ -563,7 +564,7 @@ def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str =
         init = folder / "parent.ckpt"
         init.parent.mkdir(parents=True, exist_ok=True)
         saved = torch.load(parent, map_location="cpu", weights_only=True)
-        torch.save({"state_dict": {f"model.{k}": v.float() if v.is_floating_point() else v
+        save_torch({"state_dict": {f"model.{k}": v.float() if v.is_floating_point() else v
                                    for k, v in saved["state_dict"].items()}}, init)
         rates = [p.finetune.lr] * spec.epochs  # the fine-tuning's sequence; its control replays it
         metrics, _ = train(p, unit.variant, epochs=spec.epochs, lr=p.finetune.lr, beta=unit.beta, init_from=init,
