@@ -325,12 +325,12 @@ def render(table: list[dict], claims: list[dict], units: Units, budget: dict | N
               "p (Holm) | p AR (Holm) | detail |", "|---|---|---|---|---|---|---|---|"]
     for c in claims:
         if c["verdict"] == NOT_MEASURED:
-            lines.append(f"| {c['id']}: {c['claim']} | not measured | | | | | | {c.get('missing', '')} |")
+            lines.append(f"| {c['id']}: {c['claim']} | {c['rule']} | not measured | | | | | | {c.get('missing', '')} |")
             continue
         entries = c.get("pairs") or [c]
         for e in entries:
             if e["verdict"] == NOT_MEASURED:
-                lines.append(f"| {c['id']} vs {e['fixed']} | not measured | | | | | | |")
+                lines.append(f"| {c['id']} vs {e['fixed']} | {c['rule']} | not measured | | | | | | |")
                 continue
             over = e["over_seeds"]
             over_text = (f"{over['mean']:+.2f} [{over['ci'][0]:+.2f}, {over['ci'][1]:+.2f}]" if over["ci"]
@@ -346,12 +346,12 @@ def render(table: list[dict], claims: list[dict], units: Units, budget: dict | N
                 w = c["window_change"]
                 detail = (f"window {100 * w['mean']:+.1f}%" + (f" [{100 * w['ci'][0]:+.1f}, {100 * w['ci'][1]:+.1f}]"
                           if w["ci"] else "") + f"; narrower: < −{100 * MIN_NARROWING:.0f}%")
-            lines.append(f"| {label} | {e['verdict'] if 'fixed' in e else c['verdict']} | "
+            lines.append(f"| {label} | {c['rule']} | {e['verdict'] if 'fixed' in e else c['verdict']} | "
                          f"{', '.join(f'{d:+.2f}' for d in e['per_seed'])} | {over_text} | "
                          f"{pooled['delta']:+.2f} [{pooled['ci'][0]:+.2f}, {pooled['ci'][1]:+.2f}] | {e['p']:.4f} | "
                          f"{e['p_ar']:.4f} | {detail} |")
         if c.get("pairs"):
-            lines.append(f"| {c['id']}: {c['claim']} | {c['verdict']} | | | | | | every fixed window |")
+            lines.append(f"| {c['id']}: {c['claim']} | {c['rule']} | {c['verdict']} | | | | | | every fixed window |")
     return "\n".join(lines) + "\n"
 
 
