@@ -16,7 +16,8 @@ finished units recorded: a unit is only ever compared with units trained on the 
 unit's training checkpoints stay in the copy (``units/<unit>/``): started again after an
 interruption, the unit resumes from its last epoch; a lost copy costs at most the unit under
 way. With ``--commit``, each finished unit's folder is committed to this working tree's git
-(nothing else is staged). A unit's log is ``logs/units/<profile>/<unit>.log``.
+(nothing else is staged). A unit's log is ``logs/units/<copy>/<unit>.log`` (the copy's folder
+name: ``<profile>`` by default).
 """
 
 from __future__ import annotations
@@ -39,10 +40,12 @@ from flexatt.units import WEIGHTS, Unit, done_units, plan, read_plan  # noqa: E4
 DATA_KEYS = ("train.npz", "dev.npz", "test.npz", "src.model", "tgt.model", "dev.ref", "test.ref")
 
 
-def pending(profile: str, results: Path) -> tuple[list[Unit], dict[str, dict]]:
-    """The profile's units not yet done, in the order they run, and the finished ones' manifests."""
+def pending(profile: str, results: Path, root: Path = ROOT) -> tuple[list[Unit], dict[str, dict]]:
+    """The profile's units not yet done, in the order they run, and the finished ones' manifests;
+    the plan is ``root``'s (a run reads its copy's: the plan of the code it runs, whatever the
+    working tree holds meanwhile)."""
     done = done_units(results)
-    units = plan(read_plan(ROOT / "conf/units" / f"{profile}.yaml"), done)
+    units = plan(read_plan(root / "conf/units" / f"{profile}.yaml"), done)
     return [u for u in units if u.name not in done], done
 
 
@@ -203,8 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     while todo and (args.units is None or ran < args.units):
         unit = todo[0]
         started = time.time()
-        log = ROOT / "logs/units" / args.profile / f"{unit.name}.log"
-        spec = read_plan(ROOT / "conf/units" / f"{args.profile}.yaml")
+        log = ROOT / "logs/units" / copy.name / f"{unit.name}.log"  # the copy's name: a probe has its own
+        spec = read_plan(copy / "conf/units" / f"{args.profile}.yaml")
         code = run_one(unit, copy, results / unit.name, source, log, targets(unit, spec, done))
         if code != 0:
             print(f"units: {unit.name} failed (exit {code}); its log: {log.relative_to(ROOT)}")
@@ -215,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         ran += 1
         if args.only:
             break
-        todo, done = pending(args.profile, results)  # the nearest fixed window's seeds join once known
+        todo, done = pending(args.profile, results, copy)  # the nearest fixed window's seeds join once known
     return 0
 
 
