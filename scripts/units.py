@@ -109,7 +109,7 @@ def commit(unit: str, folder: Path) -> None:
     if "selected" in test:
         figures += (f"; at dev-selected tau {manifest['summary']['dev']['selected_tau']}: "
                     f"BLEU {test['selected']['bleu']}, window {test['selected']['window']}")
-    message = (f"{manifest['profile']} unit {unit}: {manifest['training']['epochs']} epochs, {figures}; "
+    message = (f"{manifest['profile']} unit {unit} ({_shown(folder)}): {manifest['training']['epochs']} epochs, {figures}; "
                f"{manifest['minutes']['total']} min on {manifest['machine']['cpu']}")
     subprocess.run(["git", "add", "--", str(folder)], cwd=ROOT, check=True)
     subprocess.run(["git", "commit", "-qm", message, "--", str(folder)], cwd=ROOT, check=True)
