@@ -414,7 +414,7 @@ def earlier_run_note(run: Path, intro: str) -> str:
     glob = metrics["models"].get("global", {})
     probes = [m for m in (done_units_of(p) for p in sorted((run / "probes").glob("*/units"))) for m in m.values()]
     diagonal = next((m["summary"]["test"]["aer_diagonal"] for m in probes if "aer_diagonal" in m["summary"]["test"]), None)
-    aer = (f", and its Global aligns little better than a length-proportional diagonal that reads no words "
+    aer = (f"its Global aligns little better than a length-proportional diagonal that reads no words "
            f"(test AER {glob['aer']:.3f} against {diagonal:.3f})" if glob.get("aer") is not None and diagonal else "")
     rule = stopping_rule(run / "dvc.lock")
     reasons = [f"its models {rule.replace('; ‡ at the cap', '')}, each at its own length"] if "until" in rule else []
@@ -423,11 +423,13 @@ def earlier_run_note(run: Path, intro: str) -> str:
         reasons.append("its control did not replay its fine-tuning's learning rates")
     if not (run / "seeds").is_dir():
         reasons.append("it has one seed")
+    if aer:
+        reasons.append(aer)
     if not reasons:
         return ""
     text = (f"{intro}: no unit is done yet. An earlier run on this corpus (commit {str(prov.get('commit'))[:7]}; "
             f"`{_shown(run)}/`: `table1.md`, `compare.md`) decides none of the claims: "
-            f"{'; '.join(reasons[:-1]) + '; and ' + reasons[-1] if len(reasons) > 1 else reasons[0]}{aer}.")
+            f"{'; '.join(reasons[:-1]) + '; and ' + reasons[-1] if len(reasons) > 1 else reasons[0]}.")
     return textwrap.fill(text, width=100, break_on_hyphens=False)
 
 

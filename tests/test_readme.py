@@ -199,10 +199,12 @@ def test_an_earlier_grc_run_is_named_with_what_keeps_it_from_deciding_the_claims
     (probe / "unit.json").write_text(json.dumps({"summary": {"test": {"aer_diagonal": 0.7301}}}))
     aer = json.loads((run / "metrics.json").read_text())["models"]["global"]["aer"]
     if aer is not None:
-        assert f"(test AER {aer:.3f} against 0.730)" in " ".join(figures.earlier_run_note(run, "x").split())
+        assert f"; and its Global aligns little better than a length-proportional diagonal that reads no words " \
+               f"(test AER {aer:.3f} against 0.730)." in " ".join(figures.earlier_run_note(run, "x").split())
     shutil.copy2(run / "finetune" / "flexible.csv", run / "finetune_control" / "flexible.csv")
     (run / "seeds").mkdir()
     (run / "dvc.lock").write_text(lock)
+    shutil.rmtree(run / "probes")
     assert figures.earlier_run_note(run, "x") == ""  # nothing keeps it from deciding: no note
 
 
