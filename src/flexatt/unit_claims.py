@@ -321,8 +321,8 @@ def render(table: list[dict], claims: list[dict], units: Units, budget: dict | N
                   f"{budget['dev_bleu'][1]:.2f}; test {budget['test_bleu'][0]:.2f} → {budget['test_bleu'][1]:.2f}): "
                   + ("under" if budget["enough"] else "not under") + f" {BUDGET_GAIN} BLEU, so the budget "
                   + ("is" if budget["enough"] else "is not") + " enough by this check.", ""]
-    lines += [ "| claim | verdict | Δ BLEU per seed | over seeds (95% t) | pooled (95% bootstrap) | "
-              "p (Holm) | p AR (Holm) | detail |", "|---|---|---|---|---|---|---|---|"]
+    lines += ["| claim | rule | verdict | Δ BLEU per seed | over seeds (95% t) | pooled (95% bootstrap) | "
+              "p (Holm) | p AR (Holm) | detail |", "|---|---|---|---|---|---|---|---|---|"]
     for c in claims:
         if c["verdict"] == NOT_MEASURED:
             lines.append(f"| {c['id']}: {c['claim']} | {c['rule']} | not measured | | | | | | {c.get('missing', '')} |")
