@@ -412,7 +412,9 @@ def earlier_run_note(run: Path, intro: str) -> str:
         return ""
     prov, metrics = _json(run / "provenance.json"), _json(run / "metrics.json")
     glob = metrics["models"].get("global", {})
-    probes = [m for m in (done_units_of(p) for p in sorted((run / "probes").glob("*/units"))) for m in m.values()]
+    from flexatt.units import done_units
+
+    probes = [m for folder in sorted((run / "probes").glob("*/units")) for m in done_units(folder).values()]
     diagonal = next((m["summary"]["test"]["aer_diagonal"] for m in probes if "aer_diagonal" in m["summary"]["test"]), None)
     aer = (f"its Global aligns little better than a length-proportional diagonal that reads no words "
            f"(test AER {glob['aer']:.3f} against {diagonal:.3f})" if glob.get("aer") is not None and diagonal else "")
@@ -437,12 +439,6 @@ def _lr_column(curve: Path) -> list[str]:
     """The learning rate of each epoch of a learning curve (``lr`` column)."""
     with open(curve, newline="", encoding="utf-8") as f:
         return [row["lr"] for row in csv.DictReader(f)]
-
-
-def done_units_of(folder: Path) -> dict[str, dict]:
-    from flexatt.units import done_units
-
-    return done_units(folder)
 
 
 #: the README's short name of each claim of ``results/compare.json`` (its own text otherwise)

@@ -249,10 +249,11 @@ def _record(split: str, tau: float, out, data) -> dict:
     """One decode as stored: its text, per-sentence windows and BLEU statistics, summary."""
     from sacrebleu.metrics import BLEU
 
+    from flexatt.claims import _stats
     from flexatt.metrics import corpus_bleu, corpus_chrf
 
     bleu, signature = corpus_bleu(out.hypotheses, [data.references])
-    stats = BLEU()._extract_corpus_statistics(list(out.hypotheses), [list(data.references)])
+    stats = _stats(BLEU(), out.hypotheses, data.references)
     return {
         "split": split, "tau": None if math.isinf(tau) else tau,
         "window": round(out.mean_window, 3), "window_step_weighted": round(out.step_weighted_window, 3),
@@ -537,6 +538,7 @@ def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str =
     from flexatt import schema
     from flexatt.evaluation import load_model
     from flexatt.io import save_torch
+    from flexatt.parallel import intra_op_threads
     from flexatt.trainer import model_config, train
 
     started = time.perf_counter()
@@ -580,7 +582,7 @@ def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str =
         else:
             model = load_model(checkpoint)
     tok_dir, filter_dir = Path(p.train.data_dir), Path(p.tokenize.in_dir)
-    with _threads(p.train.threads):
+    with intra_op_threads(p.train.threads):
         summary, decodes, alignments, g_values = decode_products(model, p, tok_dir, filter_dir, targets,
                                                                    full=unit.budget == 1.0)
     files["decodes.json.gz"] = _gzip_json(decodes)
@@ -618,12 +620,6 @@ def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str =
     print(f"unit {unit.name}: {manifest['minutes']['total']} min, products "
           f"{sum(len(b) for b in files.values()) / 1e6:.2f} MB in {out}", flush=True)
     return manifest
-
-
-def _threads(n: int):
-    from flexatt.parallel import intra_op_threads
-
-    return intra_op_threads(n)
 
 
 def _cpu() -> str:
