@@ -68,7 +68,7 @@ def rotated(items: list, shift: int) -> list:
 
 def first_batches(split: EncodedSplit, n: int, batch_size: int) -> list[Batch]:
     """The first ``n`` pairs of ``split``: one batch per pair (``batch_size`` 1, in order) or
-    length-grouped batches as ``flexatt.evaluation.translate_split`` makes them."""
+    length-grouped batches as ``flexatt.decoding.translate.translate_split`` makes them."""
     data = ParallelData(split)
     n = min(n, len(split))
     if batch_size == 1:
@@ -169,20 +169,20 @@ class AttentionTimer:
         self.record = record
         self.step_s = self.pre_s = 0.0
         self.calls = 0
-        self.fused = PhaseTimer()
+        self.kernel = PhaseTimer()
 
     @property
     def attention_s(self) -> float:
-        """Attention steps, eager (this wrapper) and fused (the kernel's own phase clock)."""
-        return self.step_s + self.fused.attention_s
+        """Attention steps, eager (this wrapper) and the kernel's own phase clock."""
+        return self.step_s + self.kernel.attention_s
 
     @property
     def steps(self) -> int:
-        """Attention steps (per sentence) timed, eager and fused."""
-        return self.calls + self.fused.steps
+        """Attention steps (per sentence) timed, eager and kernel."""
+        return self.calls + self.kernel.steps
 
     def __enter__(self) -> "AttentionTimer":
-        self.fused.__enter__()
+        self.kernel.__enter__()
         att, fwd, pre = self.att, self.att.forward, self.att.precompute
         clock = time.perf_counter
 
@@ -205,7 +205,7 @@ class AttentionTimer:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.fused.__exit__(*exc)
+        self.kernel.__exit__(*exc)
         del self.att.forward
         del self.att.precompute
 
@@ -333,3 +333,16 @@ def char_setting(run: Path = CHAR_RUN) -> CharSetting:
                        {row: m["bleu"] for row, m in rows.items()})
 
 
+def worktree(commit: str, prefix: str) -> Path:
+    """A git worktree of ``commit`` in ``artifacts/bench/<prefix>-<short sha>`` (made once): the
+    baseline a benchmark runs side by side with this working tree."""
+    import subprocess
+
+    sha = subprocess.run(["git", "rev-parse", "--short", commit], cwd=ROOT, check=True, capture_output=True,
+                         text=True).stdout.strip()
+    tree = ROOT / "artifacts/bench" / f"{prefix}-{sha}"
+    if not tree.is_dir():
+        tree.parent.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), sha], cwd=ROOT, check=True,
+                       capture_output=True)
+    return tree

@@ -1,4 +1,4 @@
-"""Beam-search speed of global and flexible attention, the eager step against the two fast steps:
+"""Beam-search speed of global and flexible attention, the eager step against the compiled one:
 sentences per second at beam 5 and 20 (and greedy with ``--beams 1``).
 
     python benchmarks/beam_speed.py                          # first 200 test pairs, beams 5 and 20
@@ -13,8 +13,7 @@ pipeline decodes; beam 1 is greedy search) by the **global** model and the **fin
 flexible** model at its **selected τ** (``results/sweep_tau.json`` →
 ``models.flexible_ft.selected_tau``, or ``--tau``), each with two implementations of the same
 search (``--paths``): **eager**, :func:`flexatt.decoding.beam_search` on the eager backend (the
-model's own ``decode_step``); **grouped**, the same on the grouped backend (the PyTorch step on a
-per-sentence attention cache, bit-identical to the eager one); and **compiled**, the same on the
+model's own ``decode_step`` on a per-sentence cache with a row map); and **compiled**, the same on the
 kernel backend (the kernel's step and candidate selection: what ``decode.backend=auto`` gives
 the pipeline's stages and ``flexatt translate`` for these models). Sentences are decoded in
 length-grouped batches of ``--batch-size`` (default ``decode.batch_size``, as
@@ -57,14 +56,14 @@ import _common as B  # noqa: E402
 
 from flexatt.config import load_params  # noqa: E402
 from flexatt.data.subwords import BOS_ID, EOS_ID, EncodedSplit, Vocab  # noqa: E402
-from flexatt.evaluation import load_model, read_lines  # noqa: E402
+from flexatt.checkpoints import load_model  # noqa: E402
+from flexatt.io import read_lines  # noqa: E402
 from flexatt.metrics import corpus_bleu  # noqa: E402
 from flexatt import decoding  # noqa: E402
 
 MODELS = ("global", "flexible_ft")
 #: path -> (greedy, beam search, the decoding backend)
 PATHS = {"eager": (decoding.greedy, decoding.beam_search, {"backend": "eager"}),
-         "grouped": (decoding.greedy, decoding.beam_search, {"backend": "grouped"}),
          "compiled": (decoding.greedy, decoding.beam_search, {"backend": "kernel"})}
 
 

@@ -23,7 +23,7 @@ elsewhere on the machine falls on both; the figures are the median over ``--roun
 the spread (min–max) of the per-round values; the ratio is the median of the per-round ratios.
 A warm-up pass precedes the rounds.
 
-Attention share: separate passes per batch size (fused path; the fastest of three counts) in
+Attention share: separate passes per batch size (the kernel; the fastest of three counts) in
 which the kernel clocks its own
 phases (``flexatt.decoding.kernel.PhaseTimer``: the query products W_q h and W_g h, g_t, the vision span,
 scoring, softmax, context and p_t of every step) and ``precompute`` (the key projection U_k h̄,
@@ -66,26 +66,26 @@ import _common as B  # noqa: E402
 
 from flexatt.config import load_params  # noqa: E402
 from flexatt.data.subwords import EncodedSplit  # noqa: E402
-from flexatt.evaluation import load_model  # noqa: E402
+from flexatt.checkpoints import load_model  # noqa: E402
 from flexatt.decoding import forced_decode  # noqa: E402
 
 MODELS = ("global", "flexible_ft")
 
 
-def decode(model, batch, tau, fused=True):
-    """Forced decoding of ``batch`` on the kernel (``fused``) or the eager backend."""
+def decode(model, batch, tau, kernel=True):
+    """Forced decoding of ``batch`` on the kernel (``kernel``) or the eager backend."""
     return forced_decode(model, batch.src, batch.src_len, batch.tgt_in, batch.tgt_out, tau=tau,
-                         backend="kernel" if fused else "eager")
+                         backend="kernel" if kernel else "eager")
 
 
 def time_side_by_side(models: dict, taus: dict, batches: list, rounds: int, n_sent: int,
                       paths: tuple[str, ...]) -> dict:
-    """Per path ("fused", "eager") and model: the ms per sentence of every round (every model on
+    """Per path ("kernel", "eager") and model: the ms per sentence of every round (every model on
     every path on each batch, back to back, in rotating order)."""
     runs = [(path, name) for path in paths for name in models]
     for path, name in runs:  # warm-up
         for b in batches[: max(1, min(len(batches), 20))]:
-            decode(models[name], b, taus[name], path == "fused")
+            decode(models[name], b, taus[name], path == "kernel")
     ms = {path: {name: [] for name in models} for path in paths}
     clock = time.perf_counter
     for r in range(rounds):
@@ -93,7 +93,7 @@ def time_side_by_side(models: dict, taus: dict, batches: list, rounds: int, n_se
         for i, b in enumerate(batches):
             for path, name in B.rotated(runs, i + r):
                 t0 = clock()
-                decode(models[name], b, taus[name], path == "fused")
+                decode(models[name], b, taus[name], path == "kernel")
                 total[path, name] += clock() - t0
         for path, name in runs:
             ms[path][name].append(1000.0 * total[path, name] / n_sent)
@@ -135,7 +135,7 @@ def profile(name: str, model, tau, batches, top: int) -> dict:
     with B.AttentionTimer(model, record=True), tprofile(activities=[ProfilerActivity.CPU]) as prof:
         for b in batches:
             with record_function("forced_decode"):
-                decode(model, b, tau, fused=False)  # op by op: the eager path
+                decode(model, b, tau, kernel=False)  # op by op: the eager path
     events = {e.key: e for e in prof.key_averages()}
     total = events["forced_decode"].cpu_time_total
     att = sum(events[k].cpu_time_total for k in ("attention.step", "attention.precompute") if k in events)
@@ -196,7 +196,7 @@ def run_level(level: str, args, cfg) -> dict:
                  "steps_per_sentence": tgt_mean, "batch_sizes": {}, "note": note}
 
     single = B.first_batches(split, n, 1)
-    paths = ("fused", "eager") if args.eager else ("fused",)
+    paths = ("kernel", "eager") if args.eager else ("kernel",)
     for bs in args.batch_sizes:
         batches = single if bs == 1 else B.first_batches(split, n, bs)
         timed = time_side_by_side(models, taus, batches, args.rounds, n, paths)
@@ -204,7 +204,7 @@ def run_level(level: str, args, cfg) -> dict:
             ratios = [g / f for g, f in zip(ms["global"], ms["flexible_ft"])]
             figures = {"ms_per_sentence": ms, "ratio_per_round": ratios,
                        "ms_median": {k: B.med(v) for k, v in ms.items()}, "ratio_median": B.med(ratios)}
-            if path == "fused":
+            if path == "kernel":
                 out["batch_sizes"][bs] = figures
             else:
                 out.setdefault("eager", {})[bs] = figures
@@ -245,7 +245,7 @@ def run_level(level: str, args, cfg) -> dict:
             gain = {k: e["ms_median"][k] / f["ms_median"][k] for k in MODELS}
             print(f"    batch size {bs}: global {e['ms_median']['global']:.2f}, flexible_ft "
                   f"{e['ms_median']['flexible_ft']:.2f} ms/sent, speed-up {e['ratio_median']:.2f}x "
-                  f"(rounds {B.spread(e['ratio_per_round'])}); the fused path is {gain['global']:.1f}x / "
+                  f"(rounds {B.spread(e['ratio_per_round'])}); the kernel is {gain['global']:.1f}x / "
                   f"{gain['flexible_ft']:.1f}x as fast")
     arith = out["arithmetic"] = step_arithmetic(models, {k: v["window"] for k, v in shares.items()})
     print("  arithmetic per step and sentence (multiply-adds, concat score):")
@@ -272,7 +272,7 @@ def main() -> None:
     parser.add_argument("--tau", type=float, help="subword tau instead of the selected one")
     parser.add_argument("--char-tau", type=float, help="char tau instead of the selected one")
     parser.add_argument("--no-eager", dest="eager", action="store_false",
-                        help="time the fused path only (default: the eager path too, side by side)")
+                        help="time the kernel only (default: the eager path too, side by side)")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="also run torch.profiler over N sentences per model and print the top ops")
     parser.add_argument("--out", default="benchmarks/results/decode_speed.json")

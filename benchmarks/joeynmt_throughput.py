@@ -65,32 +65,34 @@ tanh(W_o[h_t; c_t; i_t]) computed after the loop for all steps at once).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from _peers import (ROOT, Peer, ToolkitWorker, log_tail, peer_arguments, peer_python, run_logged, serve, worker_pipe,
+                    write_yaml)
+
 TARGET_RATIO = 1.5
+PEER = Peer(Path(__file__), key="joeynmt", name="Joey NMT", label="Joey NMT 2.3 (rnn)",
+            setup="bash benchmarks/setup_joeynmt.sh")
 
 
 # ======================================================================================
 # The Joey NMT side: runs in .venv-joeynmt (imports nothing from flexatt)
 # ======================================================================================
-def worker_pipe(threads: int):
-    """In a worker: the pipe to the parent (stdout as it was); from here on anything printed goes
-    to stderr (the worker log). Sets the intra-op threads."""
-    proto = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-    import torch
+def load_joey(config: str, mode: str):
+    """In a worker: Joey's parsed config, model and data (train, dev, test) for ``mode``
+    ("train", "test"), as ``joeynmt train`` / ``joeynmt test`` prepare them."""
+    from joeynmt.config import load_config, parse_global_args
+    from joeynmt.prediction import prepare
 
-    torch.set_num_threads(threads)
-    return proto
+    cfg = load_config(Path(config))
+    Path(cfg["model_dir"]).mkdir(parents=True, exist_ok=True)
+    gargs = parse_global_args(cfg, rank=0, mode=mode)
+    return gargs, *prepare(gargs, rank=0, mode=mode)
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -98,23 +100,15 @@ def worker(args: argparse.Namespace) -> None:
     proto = worker_pipe(args.threads)
     import torch
     import joeynmt
-    from joeynmt.config import load_config, parse_global_args
-    from joeynmt.prediction import prepare
     from joeynmt.training import TrainManager
 
-    cfg = load_config(Path(args.config))
-    Path(cfg["model_dir"]).mkdir(parents=True, exist_ok=True)
-    gargs = parse_global_args(cfg, rank=0, mode="train")
-    model, train_data, _, _ = prepare(gargs, rank=0, mode="train")
+    gargs, model, train_data, _, _ = load_joey(args.config, "train")
     trainer = TrainManager(
         rank=0, model=model, model_dir=gargs.model_dir, device=gargs.device, n_gpu=gargs.n_gpu,
         num_workers=gargs.num_workers, autocast=gargs.autocast, seed=gargs.seed,
         train_args=gargs.train, dev_args=None,
     )
     batches: list = []
-
-    def reply(**msg) -> None:
-        proto.write(json.dumps(msg) + "\n")
 
     def train_round() -> float:
         """One pass over the batches: the body of Joey's training loop, minus its bookkeeping."""
@@ -150,127 +144,43 @@ def worker(args: argparse.Namespace) -> None:
             t["clip+adam+zero"] += t3 - t2
         return t
 
-    for line in sys.stdin:
-        msg = json.loads(line)
-        cmd = msg["cmd"]
-        if cmd == "setup":
-            cpu = torch.device("cpu")
-            batches = [
-                train_data.collate_fn([train_data[i] for i in idx], pad_index=model.pad_index,
-                                      eos_index=model.eos_index, device=cpu)
-                for idx in msg["batches"]
-            ]
-            reply(
-                ok=True,
-                joeynmt=joeynmt.__version__,
-                torch=torch.__version__,
-                threads=torch.get_num_threads(),
-                parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),
-                vocab=[len(model.src_vocab), len(model.trg_vocab)],
-                specials={"pad": model.pad_index, "bos": model.bos_index, "eos": model.eos_index,
-                          "unk": model.unk_index},
-                tokens=[int(b.ntokens) for b in batches],
-                # before any training step (which sorts the rows): the rows in index order
-                src=[b.src.tolist() for b in batches],
-                trg=[b.trg.tolist() for b in batches],
-                trg_input=[b.trg_input.tolist() for b in batches],
-                model=repr(model),
-            )
-        elif cmd == "run":
-            reply(ok=True, seconds=train_round())
-        elif cmd == "phases":
-            reply(ok=True, phases=phase_round())
-        elif cmd == "profile":
-            from torch.profiler import ProfilerActivity, profile
+    def setup(msg: dict) -> dict:
+        cpu = torch.device("cpu")
+        batches[:] = [
+            train_data.collate_fn([train_data[i] for i in idx], pad_index=model.pad_index,
+                                  eos_index=model.eos_index, device=cpu)
+            for idx in msg["batches"]
+        ]
+        return dict(
+            joeynmt=joeynmt.__version__,
+            torch=torch.__version__,
+            threads=torch.get_num_threads(),
+            parameters=sum(p.numel() for p in model.parameters() if p.requires_grad),
+            vocab=[len(model.src_vocab), len(model.trg_vocab)],
+            specials={"pad": model.pad_index, "bos": model.bos_index, "eos": model.eos_index,
+                      "unk": model.unk_index},
+            tokens=[int(b.ntokens) for b in batches],
+            # before any training step (which sorts the rows): the rows in index order
+            src=[b.src.tolist() for b in batches],
+            trg=[b.trg.tolist() for b in batches],
+            trg_input=[b.trg_input.tolist() for b in batches],
+            model=repr(model),
+        )
 
-            with profile(activities=[ProfilerActivity.CPU]) as prof:
-                train_round()
-            reply(ok=True, table=prof.key_averages().table(
-                sort_by="self_cpu_time_total", row_limit=msg.get("rows", 25)))
-        elif cmd == "quit":
-            reply(ok=True)
-            return
-        else:
-            reply(ok=False, error=f"unknown command {cmd!r}")
+    def profile_round(msg: dict) -> dict:
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            train_round()
+        return {"table": prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=msg.get("rows", 25))}
+
+    serve(proto, {"setup": setup, "run": lambda msg: {"seconds": train_round()},
+                  "phases": lambda msg: {"phases": phase_round()}, "profile": profile_round})
 
 
 # ======================================================================================
 # The driver: runs in flexatt's .venv
 # ======================================================================================
-class ToolkitWorker:
-    """A peer toolkit's worker process (``script --worker``, run by the toolkit's own Python in its
-    virtualenv), driven over stdin/stdout, one JSON line per command and reply."""
-
-    def __init__(self, python: Path, config: Path, threads: int, log: Path, extra_env: dict | None = None,
-                 script: Path = Path(__file__)):
-        env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), **(extra_env or {}))
-        self.log_path = log
-        self.name = script.stem
-        self.log = log.open("w")
-        self.proc = subprocess.Popen(  # ``script --worker``, run by the toolkit's Python
-            [str(python), str(script.resolve()), "--worker", "--config", str(config),
-             "--threads", str(threads)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True, env=env,
-            cwd=ROOT,
-        )
-
-    def ask(self, cmd: str, **payload) -> dict:
-        self.proc.stdin.write(json.dumps({"cmd": cmd, **payload}) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            self.proc.wait()
-            self.log.flush()
-            tail = "".join(self.log_path.read_text(errors="replace").splitlines(True)[-30:])
-            sys.exit(f"{self.name}: the worker died (exit {self.proc.returncode}); "
-                     f"last lines of {self.log_path}:\n{tail}")
-        reply = json.loads(line)
-        if not reply.get("ok"):
-            sys.exit(f"{self.name}: worker error: {reply.get('error')}")
-        return reply
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.ask("quit")
-            self.proc.wait(timeout=60)
-        self.log.close()
-
-
-def compare_decoding(worker: "ToolkitWorker", flexatt_round, *, peer: str, label: str, peer_label: str,
-                     sentences: int, references: list[str], rounds: int, target: float) -> dict:
-    """Translate the test set side by side: flexatt (``flexatt_round() -> (seconds, hypotheses)``)
-    and a peer's ``worker`` (command ``decode``), a warm-up each, then ``rounds`` rounds in
-    alternating order; prints the table (sentences/s, spread, BLEU, words) and the ratio of the
-    medians against ``target``. Returns the figures for the JSON record. Closes the worker."""
-    from flexatt.metrics import corpus_bleu
-
-    _, flex_hyps = flexatt_round()  # warm-up (and the kernel's build, if not cached)
-    hyps = {"flexatt": flex_hyps, peer: worker.ask("decode", outputs=True)["hypotheses"]}
-    times = {"flexatt": [], peer: []}
-    for r in range(rounds):
-        for side in (("flexatt", peer) if r % 2 == 0 else (peer, "flexatt")):
-            times[side].append(flexatt_round()[0] if side == "flexatt" else worker.ask("decode")["seconds"])
-    worker.close()
-
-    rate = {k: [sentences / s for s in v] for k, v in times.items()}
-    ratios = [f / o for f, o in zip(rate["flexatt"], rate[peer])]
-    bleu = {k: corpus_bleu(h, [references])[0] for k, h in hyps.items()}
-    words = {k: sum(len(x.split()) for x in h) / sentences for k, h in hyps.items()}
-    med = {k: statistics.median(v) for k, v in rate.items()}
-    print(f"{'toolkit':38s} {'sent/s':>8s} {'spread':>17s} {'BLEU':>6s} {'words/sentence':>15s} {'words/s':>8s}")
-    for key, name in (("flexatt", "flexatt (global, compiled step)"), (peer, label)):
-        print(f"{name:38s} {med[key]:8.1f} {min(rate[key]):8.1f}–{max(rate[key]):<8.1f} "
-              f"{bleu[key]:6.2f} {words[key]:15.1f} {med[key] * words[key]:8.0f}")
-    ratio = med["flexatt"] / med[peer]
-    verdict = "meets" if ratio >= target else "misses"
-    print(f"ratio flexatt / {peer_label}: {ratio:.2f}x (per round {min(ratios):.2f}–{max(ratios):.2f}); "
-          f"{verdict} the {target:g}x target", flush=True)
-    print(f"words per second (output length taken out): "
-          f"{med['flexatt'] * words['flexatt'] / (med[peer] * words[peer]):.2f}x")
-    return {"sentences_per_second": rate, "ratio": ratio, "ratios_per_round": ratios, "bleu": bleu,
-            "words_per_sentence": words}
-
-
 def joey_config(cfg, work_dir: Path, model_dir: Path, vocab_file: Path, *, updates: int,
                 logging_freq: int) -> dict:
     """Joey NMT 2.3 config for its recurrent model with flexatt's sizes (see the module doc)."""
@@ -393,13 +303,6 @@ def write_joey_vocab(src_vocab, tgt_vocab, path: Path) -> None:
     path.write_text("\n".join(pieces) + "\n", encoding="utf-8")
 
 
-def write_yaml(path: Path, data: dict) -> None:
-    import yaml
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), encoding="utf-8")
-
-
 def check_same_data(batches, reply: dict, pad_id: int, unk_id: int) -> None:
     """Joey's batches must hold flexatt's token ids (up to Joey's pad/unk ids) row for row."""
     to_flex = {reply["specials"]["pad"]: pad_id, reply["specials"]["unk"]: unk_id}
@@ -417,14 +320,10 @@ def check_same_data(batches, reply: dict, pad_id: int, unk_id: int) -> None:
 
 def run_joey_cli(python: Path, config: Path, model_dir: Path, threads: int, log: Path) -> list[float]:
     """``joeynmt train CONFIG --skip-test``; returns the 'Tokens per Sec' figures of its log."""
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
-    with log.open("w") as out:
-        proc = subprocess.run([str(python), "-m", "joeynmt", "train", str(config), "--skip-test"],
-                              stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    code = run_logged(python, ["-m", "joeynmt", "train", str(config), "--skip-test"], log, threads)
+    if code != 0:
+        sys.exit(f"joeynmt_throughput: `joeynmt train` failed (exit {code}):\n{log_tail(log)}")
     text = log.read_text(errors="replace")
-    if proc.returncode != 0:
-        tail = "".join(text.splitlines(True)[-30:])
-        sys.exit(f"joeynmt_throughput: `joeynmt train` failed (exit {proc.returncode}):\n{tail}")
     if re.search(r"Validation result|Evaluation result", text):
         print("joeynmt_throughput: warning: `joeynmt train` validated during the run", file=sys.stderr)
     return [float(x) for x in re.findall(r"Tokens per Sec:\s*([0-9.]+)", text)]
@@ -436,20 +335,14 @@ def spread(xs: list[float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--params", default="params.yaml")
+    peer_arguments(parser, python_flag="joey", venv=".venv-joeynmt", work_dir="artifacts/bench/joeynmt",
+                   work_help="Joey's config, vocabulary, model dir and logs", rounds=7)
     parser.add_argument("--variant", default="global", help="flexatt variant (default: global)")
     parser.add_argument("--batches", type=int, default=15, help="training steps per measurement")
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--joey-python", default=str(ROOT / ".venv-joeynmt" / "bin" / "python"))
-    parser.add_argument("--work-dir", default="artifacts/bench/joeynmt",
-                        help="Joey's config, vocabulary, model dir and logs")
     parser.add_argument("--joey-cli-steps", type=int, default=60,
                         help="also run `joeynmt train` for this many updates (0: skip)")
     parser.add_argument("--profile", action="store_true",
                         help="also time the phases of a step and print the top operators of both")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--config", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args)
@@ -465,12 +358,9 @@ def main() -> None:
     from flexatt.model import build_model, count_parameters, sequence_nll
     from flexatt.trainer import model_config
 
-    sys.path.insert(0, str(ROOT / "benchmarks"))
     from _common import ALLOCATOR_TUNED, FP32, precision_context, training_round
 
-    joey_python = Path(args.joey_python)
-    if not joey_python.exists():
-        sys.exit(f"joeynmt_throughput: {joey_python} not found: run `bash benchmarks/setup_joeynmt.sh` first")
+    joey_python = peer_python(PEER, args.peer_python)
     cfg = load_params(args.params)
     tok_dir = ROOT / str(cfg.train.data_dir)
     work = (ROOT / args.work_dir).resolve()
@@ -498,9 +388,10 @@ def main() -> None:
 
     from flexatt.runtime import GLIBC_ENV, resolve_precision
 
-    workers = {"joeynmt": ToolkitWorker(joey_python, work / "bench.yaml", args.threads, work / "worker.log"),
+    workers = {"joeynmt": ToolkitWorker(joey_python, work / "bench.yaml", args.threads, work / "worker.log",
+                                        script=PEER.script),
                "joeynmt_tuned": ToolkitWorker(joey_python, work / "bench.yaml", args.threads,
-                                           work / "worker_tuned.log", GLIBC_ENV)}
+                                              work / "worker_tuned.log", script=PEER.script, extra_env=GLIBC_ENV)}
     worker_proc = workers["joeynmt"]
     try:
         for w in workers.values():

@@ -39,27 +39,23 @@ default (``weights_only``): its processes run with ``TORCH_FORCE_NO_WEIGHTS_ONLY
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-from joeynmt_throughput import ToolkitWorker, compare_decoding, worker_pipe, write_yaml  # noqa: E402
+from _peers import (ROOT, Peer, batches_per_epoch, decode_main, peer_arguments, serve, train_once, worker_pipe,
+                    write_yaml)
 
 TARGET_RATIO = 2.0
-ONMT_ENV = {"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"}
+PEER = Peer(Path(__file__), key="opennmt", name="OpenNMT-py", label="OpenNMT-py 3.5 (rnn, infer_list)",
+            setup="bash benchmarks/setup_opennmt.sh", env={"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"})
 
 
 # ======================================================================================
 # The OpenNMT-py side: runs in .venv-opennmt (imports nothing from flexatt)
 # ======================================================================================
 def worker(args: argparse.Namespace) -> None:
-    """Load OpenNMT-py's trained model and the test sources, then translate on command."""
+    """Load OpenNMT-py's trained model and the test sources, then translate on command (``decode``)."""
     proto = worker_pipe(args.threads)
     from onmt.bin.translate import _get_parser
     from onmt.inference_engine import InferenceEnginePY
@@ -74,25 +70,19 @@ def worker(args: argparse.Namespace) -> None:
     with open(opt.src, encoding="utf-8") as f:
         sources = [line.rstrip("\n") for line in f]
 
-    def reply(**msg) -> None:
-        proto.write(json.dumps(msg) + "\n")
-
-    reply(ok=True, ready=True, sentences=len(sources))
-    for line in sys.stdin:
-        msg = json.loads(line)
-        if msg["cmd"] == "quit":
-            reply(ok=True)
-            return
+    def decode(msg: dict) -> dict:
         started = time.perf_counter()
         _, preds = engine.infer_list(sources)
         seconds = time.perf_counter() - started
-        reply(ok=True, seconds=seconds, hypotheses=[p[0] for p in preds] if msg.get("outputs") else None)
+        return {"seconds": seconds, "hypotheses": [p[0] for p in preds] if msg.get("outputs") else None}
+
+    serve(proto, {"decode": decode}, sentences=len(sources))
 
 
 # ======================================================================================
 # The flexatt side
 # ======================================================================================
-def onmt_configs(cfg, work: Path, vocab_file: Path, batches_per_epoch: int,
+def onmt_configs(cfg, work: Path, vocab_file: Path, per_epoch: int,
                  updates: int | None = None) -> tuple[dict, dict]:
     """OpenNMT-py 3.5's training and translation configs (see the module doc); ``updates``
     replaces ``train.epochs`` epochs of updates."""
@@ -102,7 +92,7 @@ def onmt_configs(cfg, work: Path, vocab_file: Path, batches_per_epoch: int,
     subwords = {"src_subword_model": str(tok_dir / "src.model"), "tgt_subword_model": str(tok_dir / "tgt.model"),
                 "src_subword_nbest": 1, "tgt_subword_nbest": 1, "src_subword_alpha": 0.0,
                 "tgt_subword_alpha": 0.0}
-    steps = updates or int(cfg.train.epochs) * batches_per_epoch
+    steps = updates or int(cfg.train.epochs) * per_epoch
     train = {
         "save_data": str(work / "onmt"),
         "overwrite": True,
@@ -117,7 +107,7 @@ def onmt_configs(cfg, work: Path, vocab_file: Path, batches_per_epoch: int,
         **subwords,
         "save_model": str(work / "model" / "model"),
         "save_checkpoint_steps": steps, "keep_checkpoint": 1,
-        "train_steps": steps, "valid_steps": batches_per_epoch, "report_every": 100,
+        "train_steps": steps, "valid_steps": per_epoch, "report_every": 100,
         "seed": int(cfg.seed), "world_size": 1, "gpu_ranks": [], "num_workers": 0,
         "model_dtype": "fp32",
         "batch_type": "sents", "batch_size": int(cfg.train.batch_size), "valid_batch_size": int(cfg.train.batch_size),
@@ -148,112 +138,35 @@ def write_onmt_vocab(vocab, path: Path) -> None:
     path.write_text("\n".join(pieces) + "\n", encoding="utf-8")
 
 
-def train_onmt(python: Path, config: dict, translate: dict, work: Path, threads: int) -> None:
-    """``onmt_train`` once per config (a stamp next to the model)."""
-    path = work / "train.yaml"
-    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
-    stamp = work / "model" / "flexatt-bench.stamp"
-    write_yaml(path, config)
-    if stamp.is_file() and stamp.read_text().strip() == digest and Path(translate["model"]).exists():
-        print(f"opennmt_decode: OpenNMT-py's model is trained ({translate['model']})", flush=True)
-        return
-    print(f"opennmt_decode: training OpenNMT-py's model ({config['train_steps']} updates; log "
-          f"{work / 'train.log'})", flush=True)
-    env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads), **ONMT_ENV)
-    started = time.perf_counter()
-    (work / "model").mkdir(parents=True, exist_ok=True)
-    with (work / "train.log").open("w") as out:
-        proc = subprocess.run([str(python), "-m", "onmt.bin.train", "-config", str(path)],
-                              stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    if proc.returncode != 0 or not Path(translate["model"]).exists():
-        tail = "".join((work / "train.log").read_text(errors="replace").splitlines(True)[-30:])
-        sys.exit(f"opennmt_decode: `onmt_train` failed (exit {proc.returncode}):\n{tail}")
-    stamp.write_text(digest + "\n")
-    print(f"opennmt_decode: trained in {(time.perf_counter() - started) / 60:.1f} min", flush=True)
+def prepare_onmt(cfg, work: Path, python: Path, args: argparse.Namespace) -> tuple[Path, dict] | None:
+    """OpenNMT-py's vocabulary and configs under ``work``, and its model trained once by
+    ``onmt_train``. Returns the translation config its worker loads (None with ``--train-only``)."""
+    from flexatt.data.subwords import Vocab
+
+    if not cfg.tokenize.joint:
+        sys.exit("opennmt_decode: one vocabulary file per side is not implemented (tokenize.joint is true by default)")
+    vocab_file = work / "vocab.txt"
+    write_onmt_vocab(Vocab(ROOT / str(cfg.train.data_dir) / "tgt.model"), vocab_file)
+    train_cfg, translate_cfg = onmt_configs(cfg, work, vocab_file, batches_per_epoch(cfg), args.updates)
+    train_path = work / "train.yaml"
+    train_once(PEER, python, ["-m", "onmt.bin.train", "-config", str(train_path)], train_cfg, train_path,
+               Path(translate_cfg["model"]), command="onmt_train", amount=f"{train_cfg['train_steps']} updates",
+               threads=args.threads)
+    if args.train_only:
+        return None
+    translate_path = work / "translate.yaml"
+    write_yaml(translate_path, translate_cfg)
+    return translate_path, {"train_steps": train_cfg["train_steps"]}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--onmt-python", default=str(ROOT / ".venv-opennmt" / "bin" / "python"))
-    parser.add_argument("--work-dir", default="artifacts/bench/opennmt_decode",
-                        help="OpenNMT-py's configs, vocabulary, model folder and logs")
+    peer_arguments(parser, python_flag="onmt", venv=".venv-opennmt", work_dir="artifacts/bench/opennmt_decode",
+                   work_help="OpenNMT-py's configs, vocabulary, model folder and logs", rounds=3)
     parser.add_argument("--out", default="benchmarks/results/opennmt_decode.json")
     parser.add_argument("--updates", type=int, help="train for this many updates instead of train.epochs epochs")
     parser.add_argument("--train-only", action="store_true", help="train (or find) the model, time nothing")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--config", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.worker:
-        worker(args)
-        return
-
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)
-    import torch
-
-    torch.set_num_threads(args.threads)
-    from flexatt.config import load_params
-    from flexatt.data.subwords import EncodedSplit, Vocab
-    from flexatt.evaluation import load_model, read_lines, translate_split
-
-    onmt_python = Path(args.onmt_python)
-    if not onmt_python.exists():
-        sys.exit(f"opennmt_decode: {onmt_python} not found: run `bash benchmarks/setup_opennmt.sh` first")
-    cfg = load_params(args.params)
-    if not cfg.tokenize.joint:
-        sys.exit("opennmt_decode: one vocabulary file per side is not implemented (tokenize.joint is true by default)")
-    tok_dir = ROOT / str(cfg.train.data_dir)
-    filter_dir = ROOT / str(cfg.tokenize.in_dir)
-    checkpoint = ROOT / str(cfg.evaluate.checkpoints["global"])
-    for path in (checkpoint, tok_dir / "test.npz", filter_dir / "test.src", filter_dir / "train.src"):
-        if not path.is_file():
-            sys.exit(f"opennmt_decode: {path} not found: run `dvc repro` first")
-    work = (ROOT / args.work_dir).resolve()
-    work.mkdir(parents=True, exist_ok=True)
-
-    tgt_vocab = Vocab(tok_dir / "tgt.model")
-    vocab_file = work / "vocab.txt"
-    write_onmt_vocab(tgt_vocab, vocab_file)
-    batches_per_epoch = -(-len(read_lines(filter_dir / "train.src")) // int(cfg.train.batch_size))
-    train_cfg, translate_cfg = onmt_configs(cfg, work, vocab_file, batches_per_epoch, args.updates)
-    train_onmt(onmt_python, train_cfg, translate_cfg, work, args.threads)
-    if args.train_only:
-        return
-    translate_path = work / "translate.yaml"
-    write_yaml(translate_path, translate_cfg)
-
-    model = load_model(checkpoint)
-    split = EncodedSplit.load(tok_dir / "test.npz")
-    refs = read_lines(tok_dir / "test.ref")
-    settings = dict(beam_size=int(cfg.decode.beam_size), alpha=float(cfg.decode.alpha),
-                    max_len_ratio=float(cfg.decode.max_len_ratio), batch_size=int(cfg.decode.batch_size))
-
-    def flexatt_round() -> tuple[float, list[str]]:
-        started = time.perf_counter()
-        out = translate_split(model, split, tgt_vocab, **settings)
-        return time.perf_counter() - started, out.hypotheses
-
-    onmt = ToolkitWorker(onmt_python, translate_path, args.threads, work / "worker.log", extra_env=ONMT_ENV,
-                      script=Path(__file__))
-    ready = json.loads(onmt.proc.stdout.readline() or "{}")  # the worker's first line, once loaded
-    if ready.get("sentences") != len(split):
-        onmt.proc.wait()
-        tail = "".join((work / "worker.log").read_text(errors="replace").splitlines(True)[-30:])
-        sys.exit(f"opennmt_decode: OpenNMT-py loaded {ready.get('sentences')} test sentences, flexatt "
-                 f"{len(split)}; worker log:\n{tail}")
-    print(f"opennmt_decode: {len(split)} test sentences, beam {settings['beam_size']}, batches of "
-          f"{settings['batch_size']}, {args.rounds} rounds, {args.threads} threads", flush=True)
-    figures = compare_decoding(onmt, flexatt_round, peer="opennmt", label="OpenNMT-py 3.5 (rnn, infer_list)",
-                               peer_label="OpenNMT-py", sentences=len(split), references=refs,
-                               rounds=args.rounds, target=TARGET_RATIO)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"sentences": len(split), "settings": settings, "rounds": args.rounds,
-                               "threads": args.threads, **figures, "train_steps": train_cfg["train_steps"]},
-                              indent=2) + "\n")
-    print(f"written {out}")
+    decode_main(parser, PEER, worker, prepare_onmt, target=TARGET_RATIO)
 
 
 if __name__ == "__main__":

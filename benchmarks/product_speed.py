@@ -1,9 +1,9 @@
-"""Matrix products of the fused decoder: the kernel's packed product against the BLAS library's.
+"""Matrix products of the decoding kernel: the kernel's packed product against the BLAS library's.
 
     python benchmarks/product_speed.py                 # 1 and 2 threads, the default shapes
     python benchmarks/product_speed.py --rounds 9 --threads 2
 
-The kernel backend (``flexatt.decoding.kernel``, ``csrc/fused_decode.cpp``) computes every product of
+The kernel backend (``flexatt.decoding.kernel``, ``csrc/kernel.cpp``) computes every product of
 its recurrence, its encoder and its readout with its own routine (``linear``: the weights packed
 in panels of columns, blocks of rows accumulated in registers, one chain of fused multiply-adds
 per output) instead of ``torch.mm`` (Intel MKL in the CPU wheel of PyTorch). This script times

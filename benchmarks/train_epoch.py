@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import ROOT, machine  # noqa: E402
+from _common import ROOT, machine, worktree  # noqa: E402
 
 PROBE = Path(__file__).resolve().parent / "_epoch_probe.py"
 PHASES = ("steps", "data", "validation", "checkpoints", "other")
@@ -36,13 +36,7 @@ PHASES = ("steps", "data", "validation", "checkpoints", "other")
 
 def baseline_tree(commit: str) -> Path:
     """A worktree of ``commit`` under artifacts/bench (made once), with this tree's tokenized data."""
-    sha = subprocess.run(["git", "rev-parse", "--short", commit], cwd=ROOT, check=True, capture_output=True,
-                         text=True).stdout.strip()
-    tree = ROOT / "artifacts/bench" / f"epoch-{sha}"
-    if not tree.is_dir():
-        tree.parent.mkdir(parents=True, exist_ok=True)
-        subprocess.run(["git", "worktree", "add", "--detach", str(tree), sha], cwd=ROOT, check=True,
-                       capture_output=True)
+    tree = worktree(commit, "epoch")
     tok = tree / "artifacts/tok"
     if not tok.exists():
         tok.parent.mkdir(parents=True, exist_ok=True)

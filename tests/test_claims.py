@@ -15,7 +15,8 @@ import pytest
 import torch
 
 from flexatt import claims
-from flexatt.claims import (adjust, bleu_difference, claims_table, compare_pair, holm, match_window, not_selected, outcome,
+from flexatt.tau_search import match_window
+from flexatt.claims import (adjust, bleu_difference, claims_table, compare_pair, holm, not_selected, outcome,
                             verdict_better, verdict_effect, verdict_not_worse, verdict_within,
                             windows_match)
 from flexatt.metrics import bleu_significance, corpus_bleu
@@ -311,7 +312,7 @@ def test_match_window_on_a_tiny_model_matches_a_fixed_window(single_thread):
     """A tiny flexible model decoded for real: the τ found gives the mean window of a local-m
     model with D = 1 on the same sentences, within the resolution of the bisection."""
     from flexatt.data.subwords import EncodedSplit
-    from flexatt.evaluation import translate_split
+    from flexatt.decoding.translate import translate_split
     from flexatt.model import build_model
 
     class Ids:

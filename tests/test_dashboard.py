@@ -1,11 +1,13 @@
 """``flexatt dashboard``: the W&B workspace and report built from code (flexatt.dashboard).
 
 * Offline, no runs needed: both objects build and the workspace serialises to the view W&B
-  would save, a section per topic with all its panels; the check of panel keys names a key that
-  no run logs; without an API key the command says so in one line and saves nothing.
+  would save, a section per topic with all its panels; the learning curves are a section per
+  training stage, without charts per epoch for a stage of one epoch; the check of panel keys
+  names a key that no run logs; without an API key the command says so in one line and saves
+  nothing.
 * Slow: every key a panel reads (metric, logged table and its columns, config entry) is among
   the keys that real runs log, read from the offline W&B run files of the smoke pipeline
-  (conftest's ``smoke_copy``: train, finetune, sweep_tau, evaluate, sweep_sigma) and of a
+  (conftest's ``smoke_copy``: train, finetune, control, sweep_tau, evaluate, sweep_sigma) and of a
   two-seed seeds sweep run on its outputs (replicate and its sweep_summary run).
 """
 
@@ -24,6 +26,16 @@ from flexatt import dashboard
 from wandb_records import read_run
 
 ENTITY, PROJECT = "flexatt-team", "flexatt"
+#: the default profile's epochs: three of training, one of fine-tuning (and so of its control)
+EPOCHS = {"train": 3, "finetune": 1, "control": 1}
+CURVES = ["Learning curves: training", "Learning curves: fine-tuning", "Learning curves: control (β = 0)"]
+READ_EPOCHS = dashboard.curve_epochs  # the module's own, which the fixture below replaces
+
+
+@pytest.fixture(autouse=True)
+def default_epochs(monkeypatch):
+    """The sections as the default profile's params.yaml makes them, wherever the tests run."""
+    monkeypatch.setattr(dashboard, "curve_epochs", lambda *args: dict(EPOCHS))
 
 
 def test_workspace_and_report_build_offline():
@@ -31,8 +43,8 @@ def test_workspace_and_report_build_offline():
 
     sections = dashboard.sections()
     titles = [s.title for s in sections]
-    assert titles == ["Table 1 (test set)", "BLEU against window", "τ trade-off per flexible model",
-                      "Learning curves", "σ sweep", "Seeds", "Attention per step"]
+    assert titles == ["Table 1 (test set)", "BLEU against window", "τ trade-off per flexible model", *CURVES,
+                      "σ sweep", "Seeds", "Attention per step"]
     view = dashboard.workspace(ENTITY, PROJECT)._to_model()  # what save() sends, made without a network
     spec = view.spec.section.panel_bank_config
     assert (view.entity, view.project, view.display_name) == (ENTITY, PROJECT, dashboard.TITLE)
@@ -48,8 +60,39 @@ def test_workspace_and_report_build_offline():
         assert [r.filters for r in grid.runsets] == [f"Metric(\"JobType\") in {list(r.job_types)}"
                                                      for r in section.runs], section.title
         assert all((r.entity, r.project) == (ENTITY, PROJECT) for r in grid.runsets)
-    learning = grids[titles.index("Learning curves")]
-    assert [r.groupby for r in learning.runsets] == [["config.train.variant"], ["config.finetune.variant"]]
+    for title, stage, variant in zip(CURVES, ("train", "finetune", "control"),
+                                     ("config.train.variant", "config.finetune.variant", "config.finetune.variant")):
+        grid = grids[titles.index(title)]  # one stage per chart, a line per variant
+        assert [(r.filters, r.groupby) for r in grid.runsets] == [(f"Metric(\"JobType\") in {[stage]}", [variant])]
+
+
+def _per_epoch(section) -> list[str]:
+    import wandb_workspaces.reports.v2 as wr
+
+    return [p.title for p in section.panels if isinstance(p, wr.LinePlot) and p.x == "epoch"]
+
+
+def test_a_stage_of_one_epoch_gets_no_chart_per_epoch():
+    """A chart per epoch of a one-epoch stage would draw a single point per variant: the training
+    stage keeps its dev BLEU and dev loss per epoch, the fine-tuning and its control do not (their
+    dev BLEU is a bar per variant); with more epochs they get them too."""
+    by_title = {s.title: s for s in dashboard.sections()}
+    assert _per_epoch(by_title[CURVES[0]]) == ["dev BLEU, training", "dev loss, training"]
+    for title in CURVES[1:]:
+        section = by_title[title]
+        assert _per_epoch(section) == [] and "final/dev_bleu" in dashboard.keys_read(section)
+        assert "val/bleu" not in dashboard.keys_read(section) and "train/loss" in dashboard.keys_read(section)
+    longer = {s.title: s for s in dashboard.sections({"train": 3, "finetune": 4, "control": 4})}
+    assert [len(_per_epoch(longer[t])) for t in CURVES] == [2, 2, 2]
+    unknown = {s.title: s for s in dashboard.sections({})}  # no params.yaml: every chart kept
+    assert [len(_per_epoch(unknown[t])) for t in CURVES] == [2, 2, 2]
+
+
+def test_curve_epochs_reads_params(tmp_path):
+    params = tmp_path / "params.yaml"
+    params.write_text("train:\n  epochs: 20\nfinetune:\n  epochs: 2\n", encoding="utf-8")
+    assert READ_EPOCHS(params) == {"train": 20, "finetune": 2, "control": 2}
+    assert READ_EPOCHS(tmp_path / "missing.yaml") == {}
 
 
 def test_a_key_that_no_run_logs_is_named():
@@ -61,7 +104,8 @@ def test_a_key_that_no_run_logs_is_named():
     assert dashboard.unlogged(everything - {"evaluate/table1[bleu_ci_high]"}) == {
         "Table 1 (test set)": ["evaluate/table1[bleu_ci_high]"]}
     assert dashboard.unlogged(everything - {"val/bleu", "final/dev_bleu"}) == {
-        "Learning curves": ["final/dev_bleu", "val/bleu"], "run table": ["final/dev_bleu"]}
+        CURVES[0]: ["final/dev_bleu", "val/bleu"], CURVES[1]: ["final/dev_bleu"], CURVES[2]: ["final/dev_bleu"],
+        "run table": ["final/dev_bleu"]}
 
 
 def test_without_an_api_key_the_command_says_so_in_one_line(tmp_path):
@@ -131,7 +175,7 @@ def smoke_and_seeds(smoke_copy, tmp_path_factory) -> Path:
 def test_every_panel_reads_keys_that_runs_log(smoke_and_seeds):
     runs = [read_run(p) for p in (smoke_and_seeds / "wandb").glob("offline-run-*/run-*.wandb")]
     jobs = {run["run"].job_type for run in runs}
-    assert {"train", "finetune", "sweep_tau", "evaluate", "sweep_sigma", "replicate", "sweep_summary"} <= jobs
+    assert {"train", "finetune", "control", "sweep_tau", "evaluate", "sweep_sigma", "replicate", "sweep_summary"} <= jobs
     logged = logged_keys(smoke_and_seeds / "wandb")
     assert "evaluate/table1[bleu_ci_low]" in logged and "val/bleu" in logged and "config.train.variant" in logged
     assert dashboard.unlogged(logged) == {}

@@ -2,10 +2,9 @@
 whatever the batch.
 
 :func:`flexatt.decoding.backends.select_backend` may decode a model with any backend that covers
-it (``kernel``: the compiled step; ``grouped``: PyTorch operators on a per-sentence cache), and
-the pipeline reports BLEU and windows from whichever ran. The eager backend (the model's own
-modules) is the reference, so a faster backend is correct only if it gives the reference's
-results. This suite holds each backend to that, case by case: every registered attention
+it (``kernel``: the compiled step), and the pipeline reports BLEU and windows from whichever ran.
+The eager backend (the model's own modules) is the reference, so the kernel is correct only if it
+gives the reference's results. This suite holds each backend to that, case by case: every registered attention
 variant (:func:`flexatt.attention.attention_types`, the built-ins and ``flexatt.variants``) x
 every backend that claims it (:func:`flexatt.decoding.backends.unsupported` is ``None``; the
 others get no case) x greedy search, beam search (k = 5, n_best = 3) and forced decoding x
@@ -15,9 +14,8 @@ flexible attention's threshold tau (None, 0.3, 0.8, 2.0 for the flexible variant
    and steps, scores and log-probabilities within float32 rounding. The kernel computes with its
    own products and exponentials, so a hypothesis may differ only where two candidates tie
    within that rounding (the other hypothesis' score within ATOL of the eager one, at most one
-   sentence per batch); the grouped backend runs the eager arithmetic on the same rows and is
-   held to bit-identity (``torch.equal``). Forced decoding: the same log-probabilities, windows
-   and steps, attention within rounding (grouped: equal).
+   sentence per batch). Forced decoding: the same log-probabilities, windows and steps,
+   attention within rounding.
 2. *The batch does not matter.* 150 random sentences of 1 to 25 tokens (padded to the longest of
    the batch) decoded in one batch of 150, in batches of 7 and (the first 8) one at a time give
    every sentence the same tokens, windows and steps — for every backend, eager included (a
@@ -48,13 +46,12 @@ import os
 
 import pytest
 import torch
-from test_fused import kernel_error  # noqa: F401  (fixture)
+from test_kernel import kernel_error  # noqa: F401  (fixture)
 
-from flexatt.attention import AttentionStats, FlexibleAttention, attention_types
+from flexatt.attention import AttentionStats, FlexibleAttention, RowMap, attention_types
 from flexatt.data.subwords import BOS_ID, EOS_ID, PAD_ID
 from flexatt.decoding import beam_search, forced_decode, greedy, kernel
 from flexatt.decoding.backends import STEPPERS, select_backend, unsupported
-from flexatt.decoding.grouped import GroupedCache
 from flexatt.model import build_model
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -63,25 +60,19 @@ ATOL, RTOL = 2e-5, 1e-5  # float32 rounding of sums of a few hundred terms
 VOCAB = 40
 SIZES = {"emb_size": 12, "hidden_size": 16, "att_size": 16, "readout_size": 12, "dropout": 0.0}
 SEED = 11
-FAST = ("kernel", "grouped")  # the backends held to the eager one
+FAST = ("kernel",)  # the backends held to the eager one
 TAUS = (None, 0.3, 0.8, 2.0)  # flexible variants; the others: None
 SEARCHES = ("greedy", "beam", "forced")
 BEAM, N_BEST = 5, 3
 N_SENTENCES, CHUNK, ONE_AT_A_TIME = 150, 7, 8
 #: what each backend must claim at least (the suite's cases are generated from the claims)
-MUST_CLAIM = {"kernel": {"global", "flexible"}, "grouped": {"global", "flexible", "sact", "flexible_sact"}}
-
-
-@pytest.fixture(autouse=True)
-def fast_backends_on(monkeypatch):
-    """On even where the environment turns them off (CI runs some tests with ``FLEXATT_FUSED=0``)."""
-    monkeypatch.delenv("FLEXATT_FUSED", raising=False)
+MUST_CLAIM = {"kernel": {"global", "flexible"}}
 
 
 def require(backend: str, error) -> None:
     """Skip (``FLEXATT_REQUIRE_KERNEL=1``: fail) a kernel case where the kernel cannot be built."""
     if backend == "kernel" and error is not None:
-        message = f"the fused kernel cannot be built on this machine: {error}"
+        message = f"the kernel cannot be built on this machine: {error}"
         if os.environ.get("FLEXATT_REQUIRE_KERNEL", "0") == "1":
             pytest.fail(message)
         pytest.skip(message)
@@ -227,15 +218,14 @@ def same_finite_close(a: torch.Tensor, b: torch.Tensor) -> bool:
     return torch.equal(torch.isfinite(b), finite) and close(a[finite], b[finite])
 
 
-def assert_agrees(reference: list[dict], other: list[dict], exact: bool, what: str) -> None:
+def assert_agrees(reference: list[dict], other: list[dict], what: str) -> None:
     """One batch: the same hypotheses (a tie excepted, at most one sentence: a differing
     hypothesis scores within ATOL of the reference's at its rank), the same windows and steps
-    where the hypotheses are the same, scores and log-probabilities within rounding (``exact``:
-    everything bit for bit, no tie allowed), forced decoding's attention likewise."""
+    where the hypotheses are the same, scores and log-probabilities within rounding, forced
+    decoding's attention likewise."""
     swapped = []
     for i, (ref, out) in enumerate(zip(reference, other)):
         if out["hyps"] != ref["hyps"]:
-            assert not exact, f"{what}: sentence {i}: {out['hyps']} != {ref['hyps']}"
             for r, o, rs, os_ in zip(ref["hyps"], out["hyps"], ref["scores"].tolist(), out["scores"].tolist()):
                 assert r == o or abs(rs - os_) <= ATOL, f"{what}: sentence {i}: not a tie: {o} {os_} vs {r} {rs}"
             swapped.append(i)
@@ -243,8 +233,7 @@ def assert_agrees(reference: list[dict], other: list[dict], exact: bool, what: s
         assert (out["window"], out["steps"]) == (ref["window"], ref["steps"]), f"{what}: sentence {i}"
         for name in ("scores", "log_probs", "attention"):
             if name in ref:
-                ok = torch.equal(out[name], ref[name]) if exact else same_finite_close(out[name], ref[name])
-                assert ok, f"{what}: sentence {i}: {name} {out[name]} vs {ref[name]}"
+                assert same_finite_close(out[name], ref[name]), f"{what}: sentence {i}: {name} {out[name]} vs {ref[name]}"
     for i in swapped:  # a tie: the scores at each rank still agree within rounding
         assert same_finite_close(other[i]["scores"], reference[i]["scores"]), f"{what}: sentence {i}"
     assert len(swapped) <= 1, f"{what}: sentences {swapped} differ: not a tie but a different search"
@@ -279,11 +268,10 @@ def test_a_backend_decodes_as_the_eager_backend_whatever_the_batch(attention, ba
                                                                    kernel_error):  # noqa: F811
     """Contract 1 on the batch of 150 and on each batch of 7; contract 2 for the backend."""
     require(backend, kernel_error)
-    exact = backend == "grouped"  # the eager arithmetic on the same rows: bit for bit
     for batching in ("150", "7"):
         reference = decoded(attention, "eager", search, tau, batching)
         for j, (ref, out) in enumerate(zip(reference, decoded(attention, backend, search, tau, batching))):
-            assert_agrees(ref, out, exact, f"{backend} vs eager, batch {j} of {batching}")
+            assert_agrees(ref, out, f"{backend} vs eager, batch {j} of {batching}")
     assert_batch_invariant(attention, backend, search, tau)
 
 
@@ -336,7 +324,7 @@ def test_a_larger_model_with_padding(backend, attention, tau, threads, kernel_er
         records.append([{"hyps": [row[:n] for row, n in zip(rows, lens)], "window": int(out.window_sum[i]),
                          "steps": int(out.steps[i]), "scores": out.scores[i], "log_probs": out.log_probs[i]}
                         for i, (rows, lens) in enumerate(zip(out.nbest.tolist(), out.nbest_lengths.tolist()))])
-    assert_agrees(*records, exact=backend == "grouped", what=f"{backend} vs eager")
+    assert_agrees(*records, what=f"{backend} vs eager")
 
 
 # --------------------------------------------------------------------------------------
@@ -356,7 +344,7 @@ def test_one_step_on_any_row_layout_agrees_with_the_models_step(attention, backe
     model = model_of(attention)
     stepper = select_backend(model, backend)
     src, src_len = sources([7, 3, 9], seed=8, vocab=VOCAB)
-    same = torch.equal if backend == "grouped" else close
+    same = close
     with torch.no_grad():
         cache, state = stepper.encode(src, src_len)
         ref_cache, ref_state = model.encode(src, src_len)
@@ -436,7 +424,7 @@ def test_bad_rows_are_refused_by_the_kernel(kernel_error):  # noqa: F811
     stepper = select_backend(model_of("global"), "kernel")
     src, src_len = sources([7, 3], seed=8, vocab=VOCAB)
     cache, state = stepper.encode(src, src_len)
-    bad = GroupedCache(cache.base, torch.tensor([0, 2]))
+    bad = RowMap(cache.base, torch.tensor([0, 2]))
     with pytest.raises(RuntimeError, match=r"sent\[1\] = 2 is outside \[0, 2\)"):
         stepper.decode_step(torch.tensor([BOS_ID, BOS_ID]), state, bad)
     with pytest.raises(RuntimeError, match="sentence 0: rows"):
@@ -457,9 +445,9 @@ COPY_CASES = [(name, backend, tau) for backend in FAST for name in ("global", "f
               for tau in ((None, math.inf, 0.3, 0.8, 2.0) if name.startswith("flexible") else (None,))]
 
 
-def assert_search_agrees(eager, other, exact: bool) -> None:
-    """Same n-best lists, windows and steps as eager, scores within rounding (``exact``: equal);
-    where the kernel differs it is a float32 tie, in at most one sentence."""
+def assert_search_agrees(eager, other) -> None:
+    """Same n-best lists, windows and steps as eager, scores within rounding; where the kernel
+    differs it is a float32 tie, in at most one sentence."""
     from test_search import hyps
 
     nbest = eager.nbest is not None  # greedy: the one hypothesis
@@ -468,25 +456,21 @@ def assert_search_agrees(eager, other, exact: bool) -> None:
     same = []
     for e_hyps, o_hyps, e_scores, o_scores in zip(*listed, eager.scores.tolist(), other.scores.tolist()):
         for e_hyp, o_hyp, e_score, o_score in zip(e_hyps, o_hyps, e_scores, o_scores):
-            assert e_hyp == o_hyp or (not exact and abs(e_score - o_score) <= ATOL), (e_hyp, o_hyp, e_score, o_score)
+            assert e_hyp == o_hyp or abs(e_score - o_score) <= ATOL, (e_hyp, o_hyp, e_score, o_score)
         same.append(e_hyps == o_hyps)
-    assert all(same) if exact else sum(same) >= len(same) - 1
+    assert sum(same) >= len(same) - 1
     rows = torch.tensor(same)
     assert other.window_sum[rows].tolist() == eager.window_sum[rows].tolist()
     assert other.steps[rows].tolist() == eager.steps[rows].tolist()
-    if exact:
-        assert torch.equal(other.scores, eager.scores) and torch.equal(other.log_probs, eager.log_probs)
-    else:
-        assert same_finite_close(other.scores, eager.scores) and same_finite_close(other.log_probs, eager.log_probs)
+    assert same_finite_close(other.scores, eager.scores) and same_finite_close(other.log_probs, eager.log_probs)
 
 
-def assert_traces_agree(eager, other, exact: bool) -> None:
+def assert_traces_agree(eager, other) -> None:
     """The per-step traces of the best hypotheses (where they are the same hypothesis): tokens,
-    windows and spans equal; attention, p_t, g_t, temperature within rounding (``exact``: equal)."""
-    match = torch.equal if exact else close
+    windows and spans equal; attention, p_t, g_t, temperature within rounding."""
+    match = close
     for e, o in zip(eager.traces, other.traces):
         if not torch.equal(o.tokens, e.tokens):
-            assert not exact
             continue
         assert torch.equal(o.window, e.window)
         assert torch.equal(o.span_lo, e.span_lo) and torch.equal(o.span_hi, e.span_hi)
@@ -513,11 +497,11 @@ def test_half_trained_models_beam_search_as_the_eager_backend(attention, backend
     eager = beam_search(model, src, src_len, limit, k, tau=tau, n_best=n_best, return_traces=True, backend="eager")
     other = beam_search(model, src, src_len, limit, k, tau=tau, n_best=n_best, return_traces=True, backend=backend)
     assert other.backend == backend
-    assert_search_agrees(eager, other, exact=backend == "grouped")
-    assert_traces_agree(eager, other, exact=backend == "grouped")
+    assert_search_agrees(eager, other)
+    assert_traces_agree(eager, other)
     if k == 5:  # greedy, on the same batch
         eager = greedy(model, src, src_len, 12, tau, return_traces=True, backend="eager")
         other = greedy(model, src, src_len, 12, tau, return_traces=True, backend=backend)
-        assert_search_agrees(eager, other, exact=backend == "grouped")
-        assert_traces_agree(eager, other, exact=backend == "grouped")
+        assert_search_agrees(eager, other)
+        assert_traces_agree(eager, other)
         assert other.tokens.shape == eager.tokens.shape

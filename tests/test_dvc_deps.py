@@ -1,4 +1,5 @@
-"""Every DVC stage lists, in its ``deps``, exactly the package files its code runs.
+"""Every DVC stage lists, in its ``deps``, exactly the package files its code runs, as
+``scripts/dvc_deps.py`` writes them.
 
 A file missing from a stage's ``deps`` lets a change leave committed results stale while
 ``dvc status`` says all is up to date; a listed file the stage does not run re-runs it for nothing.
@@ -6,83 +7,39 @@ A file missing from a stage's ``deps`` lets a change leave committed results sta
 "The files a stage runs" is :func:`flexatt.provenance.code_files` of every ``flexatt`` module
 named by ``python -m flexatt....`` in the stage's ``cmd`` (a ``foreach`` stage by its ``do``
 template): the import closure, with the rules in that module's docstring (the same closure makes
-a training run's resume fingerprint). Only the ``src/...`` entries of ``deps`` are compared; data
-and artifact deps are left alone.
+a training run's resume fingerprint). ``scripts/dvc_deps.py`` writes the ``src/...`` entries of
+``deps`` from it; data and artifact deps are left alone. These tests check that the committed
+``dvc.yaml`` is what the script writes, and the script's rules.
 
-Run this file as a script to check another version of ``dvc.yaml`` against the current sources,
-e.g. ``git show HEAD~3:dvc.yaml | python tests/test_dvc_deps.py -`` (exit status 1 on a problem).
+Another version of ``dvc.yaml`` is checked by the script itself, e.g.
+``git show HEAD~3:dvc.yaml | python scripts/dvc_deps.py --check -`` (exit status 1 on a problem).
 """
 
 from __future__ import annotations
 
-import re
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
+from conftest import load_script
 from flexatt import provenance
-from flexatt.provenance import module_file, runs_code
+from flexatt.provenance import runs_code
 
 ROOT = Path(__file__).resolve().parents[1]
 KERNEL = "src/flexatt/decoding/kernel.py"
-STAGE_CMD = re.compile(r"python[0-9.]*\s+-m\s+(flexatt(?:\.\w+)*)")
+dvc_deps = load_script("dvc_deps")
+check, closure, folder_files, kernel_sources = (dvc_deps.check, dvc_deps.closure, dvc_deps.folder_files,
+                                                 dvc_deps.kernel_sources)
 
 
-def rel(path: Path) -> str:
-    """``path`` relative to the repository root, with ``/`` (as dvc.yaml writes it)."""
-    return path.relative_to(ROOT).as_posix()
-
-
-def kernel_sources() -> set[str]:
-    return {rel(p) for p in provenance.kernel_sources()}
-
-
-def closure(*modules: str) -> set[str]:
-    """Repository-relative paths of :func:`flexatt.provenance.code_files`."""
-    return {rel(p) for p in provenance.code_files(*modules)}
-
-
-def load_stages(text: str) -> dict[str, dict]:
-    """The stages of a dvc.yaml text (a ``foreach`` stage by its ``do`` template)."""
-    raw = (yaml.safe_load(text) or {}).get("stages") or {}
-    return {name: spec.get("do", spec) for name, spec in raw.items()}
+def dvc_yaml() -> str:
+    return (ROOT / "dvc.yaml").read_text(encoding="utf-8")
 
 
 def stages() -> dict[str, dict]:
-    return load_stages((ROOT / "dvc.yaml").read_text(encoding="utf-8"))
-
-
-def check(stage: str, spec: dict) -> list[str]:
-    """The problems of one stage's ``deps``, each naming the stage and the file (empty: none)."""
-    cmd = spec.get("cmd", "")
-    cmd = " && ".join(cmd) if isinstance(cmd, list) else str(cmd)
-    modules = STAGE_CMD.findall(cmd)
-    if not modules:
-        return [f"{stage}: cmd runs no `python -m flexatt...` module, so its code deps cannot be "
-                f"checked: {cmd!r}"]
-    missing_modules = [m for m in modules if module_file(m) is None]
-    if missing_modules:
-        return [f"{stage}: cmd runs {m}, which has no file under src/" for m in missing_modules]
-    needed = closure(*modules)
-    deps = [d for d in spec.get("deps") or [] if isinstance(d, str)]
-    listed = [d.removeprefix("./").rstrip("/") for d in deps if d.removeprefix("./").startswith("src/")]
-    problems = [f"{stage}: deps list {f} more than once" for f in sorted({d for d in listed if listed.count(d) > 1})]
-    folders = {d: folder_files(d) for d in listed if (ROOT / d).is_dir()}
-    covered = {f for d in listed if d not in folders for f in [d]} | {f for files in folders.values() for f in files}
-    problems += [f"{stage}: deps miss {f} (the stage runs it)" for f in sorted(needed - covered)]
-    problems += [f"{stage}: deps list {f}, which the stage does not run" for f in sorted(covered - needed)]
-    return problems
-
-
-def folder_files(folder: str) -> set[str]:
-    """The files DVC hashes for a folder in ``deps`` (``__pycache__`` is in ``.dvcignore``)."""
-    return {rel(p) for p in (ROOT / folder).rglob("*") if p.is_file() and "__pycache__" not in p.parts}
-
-
-def check_all(all_stages: dict[str, dict]) -> list[str]:
-    return [problem for name, spec in all_stages.items() for problem in check(name, spec)]
+    return dvc_deps.load_stages(dvc_yaml())
 
 
 # --------------------------------------------------------------------------------------
@@ -91,8 +48,71 @@ def check_all(all_stages: dict[str, dict]) -> list[str]:
 @pytest.mark.parametrize("stage", sorted(stages()))
 def test_stage_deps_are_the_import_closure_of_its_module(stage):
     problems = check(stage, stages()[stage])
-    assert not problems, ("\n".join(problems) + "\n(edit the `deps` of this stage in dvc.yaml; "
-                          "for a foreach stage, its `do:` template)")
+    assert not problems, "\n".join(problems) + "\n(run `python scripts/dvc_deps.py`: it rewrites them)"
+
+
+def test_dvc_yaml_is_what_the_script_writes():
+    """Not only the same files: the same lines, in the script's order."""
+    text = dvc_yaml()
+    assert dvc_deps.written(text) == text, "run `python scripts/dvc_deps.py`: dvc.yaml's src/ deps are stale"
+
+
+def _line_of(lines: list[str], block, entry: str) -> int:
+    """The index of ``- entry`` among the lines of a stage's deps ``block``."""
+    return next(i for i in range(block.start, block.end) if lines[i].strip() == f"- {entry}")
+
+
+def test_the_script_rewrites_only_the_src_lines_of_deps(tmp_path):
+    """A dvc.yaml with a file missing and a stale one (sweep_tau), a folder listed file by file
+    and a comment on a src line (train), two entries swapped (filter): --check names each stage
+    and file and exits 1; the script then writes back the committed file, but for the comment,
+    which it keeps."""
+    text = dvc_yaml()
+    lines = text.splitlines(keepends=True)
+    blocks = {b.stage: b for b in dvc_deps.deps_blocks(lines)}
+    assert blocks["filter"].start < blocks["train"].start < blocks["sweep_tau"].start  # edited bottom-up
+    i = _line_of(lines, blocks["train"], "src/flexatt/checkpoints.py")
+    lines[i] = lines[i].rstrip("\n") + "  # kept\n"
+    commented = "".join(lines)  # what the script writes back
+    i = _line_of(lines, blocks["sweep_tau"], "src/flexatt/metrics.py")
+    lines[i] = lines[i].replace("src/flexatt/metrics.py", "src/flexatt/stages/filter.py")
+    i = _line_of(lines, blocks["train"], "src/flexatt/attention")
+    indent = lines[i][:lines[i].index("-")]
+    lines[i:i + 1] = [f"{indent}- {f}\n" for f in sorted(folder_files("src/flexatt/attention"))]
+    first = blocks["filter"].start
+    lines[first], lines[first + 1] = lines[first + 1], lines[first]
+    path = tmp_path / "dvc.yaml"
+    path.write_text("".join(lines), encoding="utf-8")
+
+    result = subprocess.run([sys.executable, "scripts/dvc_deps.py", "--check", str(path)], cwd=ROOT,
+                            capture_output=True, text=True)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout.splitlines() == [
+        "filter: src/ deps are out of order (sorted, kernel sources last)",
+        "train: deps list the files of src/flexatt/attention one by one (scripts/dvc_deps.py lists the folder)",
+        "sweep_tau: deps miss src/flexatt/metrics.py (the stage runs it)",
+        "sweep_tau: deps list src/flexatt/stages/filter.py, which the stage does not run"]
+
+    result = subprocess.run([sys.executable, "scripts/dvc_deps.py", str(path)], cwd=ROOT, capture_output=True,
+                            text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "sweep_tau: + src/flexatt/metrics.py" in result.stdout.splitlines()
+    written = path.read_text(encoding="utf-8")
+    assert written == commented != text
+    assert [(a, b) for a, b in zip(written.splitlines(), text.splitlines()) if a != b] == [
+        ("        - src/flexatt/checkpoints.py  # kept", "        - src/flexatt/checkpoints.py")]
+    assert subprocess.run([sys.executable, "scripts/dvc_deps.py", "--check", str(path)], cwd=ROOT,
+                          capture_output=True).returncode == 0
+
+
+def test_a_package_folder_is_listed_whole_only_when_the_stage_runs_all_of_it():
+    """attention/ and variants/ run whole for a training stage: folders; data/ does not (its empty
+    __init__ runs no code, and training does not read raw corpora): files; csrc/ is no package."""
+    written = dvc_deps.code_deps(closure("flexatt.stages.train"))
+    assert {"src/flexatt/attention", "src/flexatt/variants"} <= set(written)
+    assert "src/flexatt/data" not in written and "src/flexatt/data/batching.py" in written
+    assert written[-len(kernel_sources()):] == sorted(kernel_sources())
+    assert written[:-len(kernel_sources())] == sorted(written[:-len(kernel_sources())])
 
 
 def test_the_check_catches_a_missing_and_a_stale_dependency():
@@ -166,7 +186,7 @@ def test_resume_fingerprint_changes_exactly_with_the_files_of_the_stage(package_
     assert before == provenance.code_digest("flexatt.trainer", "flexatt.stages.train")
     (package_copy / "stages/filter.py").write_text("# another stage\n", encoding="utf-8")
     assert trainer._code_digest() == before
-    for edit in ("variants/extra.py", "attention/flexible.py", "csrc/fused_decode.cpp"):
+    for edit in ("variants/extra.py", "attention/flexible.py", "csrc/kernel.cpp"):
         path = package_copy / edit
         line = "EDITED = 1" if path.suffix == ".py" else "// edited"
         path.write_text((path.read_text(encoding="utf-8") if path.exists() else "") + f"\n{line}\n",
@@ -180,16 +200,3 @@ def test_the_kernel_backend_still_builds_from_csrc():
     """The kernel rule rests on decoding/kernel.py compiling csrc/; fail here if that ever changes."""
     assert kernel_sources(), "src/flexatt/csrc/ holds no C/C++ source"
     assert "csrc" in (ROOT / KERNEL).read_text(encoding="utf-8")
-
-
-def main(argv: list[str]) -> int:
-    """``python tests/test_dvc_deps.py [DVC_YAML | -]``: print every problem; exit 1 if any."""
-    source = argv[0] if argv else str(ROOT / "dvc.yaml")
-    text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
-    problems = check_all(load_stages(text))
-    print("\n".join(problems) if problems else "dvc.yaml deps agree with the import closures")
-    return 1 if problems else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

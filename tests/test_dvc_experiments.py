@@ -141,6 +141,7 @@ BY_LENGTH = "results_plots_bleu_by_length_csv"
 PLOTS = {  # what the page must show: DVC plot id prefix -> what it is
     "results_plots_tradeoff_csv": "the trade-off curve (BLEU against window)",
     "results_train_global_csv": "a learning curve",
+    "learning_curves_train": "every model's learning curve in one chart (dvc.yaml's top-level plots)",
     "results_finetune_flexible_csv": "a fine-tuning curve",
     "results_plots_bleu_by_length_csv": "BLEU by source length",
 }

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from conftest import copy_of, run_inprocess, run_module
 from flexatt.decoding import BACKENDS
-from flexatt.evaluation import Translation
+from flexatt.decoding.translate import Translation
 from flexatt.metrics import corpus_bleu, corpus_chrf, moses_tokenize, tokenized_bleu
 from flexatt.errors import DataError
 from flexatt.claims import not_selected

@@ -10,7 +10,10 @@ import torch
 
 from flexatt.data.subwords import EncodedSplit
 from flexatt.errors import DataError
-from flexatt.evaluation import EvalSet, load_model, select_tau, translate_split
+from flexatt.data.evalset import EvalSet
+from flexatt.checkpoints import load_model
+from flexatt.tau_search import select_tau
+from flexatt.decoding.translate import translate_split
 from flexatt.model import build_model
 from flexatt.decoding import greedy
 
@@ -100,7 +103,7 @@ def test_eval_set_names_missing_files(tmp_path):
 def test_tau_search_bisects_between_the_largest_failing_and_smallest_passing_tau():
     """The grid misses the knee (every grid τ but log S̄ fails); four bisections on log τ find a
     τ whose window is smaller than log S̄'s, and the selection takes it."""
-    from flexatt.evaluation import search_points
+    from flexatt.tau_search import search_points
 
     calls = []
 
@@ -124,7 +127,7 @@ def test_tau_search_bisects_between_the_largest_failing_and_smallest_passing_tau
 def test_tau_search_goes_below_the_grid_when_its_smallest_tau_passes():
     """A grid whose every τ passes would hold the selection at its smallest τ: τ is halved until
     a point fails, then the bracket is bisected, so the knee below the grid is found."""
-    from flexatt.evaluation import BELOW_GRID_STEPS, search_points
+    from flexatt.tau_search import BELOW_GRID_STEPS, search_points
 
     def point(tau):  # the knee at τ = 0.3, below the grid
         return {"tau": tau, "window": 4.0 * tau, "bleu": 20.0 if tau >= 0.3 else 15.0}
@@ -143,7 +146,7 @@ def test_tau_search_goes_below_the_grid_when_its_smallest_tau_passes():
     (31.99, 32.49, 0.5, True), (31.98, 32.49, 0.5, False), (20.0, 20.0, 0.0, True), (21.0, 20.0, 0.5, True)])
 def test_the_tolerance_is_read_on_the_two_decimals_scores_are_kept_to(bleu, reference, tolerance, within):
     """31.99 ≥ 32.49 − 0.5 is false in binary floating point; a BLEU exactly at the tolerance passes."""
-    from flexatt.evaluation import within_tolerance
+    from flexatt.tau_search import within_tolerance
 
     assert within_tolerance(bleu, reference, tolerance) is within
     assert (select_tau([{"tau": 1.0, "window": 3.0, "bleu": bleu}], reference, tolerance) is not None) is within

@@ -107,7 +107,7 @@ RULES = [
     ("decode.beam_size", 0, "decode.beam_size: must be >= 1 (got 0)"),
     ("decode.alpha", -1.0, "decode.alpha: must be >= 0.0 (got -1.0)"),
     ("decode.max_len_ratio", 0.0, "decode.max_len_ratio: must be > 0.0 (got 0.0)"),
-    ("decode.backend", "compiled", "decode.backend: must be one of auto, kernel, grouped, eager (got 'compiled')"),
+    ("decode.backend", "compiled", "decode.backend: must be one of auto, kernel, eager (got 'compiled')"),
     ("sweep_tau.grid", [0.8, -1.0], "sweep_tau.grid[1]: must be > 0.0 (got -1.0)"),
     ("sweep_tau.grid", [0.0], "sweep_tau.grid[0]: must be > 0.0 (got 0.0)"),
     ("sweep_tau.grid", [math.nan], "sweep_tau.grid[0]: must be a finite number (got nan)"),

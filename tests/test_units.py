@@ -152,7 +152,8 @@ def test_a_units_products_are_complete_and_load(smoke_unit):
 
 def test_a_units_numbers_come_from_the_weights_it_keeps(smoke_unit):
     """The parent's float16 weights, decoded again, give the unit's stored test hypotheses."""
-    from flexatt.evaluation import EvalSet, translate_split
+    from flexatt.data.evalset import EvalSet
+    from flexatt.decoding.translate import translate_split
 
     products = load_products(smoke_unit / "products")
     model = load_weights(smoke_unit / "products/weights.fp16.pt")

@@ -88,3 +88,19 @@ def checkpoint_hparams(path: str | Path) -> dict[str, Any]:
         raise DataError(path, "not a flexatt checkpoint (no hyper_parameters)")
     return dict(hparams)
 
+
+def load_model(checkpoint: str | Path):
+    """A trained :class:`Seq2Seq` from a checkpoint (``weights_only`` loading), in eval mode.
+
+    Raises:
+        DataError: a missing, truncated or foreign checkpoint (the message names the file).
+    """
+    from flexatt.model import build_model  # the model imports torch's modules; loading weights does not
+
+    hparams = checkpoint_hparams(checkpoint)
+    try:
+        model = build_model(hparams["model_cfg"], hparams["src_vocab"], hparams["tgt_vocab"])
+        model.load_state_dict(load_checkpoint_state(checkpoint))
+    except (KeyError, RuntimeError, ValueError) as exc:
+        raise DataError(checkpoint, f"does not hold a flexatt model: {exc}") from exc
+    return model.eval()

@@ -20,18 +20,16 @@ the interval on one side of 0 (:func:`verdict_better`).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import numpy as np
 from sacrebleu.metrics import BLEU
 
-from flexatt.evaluation import bisect_log_tau
 from flexatt.metrics import BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED, bleu_significance, corpus_bleu
 
 __all__ = ["ALPHA", "MARGIN", "CLAIMS", "LOCAL_ATTENTIONS", "MATCH_TOLERANCE", "adjust", "bleu_difference",
-           "claims_table", "compare_pair", "holm", "match_window", "outcome", "verdict_better",
+           "claims_table", "compare_pair", "holm", "outcome", "verdict_better",
            "verdict_effect", "verdict_not_worse", "verdict_within", "windows_match"]
 
 K = TypeVar("K", bound=Hashable)
@@ -389,68 +387,3 @@ def _matched_claim(pairs: Sequence[dict]) -> dict:
                 "missing": [f"a flexible dev window within {100 * MATCH_TOLERANCE:.0f}% of a fixed window's"]}
     verdict = (HOLDS if all(o == "better" for o in outcomes) else FAILS if "worse" in outcomes else INCONCLUSIVE)
     return {"verdict": verdict, "pairs": len(pairs), "outcomes": counts, "detail": detail}
-
-
-# --------------------------------------------------------------------------------------------
-# Matched windows
-
-
-def match_window(point: Callable[[float], dict], known: Sequence[dict], target: float, steps: int, *,
-                 factor: float = 4.0, max_expand: int = 6) -> tuple[dict, list[dict]]:
-    """The τ at which a flexible model's mean dev window equals ``target`` (a fixed window's
-    mean dev window), by bisection on log τ (:func:`flexatt.evaluation.bisect_log_tau`, the
-    τ search's bisection; the window grows with τ).
-
-    ``point(tau) -> {"tau", "window", ...}`` decodes dev at ``tau``; ``known``: points already
-    decoded (the sweep_tau stage's, ``tau`` ``None`` for τ = ∞), used to bracket first. The
-    bracket is the largest τ whose window is below ``target`` and the smallest τ above it whose
-    window reaches it; where no known τ reaches (or stays below) the target, τ is multiplied
-    (divided) by ``factor`` up to ``max_expand`` times. Then ``steps`` bisections. The match is
-    the point with the window nearest ``target`` among all known and new points (ties: the
-    smaller window, then the smaller τ), τ = ∞ included.
-
-    Returns:
-        ``(match, new)``: the matched point and the points decoded here, in order.
-    """
-    def tau_of(p: dict) -> float:
-        return math.inf if p["tau"] is None else float(p["tau"])
-
-    def reaches(p: dict) -> bool:
-        return p["window"] >= target
-
-    points, new = [dict(p) for p in known], []
-
-    def decode(tau: float) -> dict:
-        p = dict(point(tau))
-        points.append(p)
-        new.append(p)
-        return p
-
-    finite = lambda: [p for p in points if 0 < tau_of(p) < math.inf]  # noqa: E731
-    hi = min((tau_of(p) for p in finite() if reaches(p)), default=None)
-    if hi is None:
-        tau = max((tau_of(p) for p in finite()), default=1.0)
-        for _ in range(max_expand):
-            tau = round(tau * factor, 4)
-            if reaches(decode(tau)):
-                hi = tau
-                break
-    lo = None
-    if hi is not None:
-        lo = max((tau_of(p) for p in finite() if not reaches(p) and tau_of(p) < hi), default=None)
-        tau = hi
-        for _ in range(max_expand if lo is None else 0):
-            tau = round(tau / factor, 4)
-            if tau <= 0:
-                break
-            if reaches(decode(tau)):
-                hi = tau
-            else:
-                lo = tau
-                break
-    if lo is not None and hi is not None:
-        for p in bisect_log_tau(lambda t: dict(point(t)), lo, hi, reaches, steps):
-            points.append(p)
-            new.append(p)
-    match = min(points, key=lambda p: (abs(p["window"] - target), p["window"], tau_of(p)))
-    return match, new

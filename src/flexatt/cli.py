@@ -72,7 +72,8 @@ def translate(args: argparse.Namespace) -> None:
 
     from flexatt.data.subwords import EOS_ID, EncodedSplit
     from flexatt.errors import ConfigError, DataError
-    from flexatt.evaluation import load_model, translate_split
+    from flexatt.checkpoints import load_model
+    from flexatt.decoding.translate import translate_split
     from flexatt.io import atomic_path, decode_line, write_lines
     from flexatt.metrics import attention_alignment
 
@@ -150,7 +151,7 @@ def main(argv: list[str] | None = None) -> None:
     tr.add_argument("--stats", type=Path, help="write per-sentence window statistics here (JSON lines)")
     tr.add_argument("--alignments", type=Path,
                     help="write word alignments (Pharaoh i-j, from the attention) here, a line per input line")
-    tr.add_argument("--backend", default="auto", choices=("auto", "kernel", "grouped", "eager"),
+    tr.add_argument("--backend", default="auto", choices=("auto", "kernel", "eager"),
                     help="decoding backend (default: auto, the fastest that covers the model)")
     repro = sub.add_parser("repro", help="dvc repro with independent stages side by side (make repro)")
     repro.add_argument("stages", nargs="*", help="the stages to bring up to date, with their upstream (default: all)")

@@ -5,9 +5,9 @@ project's runs, one section per topic) and a **report** (a page with a heading, 
 panel grid per section, each grid on the runs of the stages it shows), with the
 ``wandb-workspaces`` library. Every panel reads keys the stages log (:mod:`flexatt.tracking`):
 
-* ``train`` / ``finetune`` runs (Lightning): history ``epoch``, ``train/loss``, ``val/loss``,
-  ``val/bleu``; summary ``final/dev_bleu``, ``final/tokens_per_second``; config
-  ``train.variant`` / ``finetune.variant``;
+* ``train`` / ``finetune`` / ``control`` runs (Lightning): history ``epoch``, ``train/loss``,
+  ``val/loss``, ``val/bleu``; summary ``final/dev_bleu``, ``final/tokens_per_second``; config
+  ``train.variant`` / ``finetune.variant`` (the control's too);
 * ``evaluate``: the table ``evaluate/table1`` (a row per model and τ: ``bleu``, ``bleu_ci_low``,
   ``bleu_ci_high``, ``window``, ``reduction``, …), images ``figures/<name>``;
 * ``sweep_tau``: the tables ``sweep_tau/points`` (every τ tried, per flexible model) and
@@ -19,13 +19,19 @@ panel grid per section, each grid on the runs of the stages it shows), with the
 :func:`keys_read` lists what each panel reads, so that a test can check them against the keys
 of real (offline) runs. Building the objects needs no network; only saving them does
 (:func:`save`), and without one, or without an API key, :func:`main` says so in one line.
+
+The learning curves are a section per training stage (:data:`CURVE_STAGES`), a line per variant
+in each chart; a stage that trains one epoch (the fine-tuning and its control by default, per
+``params.yaml``: :func:`curve_epochs`) gets no chart per epoch, whose lines would be single
+points: its training loss per step and its dev BLEU as a bar per variant.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 #: the report's and the workspace's name
@@ -34,6 +40,27 @@ TITLE = "flexatt: Flexible Attention results"
 SEED_ROWS = ("global", "flexible", "flexible_ft", "flexible_ft_tau")
 #: the columns pinned in the workspace's run table (``run:`` W&B's own, ``summary:`` logged)
 RUN_TABLE_COLUMNS = ("run:displayName", "run:jobType", "summary:final/dev_bleu", "summary:final/tokens_per_second")
+#: the stages whose runs log learning curves: job type -> (what it is, the config key that names a
+#: run's variant, the ``params.yaml`` key of its epochs: the control trains the fine-tuning's)
+CURVE_STAGES = {"train": ("training", "config.train.variant", ("train", "epochs")),
+                "finetune": ("fine-tuning", "config.finetune.variant", ("finetune", "epochs")),
+                "control": ("control (β = 0)", "config.finetune.variant", ("finetune", "epochs"))}
+
+
+def curve_epochs(params: Path = Path("params.yaml")) -> dict[str, int]:
+    """The epochs each stage of :data:`CURVE_STAGES` trains for, read from ``params`` (a stage
+    whose key is not there, or no file: left out, and its charts per epoch kept)."""
+    import yaml
+
+    if not params.is_file():
+        return {}
+    values = yaml.safe_load(params.read_text(encoding="utf-8")) or {}
+    epochs = {}
+    for stage, (_, _, (group, key)) in CURVE_STAGES.items():
+        value = (values.get(group) or {}).get(key)
+        if isinstance(value, int):
+            epochs[stage] = value
+    return epochs
 
 
 @dataclass(frozen=True)
@@ -72,11 +99,33 @@ def _chart(preset: str, table: str, fields: dict[str, str], title: str, **layout
     return chart
 
 
-def sections() -> list[Section]:
-    """The dashboard's sections, in order: Table 1, BLEU against window, the τ trade-off,
-    learning curves, the σ sweep, the seeds summary, attention per step."""
+def learning_curves(stage: str, epochs: int | None) -> Section:
+    """The learning curves of one stage of :data:`CURVE_STAGES`, a line (or bar) per variant:
+    dev BLEU and dev loss per epoch where it trains more than one epoch (``epochs``; None:
+    unknown, kept), the training loss per step, the best dev BLEU (and, for training, its speed)."""
     import wandb_workspaces.reports.v2 as wr
 
+    what, variant, _ = CURVE_STAGES[stage]
+    per_epoch = epochs is None or epochs > 1
+    panels = [wr.LinePlot(x="epoch", y=["val/bleu"], title=f"dev BLEU, {what}"),
+              wr.LinePlot(x="epoch", y=["val/loss"], title=f"dev loss, {what}")] if per_epoch else []
+    panels += [wr.LinePlot(y=["train/loss"], title=f"training loss (per step), {what}"),
+               wr.BarPlot(metrics=["final/dev_bleu"], title=f"best dev BLEU, {what}")]
+    if stage == "train":
+        panels.append(wr.BarPlot(metrics=["final/tokens_per_second"], title="training tokens per second"))
+    text = ("Dev BLEU (greedy, the checkpoint criterion) and the losses per epoch, a line per variant; "
+            if per_epoch else f"One epoch ({what}): no curve per epoch; ")
+    text += "the training loss per step and each variant's best dev BLEU."
+    return Section(f"Learning curves: {what}", text, (Runs((stage,), variant),), panels)
+
+
+def sections(epochs: Mapping[str, int] | None = None) -> list[Section]:
+    """The dashboard's sections, in order: Table 1, BLEU against window, the τ trade-off,
+    learning curves (a section per training stage; ``epochs``: what each trains for, default
+    :func:`curve_epochs`), the σ sweep, the seeds summary, attention per step."""
+    import wandb_workspaces.reports.v2 as wr
+
+    epochs = curve_epochs() if epochs is None else epochs
     wide = {"w": 24, "h": 10}
     return [
         Section(
@@ -119,17 +168,7 @@ def sections() -> list[Section]:
              wr.WeavePanelSummaryTable(table_name="sweep_tau/points", layout=wr.Layout(**wide))],
             columns={"sweep_tau/points": ("model", "tau", "source", "window", "bleu")},
         ),
-        Section(
-            "Learning curves",
-            "Dev BLEU (greedy, the checkpoint criterion) and the losses per epoch, a line per "
-            "variant; the run table gives each variant's best dev BLEU and training speed.",
-            (Runs(("train",), "config.train.variant"), Runs(("finetune",), "config.finetune.variant")),
-            [wr.LinePlot(x="epoch", y=["val/bleu"], title="dev BLEU"),
-             wr.LinePlot(x="epoch", y=["val/loss"], title="dev loss"),
-             wr.LinePlot(y=["train/loss"], title="training loss (per step)"),
-             wr.BarPlot(metrics=["final/dev_bleu"], title="best dev BLEU"),
-             wr.BarPlot(metrics=["final/tokens_per_second"], title="training tokens per second")],
-        ),
+        *(learning_curves(stage, epochs.get(stage)) for stage in CURVE_STAGES),
         Section(
             "σ sweep",
             "Flexible attention's σ, warm-started from the trained flexible model: dev BLEU at τ = ∞ "
@@ -246,8 +285,8 @@ def report(entity: str, project: str):
                    for runs in s.runs]
         blocks += [wr.H2(s.title), wr.P(s.text), wr.PanelGrid(runsets=runsets, panels=s.panels)]
     return wr.Report(entity=entity, project=project, title=TITLE, width="fluid",
-                     description="Table 1, BLEU against window, the τ trade-off, learning curves, "
-                                 "the σ sweep and the seeds of the flexatt pipeline.",
+                     description="Table 1, BLEU against window, the τ trade-off, the learning curves of "
+                                 "each training stage, the σ sweep and the seeds of the flexatt pipeline.",
                      blocks=blocks)
 
 

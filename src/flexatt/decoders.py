@@ -42,9 +42,8 @@ def full_precision(device_type: str):
 
 
 class DecoderState(NamedTuple):
-    """All recurrent state of the decoder between two steps; reorder with
-    :meth:`index_select` (beam search: expand with ``arange(B).repeat_interleave(k)``,
-    then select the surviving hypotheses' origins at every step)."""
+    """All recurrent state of the decoder between two steps, one row per hypothesis; beam search
+    selects the rows of the surviving hypotheses with :meth:`index_select` at every step."""
 
     hidden: Tensor  # batch x H           h_{t-1}
     cell: Tensor  # batch x H             LSTM cell
@@ -65,11 +64,6 @@ class LSTMWeights(NamedTuple):
     context: Tensor  # 2H x 4H        W_icᵀ
     hidden: Tensor  # H x 4H          W_hhᵀ
     bias: Tensor  # 4H                b_ih + b_hh
-
-
-def reorder(state: DecoderState, index: Tensor) -> DecoderState:
-    """Functional alias of :meth:`DecoderState.index_select`."""
-    return state.index_select(index)
 
 
 class RecurrentDecoder(nn.Module):

@@ -72,7 +72,7 @@ class RecurrentEncoder(nn.Module):
     def output(self, states: Tensor, src_len: Tensor) -> EncoderOutput:
         """The :class:`EncoderOutput` of the LSTM states (batch x S x 2H, zeros at padding):
         the mask, the mean m of h̄ over the real positions, h_0 = tanh(W_init · m + b_init),
-        c_0 = 0. (``flexatt.fused`` runs the LSTM in its kernel and calls this too.)"""
+        c_0 = 0. (``flexatt.decoding.kernel`` runs the LSTM in the kernel and calls this too.)"""
         positions = torch.arange(states.size(1), device=states.device)
         mask = positions.unsqueeze(0) < src_len.to(states.device).unsqueeze(1)  # batch x S
         summary = states.sum(1) / src_len.to(states.dtype).to(states.device).unsqueeze(1)  # batch x 2H

@@ -265,3 +265,11 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
     text = json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as out:
         out.write(text)
+
+
+def read_lines(path: str | Path) -> list[str]:
+    """A text file's lines (UTF-8, ``\\n``-separated), or a :class:`DataError` naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(path, "not found (run the tokenize stage)")
+    return path.read_text(encoding="utf-8").split("\n")[:-1]

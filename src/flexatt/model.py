@@ -8,10 +8,10 @@ Greedy decoding with the step API::
         logits, state, weights, stats = model.decode_step(y, state, cache, tau=tau)
         y = logits.argmax(-1)                                  # stats.window: positions scored
 
-Beam search (k hypotheses per sentence): expand once with
-``idx = torch.arange(batch).repeat_interleave(k)``, ``cache = cache.index_select(idx)``,
-``state = state.index_select(idx)``; after each step select the surviving hypotheses with
-``state = state.index_select(origin)`` (``origin``: flat index of each new hypothesis' parent).
+Beam search (:func:`flexatt.decoding.beam_search`) keeps one row per live hypothesis: it decodes
+on ``cache.by_row()`` (a :class:`flexatt.attention.RowMap`) and after each step selects the rows
+of the surviving hypotheses with ``cache.index_select(origin)`` and ``state.index_select(origin)``
+(``origin``: the row of each new hypothesis' parent), an index of N longs for the cache.
 """
 
 from __future__ import annotations

@@ -10,7 +10,12 @@ from the same plot definitions and the same renderers (DVC's ``plots.show`` and
   nothing is fetched when the page opens;
 * the images are embedded as ``data:`` URIs: the page is one file to send or attach;
 * the figures under ``results/`` that no plot of ``dvc.yaml`` declares (the seeds summary, the
-  char profile's figures) are added after the declared ones.
+  char profile's figures) are added after the declared ones;
+* a chart is shown once and only where it draws something (:func:`select`): a file drawn in a
+  plot of several files (``dvc.yaml``'s top-level learning curves, every model of a stage in one
+  chart) is not drawn again on its own; a chart whose data take a single x value (the learning
+  curve of a one-epoch fine-tuning) is left out; BLEU by source length (``evaluate.by_length_file``)
+  shows the Table 1 rows that a claim compares (:func:`claim_rows`), not all of them.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import base64
 import sys
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,13 +69,70 @@ def offline_template(title: str = "DVC Plot") -> str:
 @dataclass
 class ReportPage:
     """What :func:`build` wrote: the page, the ids of its Vega plots, the declared images and
-    the extra figures it embedded, and the plots DVC could not load (id: reason)."""
+    the extra figures it embedded, the plots it left out (id: why, :func:`select`) and the
+    plots DVC could not load (id: reason)."""
 
     path: Path
     vega: list[str] = field(default_factory=list)
     images: list[str] = field(default_factory=list)
     figures: list[str] = field(default_factory=list)
+    left_out: dict[str, str] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
+
+
+def claim_rows() -> list[str]:
+    """The Table 1 rows that the claims compare (the A and B of every claim of
+    :data:`flexatt.claims.CLAIMS` that names them), in the order the claims name them."""
+    from flexatt.claims import CLAIMS
+
+    rows = [spec[side] for spec in CLAIMS for side in ("a", "b") if side in spec]
+    return list(dict.fromkeys(rows))
+
+
+def overlaid_files(definitions: dict) -> set[str]:
+    """The data files that a plot of several files draws (a ``y`` mapping file → field with more
+    than one file), from the plot definitions of ``repo.plots.show()`` (every revision)."""
+    files: set[str] = set()
+    for per_rev in definitions.values():
+        for config in per_rev.get("definitions", {}).get("data", {}).values():
+            for props in config.get("data", {}).values():
+                y = (props or {}).get("y")
+                if isinstance(y, dict) and len(y) > 1:
+                    files.update(y)
+    return files
+
+
+def select(renderers: Iterable, overlaid: set[str], by_length: str | None, rows: Iterable[str]) -> dict[str, str]:
+    """Leave out what the page should not draw, in place on the Vega ``renderers`` (DVC's, with
+    ``name``, ``datapoints`` and ``properties``); returns the names left out with the reason.
+
+    * a plot of one file that a plot of several files draws too (``overlaid``);
+    * BLEU by length (the plot named ``by_length``) keeps the datapoints of ``rows`` (``model``);
+    * a plot whose datapoints take at most one value of its x field: a point per line, no curve."""
+    rows, left_out = set(rows), {}
+    for renderer in renderers:
+        if renderer.TYPE != "vega":
+            continue
+        if renderer.name in overlaid:
+            left_out[renderer.name] = "drawn in a plot of several files"
+            continue
+        if renderer.name == by_length:
+            renderer.datapoints = [d for d in renderer.datapoints if d.get("model") in rows]
+        x = renderer.properties.get("x")
+        if len({d.get(x) for d in renderer.datapoints}) <= 1:
+            left_out[renderer.name] = f"a single value of {x}"
+    return left_out
+
+
+def by_length_file(root: Path) -> str | None:
+    """``evaluate.by_length_file`` of ``root/params.yaml`` (what dvc.yaml's BLEU-by-length plot
+    reads), or None."""
+    import yaml
+
+    params = root / "params.yaml"
+    if not params.is_file():
+        return None
+    return ((yaml.safe_load(params.read_text(encoding="utf-8")) or {}).get("evaluate") or {}).get("by_length_file")
 
 
 def _data_uri(path: Path) -> str:
@@ -109,13 +172,14 @@ def build(root: Path = Path("."), output: Path | None = None) -> ReportPage:
         # out=None: DVC embeds each image as a data: URI instead of writing it beside the page
         matched = match_defs_renderers(data=data, out=None, templates_dir=repo.plots.templates_dir)
     page = ReportPage(path=output)
+    page.left_out = select([r for r, _, _ in matched], overlaid_files(data), by_length_file(root), claim_rows())
     renderers = []
     for renderer, source_errors, definition_errors in matched:
         problems = [str(e) for per_rev in source_errors.values() for e in per_rev.values()]
         problems += [str(e) for e in definition_errors.values()]
         if problems:
             page.errors[renderer.name] = "; ".join(problems)
-        if not renderer.datapoints:
+        if not renderer.datapoints or renderer.name in page.left_out:
             continue
         renderers.append(renderer)
         if renderer.TYPE == "vega":
@@ -151,5 +215,5 @@ def main(output: Path | None = None) -> int:
     for name, reason in page.errors.items():
         print(f"warning: {name}: {reason.splitlines()[0]}", file=sys.stderr)
     print(f"wrote {page.path}: {len(page.vega)} plots, {len(page.images) + len(page.figures)} figures "
-          f"(opens without a network)")
+          f"(opens without a network); left out {len(page.left_out)} plots drawn elsewhere or of one point")
     return 0

@@ -78,8 +78,7 @@ CPUINFO = "/proc/cpuinfo"
 #: x readout size x vocabulary, the default profile's
 PROBE_SHAPE = (2048, 128, 4000)
 #: the probe chooses bf16 autocast only when the bf16 product is at least this many times faster
-#: (2.5x on the AVX512-BF16 reference machine, where whole training steps gain 1.1-1.2x; emulated
-#: bf16 products are about 2.85x slower than float32)
+#: (benchmarks/README.md gives what native and emulated bf16 measure)
 BF16_MIN_SPEEDUP = 1.5
 
 
@@ -119,9 +118,8 @@ def bf16_speedup(seconds: float = 0.4, shape: tuple[int, int, int] = PROBE_SHAPE
     about ``seconds`` in all. Uses its own random generator (the global seed is left alone).
 
     The operands are cast before the clock starts: the casts are the same memory-bound work on
-    any CPU, while the product is what native bf16 speeds up and emulated bf16 slows down. On
-    the 2-core reference machine (AVX512-BF16) the product alone measured 2.5-2.75x in five
-    runs, the product with the casts anywhere from 1.0x to 2.7x."""
+    any CPU, while the product is what native bf16 speeds up and emulated bf16 slows down (timed
+    with the casts, the ratio swings far more from run to run: benchmarks/README.md)."""
     rows, inner, outer = shape
     gen = torch.Generator().manual_seed(0)
     x, w = torch.randn(rows, inner, generator=gen), torch.randn(outer, inner, generator=gen)

@@ -311,7 +311,7 @@ class Decode(Group):
     alpha: NonNegativeFloat = 1.0
     max_len_ratio: PositiveFloat = 2.0
     batch_size: PositiveInt = 150
-    backend: Literal["auto", "kernel", "grouped", "eager"] = "auto"
+    backend: Literal["auto", "kernel", "eager"] = "auto"
 
 
 class SweepTau(Group):

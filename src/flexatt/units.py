@@ -11,8 +11,8 @@ need no checkpoint:
 - dev and test at τ = ∞ (beam search, ``decode``), each with its hypotheses, the per-sentence
   windows (positions scored, summed over steps; steps; source lengths) and sacrebleu's
   per-sentence BLEU sufficient statistics;
-- a flexible model's dev τ search (the sweep_tau grid and bisections, :func:`flexatt.evaluation.search_points`,
-  the selection rule :func:`flexatt.evaluation.select_tau`) and, on both splits, the trade-off
+- a flexible model's dev τ search (the sweep_tau grid and bisections, :func:`flexatt.tau_search.search_points`,
+  the selection rule :func:`flexatt.tau_search.select_tau`) and, on both splits, the trade-off
   curve's τs; test at the selected τ;
 - where the corpus has gold word alignments, the forced-decoding alignments of every reference
   (at τ = ∞ and at the selected τ), their AER, the AER of a length-proportional diagonal on the
@@ -277,7 +277,7 @@ class UnitDecoder:
         self.records: dict[tuple[str, float], dict] = {}
 
     def point(self, split: str, tau: float) -> dict:
-        from flexatt.evaluation import translate_split
+        from flexatt.decoding.translate import translate_split
 
         key = (split, float(tau))
         if key not in self.records:
@@ -297,14 +297,16 @@ def decode_products(model, p, tok_dir: Path, filter_dir: Path, targets: dict[str
     ``summary[split]``: ``inf`` (and, for a flexible model, ``selected``, ``selected_tau``,
     ``points``) as τ/window/BLEU points, and ``aer`` / ``aer_diagonal`` where the split has gold
     links. ``targets`` (fixed-window unit -> its dev window at τ = ∞): a flexible model is
-    decoded on test at the τ whose dev window equals each (:func:`flexatt.claims.match_window`),
+    decoded on test at the τ whose dev window equals each (:func:`flexatt.tau_search.match_window`),
     ``summary["matched"][unit]``. ``decodes``: ``{"records": [...]}``, one stored record per (split, τ).
     ``alignments``: ``{split: {tau label: ["i-j ...", ...]}}`` or ``None``. ``g_values``:
     ``{"<split>/<tau label>": array}`` of the g_t seen in forced decoding (flexible models).
     ``full=False`` (the budget check, which reports what longer training gains) decodes dev and
     test at τ = ∞ only.
     """
-    from flexatt.evaluation import EvalSet, decode_settings, search_points, select_tau
+    from flexatt.data.evalset import EvalSet
+    from flexatt.points import decode_settings
+    from flexatt.tau_search import search_points, select_tau
 
     st = p.sweep_tau
     settings = decode_settings(p)
@@ -347,7 +349,7 @@ def _decodes(decoder: UnitDecoder, settings: dict) -> dict:
 def match_targets(decoder: UnitDecoder, targets: dict[str, float], steps: int) -> dict[str, dict]:
     """For each fixed window (name -> its dev window), the τ at which this flexible model's dev
     window equals it, bracketed by the dev points already decoded, and test decoded there."""
-    from flexatt.claims import match_window
+    from flexatt.tau_search import match_window
 
     matched = {}
     for name, target in sorted(targets.items()):
@@ -489,7 +491,7 @@ def _round_to_fp16(checkpoint: Path) -> tuple[bytes, Any]:
     import torch
 
     from flexatt.checkpoints import checkpoint_hparams
-    from flexatt.evaluation import load_model
+    from flexatt.checkpoints import load_model
 
     model = load_model(checkpoint)
     state = {k: v.half() if v.is_floating_point() else v for k, v in model.state_dict().items()}
@@ -536,7 +538,7 @@ def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str =
 
     from flexatt import config as C
     from flexatt import schema
-    from flexatt.evaluation import load_model
+    from flexatt.checkpoints import load_model
     from flexatt.io import save_torch
     from flexatt.parallel import intra_op_threads
     from flexatt.trainer import model_config, train

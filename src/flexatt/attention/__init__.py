@@ -48,9 +48,10 @@ from flexatt.attention.base import (
     AttentionState,
     AttentionStats,
     GlobalAttention,
+    RowMap,
     masked_softmax,
 )
-from flexatt.attention.flexible import _F32, FlexibleAttention  # noqa: F401  (re-exported)
+from flexatt.attention.flexible import FlexibleAttention
 from flexatt.attention.local import LocalAttention
 from flexatt.attention.registry import (
     ATTENTION_TYPES,
@@ -69,7 +70,7 @@ from flexatt.attention.scores import (
     GeneralScore,
     LocationScore,
     Scorer,
-    _AdditiveScore,  # noqa: F401  (re-exported)
+    _AdditiveScore,  # noqa: F401  (re-exported: the kernel restates it, flexatt.decoding.digests)
     build_scorer,
 )
 
@@ -91,6 +92,7 @@ __all__ = [
     "GlobalAttention",
     "LocalAttention",
     "LocationScore",
+    "RowMap",
     "SACTAttention",
     "SACTTemperature",
     "Scorer",

@@ -21,16 +21,101 @@ NEG_INF = float("-inf")
 # Containers
 # --------------------------------------------------------------------------------------
 class AttentionCache(NamedTuple):
-    """Per-sentence encoder-side tensors, computed once by :meth:`Attention.precompute`."""
+    """Per-sentence encoder-side tensors, computed once by :meth:`Attention.precompute`; one
+    row per sentence. A search reads it through :class:`RowMap` (:meth:`by_row`)."""
 
     keys: Tensor  # batch x src_len x d_key   (score-specific key projection, e.g. U_a h̄)
     values: Tensor  # batch x src_len x 2H    (encoder states h̄, averaged into the context)
     mask: Tensor  # batch x src_len          (bool, True at real positions)
     lengths: Tensor  # batch                 (long, S_i)
 
+    @property
+    def src_len(self) -> int:
+        """S_max, the padded source length."""
+        return self.keys.size(1)
+
+    @property
+    def row_lengths(self) -> Tensor:
+        """S_i of each row (batch long)."""
+        return self.lengths
+
+    def layout(self) -> tuple[int, "AttentionCache"]:
+        """``(1, self)``: one row per entry (:meth:`RowMap.layout`)."""
+        return 1, self
+
     def index_select(self, index: Tensor) -> "AttentionCache":
-        """Select / repeat / reorder batch rows (beam expansion, dropping finished rows)."""
+        """Select / repeat / reorder rows (a copy of each row's tensors)."""
         return AttentionCache(*(x.index_select(0, index) for x in self))
+
+    def by_row(self) -> "RowMap":
+        """The cache read by one decoding row per sentence, reordered without copies."""
+        return RowMap(self, torch.arange(self.lengths.size(0), device=self.lengths.device))
+
+
+class RowMap:
+    """The attention cache of a batch of sentences (``base``, one row per sentence) read by N
+    decoding rows (``rows``: N long, the sentence of each row): what a search decodes with. A
+    reorder of the rows (beam expansion, pruning, a sentence ending) composes the map, an index of
+    N longs, instead of copying every sentence's keys and states once per hypothesis.
+
+    It reads like an :class:`AttentionCache` of N rows: ``keys``, ``values``, ``mask`` and
+    ``lengths`` are the rows' own (gathered on first use), so attention code written against a
+    per-row cache runs unchanged. :class:`Attention`'s helpers read it through :meth:`layout`
+    instead: rows in consecutive groups of equal size k (a sentence's hypotheses side by side:
+    every step of greedy and beam search but one where a sentence has fewer than k live
+    hypotheses) are computed against the groups' sentences, ``n x ...`` with no copy per row,
+    by the same operations, so the numbers are the per-row cache's bit for bit.
+    """
+
+    __slots__ = ("base", "rows", "_layout", "_per_row", "_row_lengths")
+
+    def __init__(self, base: AttentionCache, rows: Tensor):
+        self.base, self.rows = base, rows
+        self._layout: Optional[tuple[int, AttentionCache]] = None
+        self._per_row: Optional[AttentionCache] = None
+        self._row_lengths: Optional[Tensor] = None
+
+    def index_select(self, index: Tensor) -> "RowMap":
+        """The rows ``index`` (long N'), in that order: the map composed, nothing copied."""
+        return RowMap(self.base, self.rows.index_select(0, index))
+
+    @property
+    def src_len(self) -> int:
+        return self.base.keys.size(1)
+
+    def layout(self) -> tuple[int, AttentionCache]:
+        """``(k, cache)``: the rows are the rows of ``cache`` (an :class:`AttentionCache`), each
+        repeated k times in a row; k = 1 with one gathered copy per row where the rows do not form
+        equal consecutive groups. Computed once per map."""
+        if self._layout is None:
+            sents, counts = torch.unique_consecutive(self.rows, return_counts=True)
+            k = int(counts[0]) if counts.numel() else 1
+            if counts.numel() and int(counts.min()) == k == int(counts.max()):
+                batch = self.base.lengths.size(0)
+                same = sents.numel() == batch and torch.equal(sents, torch.arange(batch, device=sents.device))
+                self._layout = (k, self.base if same else self.base.index_select(sents))
+            else:
+                self._layout = (1, self.per_row())
+        return self._layout
+
+    def per_row(self) -> AttentionCache:
+        """The :class:`AttentionCache` of the N rows (a copy per row, made once)."""
+        if self._per_row is None:
+            self._per_row = self.base.index_select(self.rows)
+        return self._per_row
+
+    @property
+    def row_lengths(self) -> Tensor:
+        """S_i of each row (N long), without copying the rest of the cache."""
+        if self._row_lengths is None:
+            k, cache = self.layout()
+            self._row_lengths = cache.lengths.repeat_interleave(k) if k > 1 else cache.lengths
+        return self._row_lengths
+
+    keys = property(lambda self: self.per_row().keys, doc="N x S x d_key, the rows' keys (a copy)")
+    values = property(lambda self: self.per_row().values, doc="N x S x 2H, the rows' h̄ (a copy)")
+    mask = property(lambda self: self.per_row().mask, doc="N x S, the rows' masks (a copy)")
+    lengths = property(lambda self: self.row_lengths, doc="N, the rows' S_i")
 
 
 class AttentionState(NamedTuple):
@@ -99,40 +184,59 @@ class Attention(nn.Module):
         )
 
     # -- scoring ------------------------------------------------------------------------
+    # Each helper reads the cache through its layout (:meth:`AttentionCache.layout`): rows in
+    # groups of k > 1 are scored against their groups' sentences (n = N / k), the same
+    # elementwise operations and products as on a copy per row, so the same numbers.
     def score_dense(self, q: Tensor, cache: AttentionCache) -> Tensor:
-        """Scores at all S_max slots: ``q`` batch x d -> batch x S."""
-        src_len = cache.keys.size(1)
+        """Scores at all S_max slots: ``q`` N x d -> N x S (groups of k: q as n x k x 1 x d
+        against the keys n x 1 x S x d, broadcast)."""
+        k, c = cache.layout()
+        src_len = c.keys.size(1)
         positions = torch.arange(src_len, device=q.device).unsqueeze(0)  # 1 x S (0-based)
-        return self.scorer(q.unsqueeze(1), cache.keys, positions)
+        if k == 1:
+            return self.scorer(q.unsqueeze(1), c.keys, positions)
+        n = c.keys.size(0)
+        return self.scorer(q.view(n, k, 1, -1), c.keys.unsqueeze(1), positions).view(n * k, src_len)
+
+    def softmax_source(self, logits: Tensor, cache: AttentionCache) -> Tensor:
+        """a_t = softmax over each row's real source positions (padding -> exact zeros):
+        logits N x S -> N x S (:func:`masked_softmax` with the cache's mask)."""
+        k, c = cache.layout()
+        if k == 1:
+            return masked_softmax(logits, c.mask)
+        n, src_len = c.mask.shape
+        return masked_softmax(logits.view(n, k, src_len), c.mask.unsqueeze(1)).view(n * k, src_len)
 
     def score_window(
         self, q: Tensor, cache: AttentionCache, lo: Tensor, hi: Tensor
     ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Scores of the positions lo_i..hi_i (1-based, inclusive, 1 <= lo <= hi <= S_i) only.
 
-        :param q: batch x d projected query.
-        :param lo, hi: batch (long) window bounds.
-        :return: ``scores`` batch x W_max (``-inf`` at slots outside the row's window),
-            ``positions`` batch x W_max (1-based; slot j of row i is position lo_i + j),
-            ``in_window`` batch x W_max (bool), ``count`` batch (long): number of positions
+        :param q: N x d projected query.
+        :param lo, hi: N (long) window bounds.
+        :return: ``scores`` N x W_max (``-inf`` at slots outside the row's window),
+            ``positions`` N x W_max (1-based; slot j of row i is position lo_i + j),
+            ``in_window`` N x W_max (bool), ``count`` N (long): number of positions
             scored per row, counted from the index list handed to the score function.
         """
         batch = q.size(0)
         if batch == 1:  # one row (per-sentence decoding): the window is a slice, no index list
             scores, positions, count = self.score_slice(q, cache, int(lo), int(hi))
             return scores, positions, torch.ones_like(scores, dtype=torch.bool), count
-        width = hi - lo + 1  # batch
+        k, c = cache.layout()
+        width = hi - lo + 1  # N
         w_max = int(width.max())
         slot = torch.arange(w_max, device=q.device)  # W_max
-        positions = lo.unsqueeze(1) + slot.unsqueeze(0)  # batch x W_max (1-based)
-        in_window = slot.unsqueeze(0) < width.unsqueeze(1)  # batch x W_max
+        positions = lo.unsqueeze(1) + slot.unsqueeze(0)  # N x W_max (1-based)
+        in_window = slot.unsqueeze(0) < width.unsqueeze(1)  # N x W_max
         # one batched gather of the (row, position) pairs inside the windows
-        rows, cols = in_window.nonzero(as_tuple=True)  # N, N
-        index = lo.index_select(0, rows) + cols - 1  # N (0-based source index)
-        keys = cache.keys.flatten(0, 1).index_select(0, rows * cache.keys.size(1) + index)  # N x d
-        flat = self.scorer(q.index_select(0, rows), keys, index)  # N
+        rows, cols = in_window.nonzero(as_tuple=True)  # P, P
+        index = lo.index_select(0, rows) + cols - 1  # P (0-based source index)
+        sentence = rows if k == 1 else torch.div(rows, k, rounding_mode="floor")  # the row's keys
+        keys = c.keys.flatten(0, 1).index_select(0, sentence * c.keys.size(1) + index)  # P x d
+        flat = self.scorer(q.index_select(0, rows), keys, index)  # P
         scores = q.new_full((batch, w_max), NEG_INF).index_put((rows, cols), flat)
-        count = torch.bincount(rows, minlength=batch)  # batch
+        count = torch.bincount(rows, minlength=batch)  # N
         return scores, positions, in_window, count
 
     def score_slice(self, q: Tensor, cache: AttentionCache, first: int, last: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -142,8 +246,9 @@ class Attention(nn.Module):
         :return: ``scores`` 1 x W, ``positions`` 1 x W (1-based), ``count`` (1,) long: the number
             of positions handed to the score function.
         """
+        _, c = cache.layout()
         positions = torch.arange(first, last + 1, device=q.device)  # W (1-based)
-        flat = self.scorer(q, cache.keys[0, first - 1:last], positions - 1)  # W
+        flat = self.scorer(q, c.keys[0, first - 1:last], positions - 1)  # W
         count = torch.full((1,), flat.numel(), dtype=torch.long, device=q.device)
         return flat.unsqueeze(0), positions.unsqueeze(0), count
 
@@ -155,46 +260,55 @@ class Attention(nn.Module):
     @staticmethod
     def expected_position(weights: Tensor, positions: Tensor) -> Tensor:
         """p_t = Σ_s a_t(s) · s (Flexible Attention 2017, eq. 4); ``positions`` 1-based,
-        broadcastable to ``weights`` (batch x W)."""
+        broadcastable to ``weights`` (N x W)."""
         return (weights * positions.to(weights.dtype)).sum(-1)
 
     @staticmethod
-    def context_dense(weights: Tensor, values: Tensor) -> Tensor:
-        """c_t = Σ_s a_t(s) h̄_s (2017, eq. 1; SACT eq. 3): batch x W, batch x W x 2H ->
-        batch x 2H (W = S on the dense path, the gathered window slots otherwise)."""
-        return torch.bmm(weights.unsqueeze(1), values).squeeze(1)
+    def context_dense(weights: Tensor, cache: AttentionCache) -> Tensor:
+        """c_t = Σ_s a_t(s) h̄_s (2017, eq. 1; SACT eq. 3): weights N x S -> N x 2H, one
+        ``1 x S`` by ``S x 2H`` product per row. Rows in groups of k take k ``bmm`` calls, one per
+        hypothesis slot j over the groups (rows j, k + j, 2k + j, ...), on the groups' h̄ as they
+        are: the same products as one per row (one ``k x S`` product per group would sum in
+        another order)."""
+        k, c = cache.layout()
+        if k == 1:
+            return torch.bmm(weights.unsqueeze(1), c.values).squeeze(1)
+        n = c.values.size(0)
+        slots = weights.view(n, k, 1, -1)
+        return torch.stack([torch.bmm(slots[:, j], c.values) for j in range(k)], 1).view(n * k, -1)
 
-    @staticmethod
     def window_to_full(
-        slot_weights: Tensor, positions: Tensor, cache: AttentionCache
+        self, slot_weights: Tensor, positions: Tensor, cache: AttentionCache
     ) -> tuple[Tensor, Tensor]:
         """The weights scattered back to the source positions, and the context (eq. 1) from them.
 
         Only the window was scored; the context is the sum over the window's h̄_s. A single row
-        takes its window as a slice of h̄. A batch scatters the slot weights to ``batch x S`` (exact
-        zeros outside each row's window) and sums with one ``bmm`` over h̄: at the sizes of this
+        takes its window as a slice of h̄. A batch scatters the slot weights to ``N x S`` (exact
+        zeros outside each row's window) and sums with :meth:`context_dense`: at the sizes of this
         project that is faster than gathering each row's window of h̄ first (the gathered rows
         are written and read again; ``benchmarks/decode_speed.py`` measures the whole step).
 
-        :param slot_weights: batch x W_max (exact zeros outside the row's window)
-        :param positions: batch x W_max 1-based positions of the slots
-        :return: context batch x 2H (eq. 1 over the window), weights batch x S
+        :param slot_weights: N x W_max (exact zeros outside the row's window)
+        :param positions: N x W_max 1-based positions of the slots
+        :return: context N x 2H (eq. 1 over the window), weights N x S
         """
-        batch, src_len, _ = cache.values.shape
-        if batch == 1:  # one row: the window is a slice of h̄
+        src_len = cache.src_len
+        if slot_weights.size(0) == 1:  # one row: the window is a slice of h̄
+            _, c = cache.layout()
             first = int(positions[0, 0]) - 1
             window = slice(first, first + positions.size(1))
-            context = torch.mm(slot_weights, cache.values[0, window])  # 1 x 2H
+            context = torch.mm(slot_weights, c.values[0, window])  # 1 x 2H
             full = slot_weights.new_zeros(1, src_len)
             full[:, window] = slot_weights
             return context, full
-        index = (positions - 1).clamp(0, src_len - 1)  # batch x W_max (slots outside are 0-weight)
-        full = slot_weights.new_zeros(batch, src_len).scatter_add(1, index, slot_weights)  # batch x S
-        return Attention.context_dense(full, cache.values), full
+        index = (positions - 1).clamp(0, src_len - 1)  # N x W_max (slots outside are 0-weight)
+        full = slot_weights.new_zeros(slot_weights.size(0), src_len).scatter_add(1, index, slot_weights)  # N x S
+        return self.context_dense(full, cache), full
 
     def dense_spans(self, cache: AttentionCache) -> tuple[Tensor, Tensor, Tensor]:
         """(window, span_lo, span_hi) of a dense call: every real position, S_i per row."""
-        count = cache.mask.sum(1)  # the mask applied to the scores of this call
+        k, c = cache.layout()
+        count = c.mask.sum(1) if k == 1 else cache.row_lengths  # the positions the mask lets through
         return count, torch.ones_like(count), count
 
     def forward(
@@ -229,9 +343,9 @@ class GlobalAttention(Attention):
     def forward(self, query, feedback, cache, state, tau=None):
         q = self.scorer.project_query(query)  # batch x d
         scores = self.score_dense(q, cache)  # batch x S
-        weights = masked_softmax(self.content_logits(scores), cache.mask)  # batch x S
-        context = self.context_dense(weights, cache.values)  # batch x 2H
-        positions = torch.arange(1, cache.mask.size(1) + 1, device=query.device)  # S (1-based)
+        weights = self.softmax_source(self.content_logits(scores), cache)  # batch x S
+        context = self.context_dense(weights, cache)  # batch x 2H
+        positions = torch.arange(1, cache.src_len + 1, device=query.device)  # S (1-based)
         p_t = self.expected_position(weights, positions)
         count, lo, hi = self.dense_spans(cache)
         new_state = AttentionState(p_t, context, state.step + 1)

@@ -97,7 +97,7 @@ class FlexibleAttention(Attention):
         """σ√(2τ/g_t) (2017 §3.1): penalty(s) < τ  <=>  |s - p_{t-1}| < radius; inf when g_t = 0.
 
         The square root is taken in float64 and rounded once to g's dtype: the correctly rounded
-        result, the same for any batch size and in the fused kernel (``csrc/fused_decode.cpp``),
+        result, the same for any batch size and in the kernel (``csrc/kernel.cpp``),
         whereas PyTorch's float32 CPU ``sqrt`` of more than a few elements is not always
         correctly rounded, which moved a span bound whenever p ± radius fell next to an integer."""
         arg = 2.0 * tau / g.clamp_min(torch.finfo(g.dtype).tiny)
@@ -149,10 +149,10 @@ class FlexibleAttention(Attention):
         prev_pos = state.position  # p_{t-1}, 1-based
         if tau is None or math.isinf(tau):
             scores = self.score_dense(q, cache)  # batch x S
-            positions = torch.arange(1, cache.mask.size(1) + 1, device=query.device).unsqueeze(0)
+            positions = torch.arange(1, cache.src_len + 1, device=query.device).unsqueeze(0)
             logits = self.flexible_logits(scores, self.penalty(positions, prev_pos, g), temp)
-            weights = masked_softmax(logits, cache.mask)  # eq. 7, batch x S
-            context = self.context_dense(weights, cache.values)  # eq. 1
+            weights = self.softmax_source(logits, cache)  # eq. 7, batch x S
+            context = self.context_dense(weights, cache)  # eq. 1
             p_t = self.expected_position(weights, positions)  # eq. 4
             count, lo, hi = self.dense_spans(cache)
         else:
@@ -160,13 +160,13 @@ class FlexibleAttention(Attention):
                 raise ValueError(f"tau must be >= 0, got {tau}")
             if query.size(0) == 1:  # one sentence: the span from scalars, the window a slice
                 radius = float(self.span_radius(g, tau))
-                first, last = self.vision_span_row(float(prev_pos), radius, int(cache.lengths))
+                first, last = self.vision_span_row(float(prev_pos), radius, int(cache.row_lengths))
                 scores, positions, count = self.score_slice(q, cache, first, last)
                 lo = torch.tensor([first], device=query.device)
                 hi = torch.tensor([last], device=query.device)
                 in_window = None  # every slot of the slice is in the span
             else:
-                lo, hi = self.vision_span(prev_pos, g, tau, cache.lengths)
+                lo, hi = self.vision_span(prev_pos, g, tau, cache.row_lengths)
                 scores, positions, in_window, count = self.score_window(q, cache, lo, hi)
             logits = self.flexible_logits(scores, self.penalty(positions, prev_pos, g), temp)
             # eq. 7 over the span

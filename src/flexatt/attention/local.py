@@ -69,7 +69,7 @@ class LocalAttention(Attention):
         return lo, hi
 
     def forward(self, query, feedback, cache, state, tau=None):
-        lengths = cache.lengths
+        lengths = cache.row_lengths  # batch
         if self.predictive:
             p_t = self.predict_position(query, lengths)  # batch
         else:  # local-m: p_t = t (t = steps taken + 1), clamped to the sentence

@@ -8,7 +8,7 @@ from typing import Optional
 import torch
 from torch import Tensor, nn
 
-from flexatt.attention.base import Attention, AttentionState, AttentionStats, masked_softmax
+from flexatt.attention.base import Attention, AttentionState, AttentionStats
 from flexatt.attention.scores import Scorer
 
 
@@ -66,9 +66,9 @@ class SACTAttention(Attention):
         temp = self.sact_temperature(state.context, query, feedback)  # batch
         q = self.scorer.project_query(query)
         scores = self.score_dense(q, cache)  # batch x S
-        weights = masked_softmax(self.sact_temperature.rescale(scores, temp), cache.mask)  # eq. 4
-        context = self.context_dense(weights, cache.values)  # SACT eq. 3
-        positions = torch.arange(1, cache.mask.size(1) + 1, device=query.device)
+        weights = self.softmax_source(self.sact_temperature.rescale(scores, temp), cache)  # eq. 4
+        context = self.context_dense(weights, cache)  # SACT eq. 3
+        positions = torch.arange(1, cache.src_len + 1, device=query.device)
         p_t = self.expected_position(weights, positions)
         count, lo, hi = self.dense_spans(cache)
         new_state = AttentionState(p_t, context, state.step + 1)

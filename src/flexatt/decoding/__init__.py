@@ -2,13 +2,13 @@
 (:mod:`~flexatt.decoding.search`) against one stepper interface
 (:class:`~flexatt.decoding.stepper.Stepper`), and the backends that implement it:
 
-* :mod:`~flexatt.decoding.eager` — the model's own modules, the reference;
-* :mod:`~flexatt.decoding.grouped` — PyTorch operators on a per-sentence cache, bit-identical;
-* :mod:`~flexatt.decoding.kernel` — the compiled step (``csrc/fused_decode.cpp``), guarded by
-  digests of the equations it restates (:mod:`~flexatt.decoding.reference`).
+* ``eager`` (:class:`~flexatt.decoding.stepper.EagerStepper`) — the model's own modules on a
+  :class:`~flexatt.attention.RowMap` of its cache, the reference;
+* :mod:`~flexatt.decoding.kernel` — the compiled step (``csrc/kernel.cpp``), guarded by
+  digests of the equations it restates (:mod:`~flexatt.decoding.digests`).
 
 :func:`~flexatt.decoding.backends.select_backend` is the one place that decides which backend
-decodes a model (``decode.backend: auto | kernel | grouped | eager``).
+decodes a model (``decode.backend: auto | kernel | eager``).
 """
 
 from flexatt.decoding.backends import BACKENDS, CHOICES, provenance, select_backend

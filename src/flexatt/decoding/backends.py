@@ -1,47 +1,34 @@
 """Which backend decodes a model: :func:`select_backend`, the one place that decides.
 
-Backends, fastest first (``decode.backend``):
+Backends (``decode.backend``):
 
 * ``kernel`` (:mod:`flexatt.decoding.kernel`): the compiled step and one-call forced decoding;
   global and plain flexible attention with the concat score, float32 on the CPU, eval mode, and
   only while the reference equations it restates are unchanged (a digest per class);
-* ``grouped`` (:mod:`flexatt.decoding.grouped`): PyTorch operators on a per-sentence cache,
-  bit-identical to eager; global, flexible, SACT and flexible + SACT attention, any score;
-* ``eager`` (:mod:`flexatt.decoding.eager`): the model's own modules; every model — the
-  reference.
+* ``eager`` (:class:`flexatt.decoding.stepper.EagerStepper`): the model's own modules — every
+  model, and whatever a researcher has edited in them; the reference.
 
-``auto`` takes the first that covers the model. Falling back from the kernel because its
-reference changed, or to eager at all, warns once per reason; a named backend that does not
-cover the model stops with a :class:`~flexatt.errors.ConfigError` naming ``decode.backend``.
-``FLEXATT_FUSED=0`` makes ``auto`` decode eagerly (a switch for comparing against the
-reference without editing a config).
+``auto`` takes the kernel where it covers the model, else the model's own modules. Falling back
+because the kernel's reference changed warns once; a named backend that does not cover the
+model stops with a :class:`~flexatt.errors.ConfigError` naming ``decode.backend``.
 """
 
 from __future__ import annotations
 
-import os
 import warnings
 from typing import Optional
 
 import torch
 
 from flexatt.decoding import kernel
-from flexatt.decoding.eager import EagerStepper
-from flexatt.decoding.grouped import GroupedStepper
-from flexatt.decoding.stepper import Stepper
+from flexatt.decoding.stepper import EagerStepper, Stepper
 from flexatt.errors import ConfigError
 
 #: ``decode.backend`` values: ``auto`` and the backends, fastest first
-BACKENDS = ("kernel", "grouped", "eager")
+BACKENDS = ("kernel", "eager")
 CHOICES = ("auto", *BACKENDS)
-STEPPERS = {"kernel": kernel.KernelStepper, "grouped": GroupedStepper, "eager": EagerStepper}
-ENV = "FLEXATT_FUSED"
+STEPPERS = {"kernel": kernel.KernelStepper, "eager": EagerStepper}
 _warned: set[str] = set()
-
-
-def fast_enabled() -> bool:
-    """False when ``FLEXATT_FUSED=0`` (or ``false``/``off``/``no``): ``auto`` then decodes eagerly."""
-    return os.environ.get(ENV, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
 def unsupported(model, backend: str) -> Optional[str]:
@@ -74,20 +61,17 @@ def select_backend(model, backend: str = "auto") -> Stepper:
         if reason is not None:
             raise ConfigError("decode.backend", f"{backend} does not cover this model: {reason}")
         return STEPPERS[backend](model)
-    if fast_enabled():
-        for name in BACKENDS[:-1]:
-            reason = unsupported(model, name)
-            if reason is None:
-                return STEPPERS[name](model)
-            if name == "kernel" and "changed since the kernel was written" in reason:
-                _warn_once(f"flexatt.decoding: {reason}: the kernel is not used")
-        _warn_once(f"flexatt.decoding: {reason}: decoding runs on the eager backend")
+    reason = unsupported(model, "kernel")
+    if reason is None:
+        return STEPPERS["kernel"](model)
+    if "changed since the kernel was written" in reason:
+        _warn_once(f"flexatt.decoding: {reason}: the model's own modules decode it")
     return EagerStepper(model)
 
 
 def provenance(stepper: Stepper) -> dict:
     """What decoded a result: the backend, the SIMD level the kernel was compiled for (``None``
-    for the PyTorch backends, which dispatch per operator) and the torch version."""
+    for the eager backend: PyTorch dispatches per operator) and the torch version."""
     return {"backend": stepper.name,
             "simd": torch.backends.cpu.get_cpu_capability() if stepper.name == "kernel" else None,
             "torch": torch.__version__}

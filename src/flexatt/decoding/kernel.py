@@ -1,4 +1,4 @@
-"""The kernel backend: the decoding recurrence compiled (``csrc/fused_decode.cpp``), for inference
+"""The kernel backend: the decoding recurrence compiled (``csrc/kernel.cpp``), for inference
 on a CPU. :class:`KernelStepper` runs forced decoding of a whole batch in one call
 (:meth:`KernelStepper.forced`) and the step of greedy and beam search (``decode_step``,
 ``beam_candidates``); all of them run one row's attention with the kernel's ``attend_row``.
@@ -18,8 +18,8 @@ directions on two threads.
 Every matrix product is the kernel's own (``linear``; weights packed in panels of columns by
 ``pack``): each output is one chain of fused multiply-adds in a fixed order, so a sentence's
 result does not depend on the other rows of its batch, and on CPUs where the BLAS library's
-GEMM runs far below the vector units' speed on tens of rows (about 80 against 210 GFLOP/s per
-core on the machine of ``benchmarks/``) it is much faster. The rows run longest first, so each
+GEMM runs far below the vector units' speed on tens of rows it is much faster
+(``benchmarks/README.md``, the kernel's products). The rows run longest first, so each
 step's products cover only the sentences still running. Batches of up to ``SMALL_BATCH`` rows
 (per-sentence decoding) get the context's share of the LSTM gates, W_ic c_t = Σ_s a_t(s) W_ic
 h̄_s, from a per-sentence projection summed over the span — work that shrinks with the window.
@@ -30,9 +30,9 @@ Supported (:meth:`KernelStepper.unsupported`): :class:`~flexatt.attention.Global
 plain :class:`~flexatt.attention.FlexibleAttention` (2017 eq. 8 or 2016 eq. 7 strength) with the
 concat score, no fixed temperature, the recurrent encoder, float32 parameters on the CPU, the
 model in eval mode and no autocast — and only while the reference modules it restates are the
-ones it was written against (:data:`REFERENCE_DIGESTS`, :mod:`flexatt.decoding.reference`): a
-model whose penalty, score, LSTM or readout was edited is decoded by another backend. The eager
-backend stays the reference: ``tests/test_fused.py`` and ``tests/test_decoding_contract.py``
+ones it was written against (:data:`RESTATED_DIGESTS`, :mod:`flexatt.decoding.digests`): a
+model whose penalty, score, LSTM or readout was edited is decoded by the model's own modules (the
+``eager`` backend, the reference): ``tests/test_kernel.py`` and ``tests/test_decoding_contract.py``
 check that both give the same log-probabilities (within float32 rounding), attention, spans
 (bit for bit), p_t, g_t, window counts and hypotheses.
 
@@ -63,22 +63,22 @@ from torch import Tensor
 from flexatt.attention import AttentionCache, AttentionState, AttentionStats, ConcatScore, FlexibleAttention, \
     GlobalAttention
 from flexatt.decoders import DecoderState
-from flexatt.decoding import reference
+from flexatt.decoding import digests
 from flexatt.encoders import RecurrentEncoder
 
 EXT_DIR_ENV = "FLEXATT_EXT_DIR"
-SOURCE = Path(__file__).resolve().parent.parent / "csrc" / "fused_decode.cpp"
+SOURCE = Path(__file__).resolve().parent.parent / "csrc" / "kernel.cpp"
 
-#: the digests of the reference members the kernel restates (:data:`flexatt.decoding.reference.
-#: KERNEL_REFERENCE`) as they were when it was last brought in line with them; print the
-#: current ones with :func:`flexatt.decoding.reference.main`
-REFERENCE_DIGESTS: dict[str, str] = {
+#: the digests of the members the kernel restates (:data:`flexatt.decoding.digests.RESTATED`) as
+#: they were when it was last brought in line with them; print the current ones with
+#: :func:`flexatt.decoding.digests.main`
+RESTATED_DIGESTS: dict[str, str] = {
     "flexatt.attention:masked_softmax": "1eb1fe05807e",
     "flexatt.attention:ConcatScore": "4e8a270decb3",
     "flexatt.attention:_AdditiveScore": "ac30fbee76d9",
-    "flexatt.attention:Attention": "20b543fc2a4d",
-    "flexatt.attention:GlobalAttention": "b358f17d4fc1",
-    "flexatt.attention:FlexibleAttention": "b89f6b982057",
+    "flexatt.attention:Attention": "c56f3100cfd8",
+    "flexatt.attention:GlobalAttention": "664e4646c03c",
+    "flexatt.attention:FlexibleAttention": "cdb3a5cef485",
     "flexatt.encoders:RecurrentEncoder": "6b3940383780",
     "flexatt.decoders:RecurrentDecoder": "705c96133f8f",
     "flexatt.model:Seq2Seq": "b6869add5f2b",
@@ -114,10 +114,10 @@ def _find_ninja() -> None:
 
 def build_directory(level: Optional[str] = None) -> Path:
     """The folder the extension for a SIMD level (default: the one PyTorch dispatches to on this
-    CPU) is built and cached in: ``$FLEXATT_EXT_DIR/fused_decode_<level>_<key>``."""
+    CPU) is built and cached in: ``$FLEXATT_EXT_DIR/kernel_<level>_<key>``."""
     level = level or torch.backends.cpu.get_cpu_capability()
     root = Path(os.environ.get(EXT_DIR_ENV) or Path.home() / ".cache" / "flexatt" / "ext")
-    return root / f"fused_decode_{level.lower()}_{_build_key(level)}"
+    return root / f"kernel_{level.lower()}_{_build_key(level)}"
 
 
 @contextlib.contextmanager
@@ -178,8 +178,8 @@ def extension(required: bool = False) -> Optional[ModuleType]:
         except Exception as exc:  # no compiler, no ninja, a failed build: fall back to eager
             _state["ext"], _state["error"] = None, exc
             warnings.warn(f"flexatt.decoding.kernel: the kernel could not be built ({exc}); decoding "
-                          "runs on the grouped or eager backend (set decode.backend to one of them to "
-                          "silence this)", RuntimeWarning, stacklevel=2)
+                          "runs on the eager backend (set decode.backend=eager to silence this)",
+                          RuntimeWarning, stacklevel=2)
     if _state["ext"] is None and required:
         raise RuntimeError(f"flexatt.decoding.kernel: the kernel could not be built: {_state['error']}")
     return _state["ext"]  # type: ignore[return-value]
@@ -204,13 +204,13 @@ def unsupported(model) -> Optional[str]:
         return "autocast is on"
     if not all(p.device.type == "cpu" and p.dtype == torch.float32 for p in model.parameters()):
         return "not float32 on the CPU"
-    return reference.stale(REFERENCE_DIGESTS)
+    return digests.stale(RESTATED_DIGESTS)
 
 
 def _weights(model) -> dict:
-    """The decoder's parameters arranged for the kernel (see ``csrc/fused_decode.cpp``), kept
+    """The decoder's parameters arranged for the kernel (see ``csrc/kernel.cpp``), kept
     on the model until a parameter changes (its version counter or its storage)."""
-    cached = getattr(model, "_fused_weights", None)
+    cached = getattr(model, "_kernel_weights", None)
     if cached is not None:
         params, stamp, out = cached
         if all(p._version == v and p.data_ptr() == d for p, (v, d) in zip(params, stamp)):
@@ -218,14 +218,14 @@ def _weights(model) -> dict:
     params = list(model.parameters())
     out = _arrange(model)
     stamp = [(p._version, p.data_ptr()) for p in params]
-    object.__setattr__(model, "_fused_weights", (params, stamp, out))  # not a submodule or buffer
+    object.__setattr__(model, "_kernel_weights", (params, stamp, out))  # not a submodule or buffer
     return out
 
 
 @torch.no_grad()
 def _arrange(model) -> dict:
     """The model's parameters as the kernel takes them. Matrices are packed (``pack``: panels of
-    columns, see ``csrc/fused_decode.cpp``): ``w_x`` [W_ic W_hh]ᵀ (its first C rows, ``w_x[:, :C]``,
+    columns, see ``csrc/kernel.cpp``): ``w_x`` [W_ic W_hh]ᵀ (its first C rows, ``w_x[:, :C]``,
     are W_icᵀ alone), ``w_qg`` [W_q; W_gh]ᵀ,
     ``w_ohc`` the readout's [h; c] columns transposed, ``w_s`` W_sᵀ, ``enc_w_hh_fwd`` /
     ``enc_w_hh_bwd`` the encoder's W_hhᵀ. ``table``: per target vocabulary entry y, every term of
@@ -349,8 +349,8 @@ class KernelStepper:
     of :meth:`forced` too, so greedy, beam and forced decoding share one implementation of the
     equations) and the LSTM in one call, then the readout with the kernel's products; the
     fed-back token's terms are table lookups (:func:`_arrange`). Each row reads its sentence's
-    keys and h̄ from the per-sentence cache (:class:`~flexatt.decoding.grouped.GroupedCache`:
-    a reorder copies N longs).
+    keys and h̄ from the per-sentence cache (:class:`~flexatt.attention.RowMap`: a reorder copies
+    N longs).
 
     The kernel rounds differently from PyTorch's operators (its own products and exponentials),
     so scores agree with the eager step's within float32 rounding rather than bit for bit; spans
@@ -366,12 +366,10 @@ class KernelStepper:
 
     def encode(self, src: Tensor, src_len: Tensor):
         """:meth:`flexatt.model.Seq2Seq.encode` with the kernel's encoder; one row per sentence."""
-        from flexatt.decoding.grouped import GroupedCache
-
         cache, state = _encode(self.model, self.w, src, src_len)
         base = AttentionCache(cache.keys.contiguous(), cache.values.contiguous(), cache.mask,
                               cache.lengths.long().contiguous())
-        return GroupedCache(base, torch.arange(src.size(0), device=src.device)), state
+        return base.by_row(), state
 
     def decode_step(self, prev_tokens: Tensor, state: DecoderState, cache,
                     tau: Optional[float] = None) -> tuple[Tensor, DecoderState, Tensor, AttentionStats]:

@@ -2,7 +2,7 @@
 written once against :class:`~flexatt.decoding.stepper.Stepper`.
 
 Each search takes a model and a ``backend`` (``decode.backend``: ``auto``, ``kernel``,
-``grouped``, ``eager``; :func:`flexatt.decoding.backends.select_backend` picks the stepper) and
+``eager``; :func:`flexatt.decoding.backends.select_backend` picks the stepper) and
 drives the stepper (``encode`` once per batch, then ``decode_step`` once per decoding step; beam
 search takes its candidates from ``candidates``; forced decoding runs in one call where the
 stepper has ``forced``). Every backend counts the window in the code path that evaluates the

@@ -1,21 +1,22 @@
-"""The interface every decoding backend implements (:class:`Stepper`), and the candidate
-selection of beam search that the PyTorch backends share (:func:`grid_candidates`).
+"""The interface every decoding backend implements (:class:`Stepper`), and the ``eager``
+backend: the model's own modules (:class:`EagerStepper`, with the candidate selection of beam
+search in PyTorch operators, :func:`grid_candidates`).
 
 The searches of :mod:`flexatt.decoding.search` are written once against this protocol; a backend
-(:mod:`~flexatt.decoding.eager`, :mod:`~flexatt.decoding.grouped`, :mod:`~flexatt.decoding.kernel`)
-is a class with these methods and a ``name``. Shapes: ``batch`` sentences of up to ``S`` source
+(:class:`EagerStepper`, :class:`flexatt.decoding.kernel.KernelStepper`) is a class with these
+methods and a ``name``. Shapes: ``batch`` sentences of up to ``S`` source
 positions; ``N`` decoding rows (one per live hypothesis), grouped by sentence; ``V`` the target
 vocabulary; ``n_act`` the sentences with live rows at a step.
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional, Protocol, runtime_checkable
+from typing import Optional, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
 
-from flexatt.attention import AttentionStats
+from flexatt.attention import AttentionStats, RowMap
 from flexatt.decoders import DecoderState
 
 NEG_INF = float("-inf")
@@ -25,19 +26,19 @@ NEG_INF = float("-inf")
 class Stepper(Protocol):
     """One model's decoding step, as a backend computes it.
 
-    ``cache`` is the backend's own object (the model's :class:`~flexatt.attention.AttentionCache`,
-    or a per-sentence cache with a row map); the searches only call its ``index_select(rows)``
-    (long ``N'``: the rows of the next step, in order), as they do ``state.index_select``.
+    ``cache`` is a :class:`~flexatt.attention.RowMap` (the per-sentence cache and the sentence of
+    each row); the searches only call its ``index_select(rows)`` (long ``N'``: the rows of the next
+    step, in order), as they do ``state.index_select``.
     """
 
     #: the backend's name, as ``decode.backend`` spells it
     name: str
 
-    def encode(self, src: Tensor, src_len: Tensor) -> tuple[Any, DecoderState]:
+    def encode(self, src: Tensor, src_len: Tensor) -> tuple[RowMap, DecoderState]:
         """src batch x S ids, src_len batch -> (cache, the decoder's initial state), one row per
         sentence."""
 
-    def decode_step(self, prev_tokens: Tensor, state: DecoderState, cache: Any,
+    def decode_step(self, prev_tokens: Tensor, state: DecoderState, cache: RowMap,
                     tau: Optional[float]) -> tuple[Tensor, DecoderState, Tensor, AttentionStats]:
         """prev_tokens N (y_{t-1}) -> logits N x V, the new state, a_t N x S, the stats of the
         scoring path (``window`` N: the positions whose score was evaluated per row)."""
@@ -73,3 +74,39 @@ def grid_candidates(logits: Tensor, row_score: Tensor, starts: Tensor, counts: T
         grid = cand.new_full((n_act, k, vocab), NEG_INF)
         grid[act_of_row, slot_of_row] = cand
     return grid.view(n_act, k * vocab).topk(n, dim=1)  # best first
+
+
+class EagerStepper:
+    """The ``eager`` backend: :class:`Stepper` of ``model`` (a :class:`flexatt.model.Seq2Seq`)
+    through its own step, ``model.encode`` and ``model.decode_step``, on a
+    :class:`~flexatt.attention.RowMap` of the encoder's cache, so whatever the model's modules
+    compute is what decodes: every attention variant, score function, encoder, device and
+    precision, edits included. The window it reports is counted by the attention module's
+    scoring path itself."""
+
+    name = "eager"
+
+    def __init__(self, model):
+        self.model = model
+
+    @staticmethod
+    def unsupported(model) -> Optional[str]:
+        """Every model is covered."""
+        return None
+
+    def encode(self, src: Tensor, src_len: Tensor) -> tuple[RowMap, DecoderState]:
+        cache, state = self.model.encode(src, src_len)
+        return cache.by_row(), state
+
+    def decode_step(self, prev_tokens: Tensor, state: DecoderState, cache: RowMap,
+                    tau: Optional[float]) -> tuple[Tensor, DecoderState, Tensor, AttentionStats]:
+        return self.model.decode_step(prev_tokens, state, cache, tau)
+
+    @staticmethod
+    def candidates(logits: Tensor, row_score: Tensor, starts: Tensor, counts: Tensor, k: int,
+                   n: int) -> tuple[Tensor, Tensor]:
+        return grid_candidates(logits, row_score, starts, counts, k, n)
+
+    def forced(self, *args) -> None:
+        """No one-call forced decoding: the search steps."""
+        return None

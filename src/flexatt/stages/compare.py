@@ -5,7 +5,7 @@ windows of the same size, and the multiple-testing correction of every compariso
    ``local_m`` or ``local_p``, whatever its ``model.local_D``, read from the params by
    :meth:`flexatt.schema.Params.model_of`) and every flexible model of ``compare.models``: the τ at
    which the flexible model's mean window on **dev** equals the fixed window's mean dev window
-   (:func:`flexatt.claims.match_window`: bisection on log τ, bracketed by the dev points that
+   (:func:`flexatt.tau_search.match_window`: bisection on log τ, bracketed by the dev points that
    ``sweep_tau`` already decoded), then the flexible model decoded on **test** at that τ and
    compared with the fixed-window row on test.
 2. **τ curves on test** of every model of ``compare.curve_models`` at ``sweep_tau.curve_taus``,
@@ -51,12 +51,13 @@ from omegaconf import DictConfig
 from flexatt import config as C
 from flexatt import figures, schema
 from flexatt.claims import (CLAIMS, LOCAL_ATTENTIONS, MATCH_TOLERANCE, NOT_MATCHED, NOT_MEASURED, adjust,
-                            claims_table, compare_pair, match_window, not_selected, outcome, windows_match)
+                            claims_table, compare_pair, not_selected, outcome, windows_match)
 from flexatt.errors import DataError
-from flexatt.evaluation import EvalSet
+from flexatt.data.evalset import EvalSet
 from flexatt.io import atomic_path, write_json
 from flexatt.metrics import bleu_significance, corpus_bleu
-from flexatt.stages.sweep_tau import Decoder
+from flexatt.points import Decoder
+from flexatt.tau_search import match_window
 from flexatt.tracking import start_run
 
 #: rows drawn at their full window in the figure, beside the fixed windows

@@ -38,10 +38,13 @@ from omegaconf import DictConfig, OmegaConf
 from flexatt import config as C
 from flexatt import figures, schema
 from flexatt.data.batching import LengthGroupedBatches, ParallelData, collate
+from flexatt.data.subwords import EOS_ID
 from flexatt.errors import DataError
-from flexatt.evaluation import (EvalSet, Translation, checkpoint_of, decode_settings, load_model, read_lines,
-                                translate_split)
-from flexatt.io import atomic_path, write_json, write_lines
+from flexatt.checkpoints import load_model
+from flexatt.data.evalset import EvalSet
+from flexatt.decoding.translate import Translation, translate_split
+from flexatt.io import atomic_path, read_lines, write_json, write_lines
+from flexatt.points import checkpoint_of, decode_settings
 from flexatt.metrics import (
     aer,
     attention_alignment,
@@ -464,7 +467,7 @@ def draw_figures(cfg: DictConfig | schema.Params, results: dict, outputs: dict[s
         i = samples[0]
         tr = outputs[span_row].traces[i]
         src_tokens = [data.src_vocab.sp.id_to_piece(int(t)) for t in data.split.src(i)] + ["</s>"]
-        tgt_tokens = [data.tgt_vocab.sp.id_to_piece(int(t)) if int(t) != 3 else "</s>" for t in tr.tokens]
+        tgt_tokens = [data.tgt_vocab.sp.id_to_piece(int(t)) if int(t) != EOS_ID else "</s>" for t in tr.tokens]
         paths["attention"] = figures.attention_heatmap(
             tr.attention.numpy(), src_tokens, tgt_tokens, tr.span_lo.numpy(), tr.span_hi.numpy(),
             fig_dir / "attention.png", f"{span_row}: attention, scored window outlined (sentence {i})")
@@ -472,7 +475,7 @@ def draw_figures(cfg: DictConfig | schema.Params, results: dict, outputs: dict[s
             g = outputs["global"].traces[i]
             paths["attention_global"] = figures.attention_heatmap(
                 g.attention.numpy(), src_tokens,
-                [data.tgt_vocab.sp.id_to_piece(int(t)) if int(t) != 3 else "</s>" for t in g.tokens],
+                [data.tgt_vocab.sp.id_to_piece(int(t)) if int(t) != EOS_ID else "</s>" for t in g.tokens],
                 g.span_lo.numpy(), g.span_hi.numpy(), fig_dir / "attention_global.png",
                 f"global: attention (sentence {i})")
     if samples:

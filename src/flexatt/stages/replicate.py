@@ -10,7 +10,7 @@ with its ``train.seed``:
    ``flexible`` from its best checkpoint (``finetune``) and trains its control (β = 0, the same
    parent, as many epochs as the fine-tuning ran: :mod:`flexatt.stages.control`);
 2. selects τ for the fine-tuned model on dev as the ``sweep_tau`` stage does
-   (:func:`flexatt.stages.sweep_tau.search_points` and :func:`flexatt.evaluation.select_tau`:
+   (:func:`flexatt.tau_search.search_points` and :func:`flexatt.tau_search.select_tau`:
    the grid, log S̄, bisections, the tolerance);
 3. decodes test (``decode``) for the rows ``global``, ``flexible``, ``flexible_ft``,
    ``flexible_ctl`` (and ``local``) at τ = ∞, and ``flexible_ft_tau`` and ``flexible_ctl_tau`` at
@@ -46,7 +46,11 @@ from omegaconf import DictConfig, OmegaConf
 from flexatt import config as C
 from flexatt import schema
 from flexatt.errors import ConfigError
-from flexatt.evaluation import EvalSet, decode_settings, load_model, search_points, select_tau, translate_split
+from flexatt.data.evalset import EvalSet
+from flexatt.points import decode_settings
+from flexatt.checkpoints import load_model
+from flexatt.tau_search import search_points, select_tau
+from flexatt.decoding.translate import translate_split
 from flexatt.io import write_json
 from flexatt.metrics import corpus_bleu, corpus_chrf
 from flexatt.tracking import start_run

@@ -41,7 +41,11 @@ from flexatt import config as C
 from flexatt import figures, parallel, schema
 from flexatt.data.batching import LengthGroupedBatches, ParallelData, collate
 from flexatt.data.subwords import PAD_ID
-from flexatt.evaluation import EvalSet, decode_settings, load_model, translate_split, within_tolerance
+from flexatt.data.evalset import EvalSet
+from flexatt.points import decode_settings
+from flexatt.checkpoints import load_model
+from flexatt.decoding.translate import translate_split
+from flexatt.tau_search import within_tolerance
 from flexatt.io import atomic_path, write_json
 from flexatt.metrics import corpus_bleu
 from flexatt.parallel import intra_op_threads, run_each

@@ -23,7 +23,10 @@ from omegaconf import DictConfig
 
 from flexatt import config as C
 from flexatt import figures, parallel, schema
-from flexatt.evaluation import EvalSet, decode_settings, load_model, translate_split
+from flexatt.data.evalset import EvalSet
+from flexatt.points import decode_settings
+from flexatt.checkpoints import load_model
+from flexatt.decoding.translate import translate_split
 from flexatt.io import atomic_path, write_json
 from flexatt.metrics import corpus_bleu
 from flexatt.parallel import intra_op_threads, run_each

@@ -6,7 +6,7 @@ sweet spot, where ``add_log_mean_len``), then search between the largest τ belo
 passing one that fails the tolerance and that passing one: ``search_steps`` bisections on log τ
 (:func:`search_points`; window and BLEU both grow with τ). Among every evaluated point, select
 τ = the smallest mean window whose dev BLEU is within ``tolerance`` of the same model at τ = ∞
-(:func:`flexatt.evaluation.select_tau`; docs/method.md, τ search).
+(:func:`flexatt.tau_search.select_tau`; docs/method.md, τ search).
 Then the trade-off curve (Flexible Attention 2017, Figure 3): ``curve_model`` at
 ``curve_taus`` on ``curve_splits``, with global attention as the reference point.
 
@@ -29,42 +29,11 @@ from omegaconf import DictConfig
 
 from flexatt import config as C
 from flexatt import figures, schema
-from flexatt.evaluation import (EvalSet, checkpoint_of, decode_settings, load_model, search_points,
-                                select_tau, translate_split)
+from flexatt.data.evalset import EvalSet
 from flexatt.io import atomic_path, write_json
-from flexatt.metrics import corpus_bleu
+from flexatt.points import Decoder, checkpoint_of
+from flexatt.tau_search import search_points, select_tau
 from flexatt.tracking import start_run
-
-
-class Decoder:
-    """Decodes (model, split, τ) once and remembers the result (``memo``: window, BLEU, time;
-    ``hypotheses``: the translations). ``key`` names the setting that lists the models (in the
-    error about a model that is not a row of ``evaluate.checkpoints``)."""
-
-    def __init__(self, cfg: schema.Params, sets: dict[str, EvalSet], key: str = "sweep_tau.models"):
-        self.cfg, self.sets, self.settings, self.key = cfg, sets, decode_settings(cfg), key
-        self.models: dict[str, object] = {}
-        self.memo: dict[tuple[str, str, float], dict] = {}
-        self.hypotheses: dict[tuple[str, str, float], list[str]] = {}
-        self.decoded_by: dict[str, dict] = {}  # model -> backend, simd, torch
-
-    def point(self, name: str, split: str, tau: float) -> dict:
-        key = (name, split, tau)
-        if key not in self.memo:
-            if name not in self.models:
-                self.models[name] = load_model(checkpoint_of(self.cfg, name, self.key))
-            data = self.sets[split]
-            out = translate_split(self.models[name], data.split, data.tgt_vocab,
-                                  tau=None if math.isinf(tau) else tau, **self.settings)
-            self.decoded_by[name] = out.decoded_by
-            bleu, _ = corpus_bleu(out.hypotheses, [data.references])
-            self.hypotheses[key] = out.hypotheses
-            self.memo[key] = {"tau": None if math.isinf(tau) else tau, "window": round(out.mean_window, 3), "bleu": round(bleu, 2),
-                              "ms_per_sentence": round(out.ms_per_sentence, 2)}
-            p = self.memo[key]
-            print(f"  {name:18s} {split:5s} tau={tau:<8g} window {p['window']:7.2f}  BLEU {p['bleu']:6.2f}"
-                  f"  ({p['ms_per_sentence']:.1f} ms/sentence)", flush=True)
-        return self.memo[key]
 
 
 def run(cfg: DictConfig | schema.Params) -> dict:

@@ -1,4 +1,4 @@
-// Fused forced decoding (inference, float32, CPU) of the Bahdanau-style decoder of
+// The decoding kernel: forced decoding (inference, float32, CPU) of the Bahdanau-style decoder of
 // flexatt.decoders with the concat score: global attention, or flexible attention (2017
 // eqs. 4-8 and the vision span of section 3.1). Built on first use by flexatt/decoding/kernel.py;
 // the eager backend (flexatt.decoding.eager) is the reference it is tested against.
@@ -831,7 +831,7 @@ std::vector<torch::Tensor> vision_spans(torch::Tensor prev, torch::Tensor g, dou
 int vector_width() { return static_cast<int>(VL); }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("forced_decode", &forced_decode, "fused forced decoding of a batch (see the file's header)");
+  m.def("forced_decode", &forced_decode, "forced decoding of a batch (see the file's header)");
   m.def("decode_step", &decode_step, "one step of greedy or beam search on N rows (see decode_step)");
   m.def("beam_candidates", &beam_candidates, "the n best candidates of each sentence of a beam-search step");
   m.def("pack", &pack, "a K x N weight matrix as this file's products take it");

@@ -1,19 +1,19 @@
-"""Digests of the reference equations a compiled backend re-implements.
+"""Digests of the model's members that the kernel restates.
 
-The kernel (``csrc/fused_decode.cpp``) restates, in C++, equations whose reference lives in the
+The kernel (``csrc/kernel.cpp``) restates, in C++, equations whose definition lives in the
 model's Python modules: the concat score, g_t, the vision span, the penalty, the softmax, c_t,
 p_t, the LSTMs and the readout. A researcher who edits one of those in place trains with the
 edit; the kernel must then not decode with the old equations. So the kernel records, per
-reference class or function, a digest of the members it re-implements (:data:`KERNEL_REFERENCE`)
+class or function, a digest of the members it re-implements (:data:`RESTATED`)
 as they were when it was written, and :func:`stale` compares them with the members as they are
 now — the code that runs, monkeypatched members included.
 
 A digest covers the syntax tree of each member's source with its docstrings removed: comments,
 docstrings and formatting do not count, any change to the code does. After the kernel is
-brought in line with an edited reference, :func:`main` prints the new table for
-``flexatt.decoding.kernel.REFERENCE_DIGESTS``::
+brought in line with an edited member, :func:`main` prints the new table for
+``flexatt.decoding.kernel.RESTATED_DIGESTS``::
 
-    python -c "from flexatt.decoding import reference; reference.main()"
+    python -c "from flexatt.decoding import digests; digests.main()"
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from typing import Callable, Optional
 
 #: what the kernel re-implements: ``module:name`` -> the members of that class whose equations it
 #: restates (``()`` for a function)
-KERNEL_REFERENCE: dict[str, tuple[str, ...]] = {
+RESTATED: dict[str, tuple[str, ...]] = {
     "flexatt.attention:masked_softmax": (),
     "flexatt.attention:ConcatScore": ("precompute", "project_query", "forward"),
     "flexatt.attention:_AdditiveScore": ("forward",),
-    "flexatt.attention:Attention": ("precompute", "init_state", "score_window", "content_logits",
-                                    "expected_position", "context_dense", "window_to_full"),
+    "flexatt.attention:Attention": ("precompute", "init_state", "score_dense", "softmax_source", "score_window",
+                                    "content_logits", "expected_position", "context_dense", "window_to_full"),
     "flexatt.attention:GlobalAttention": ("forward",),
     "flexatt.attention:FlexibleAttention": ("__init__", "strength", "penalty", "span_radius", "vision_span",
                                             "flexible_logits", "forward"),
@@ -104,24 +104,24 @@ def digest(key: str, members: tuple[str, ...]) -> str:
     return h.hexdigest()[:12]
 
 
-def digests(reference: dict[str, tuple[str, ...]] = KERNEL_REFERENCE) -> dict[str, str]:
-    """The current digest of every entry of ``reference``."""
-    return {key: digest(key, members) for key, members in reference.items()}
+def current(restated: dict[str, tuple[str, ...]] = RESTATED) -> dict[str, str]:
+    """The current digest of every entry of ``restated``."""
+    return {key: digest(key, members) for key, members in restated.items()}
 
 
-def stale(recorded: dict[str, str], reference: dict[str, tuple[str, ...]] = KERNEL_REFERENCE) -> Optional[str]:
-    """``None`` when every entry of ``reference`` digests as ``recorded``; else a one-line reason
+def stale(recorded: dict[str, str], restated: dict[str, tuple[str, ...]] = RESTATED) -> Optional[str]:
+    """``None`` when every entry of ``restated`` digests as ``recorded``; else a one-line reason
     naming the changed classes and functions."""
-    changed = [key.partition(":")[2] for key, now in digests(reference).items() if recorded.get(key) != now]
+    changed = [key.partition(":")[2] for key, now in current(restated).items() if recorded.get(key) != now]
     if not changed:
         return None
     return (f"{', '.join(changed)} changed since the kernel was written (the kernel restates "
-            f"{'its' if len(changed) == 1 else 'their'} equations; see flexatt.decoding.reference)")
+            f"{'its' if len(changed) == 1 else 'their'} equations; see flexatt.decoding.digests)")
 
 
 def main() -> None:
-    """Print the current table, to paste as ``flexatt.decoding.kernel.REFERENCE_DIGESTS``."""
-    print("REFERENCE_DIGESTS = {")
-    for key, value in digests().items():
+    """Print the current table, to paste as ``flexatt.decoding.kernel.RESTATED_DIGESTS``."""
+    print("RESTATED_DIGESTS = {")
+    for key, value in current().items():
         print(f'    "{key}": "{value}",')
     print("}")

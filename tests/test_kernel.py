@@ -1,4 +1,4 @@
-"""Forced decoding on the kernel backend (flexatt.decoding.kernel, csrc/fused_decode.cpp) against
+"""Forced decoding on the kernel backend (flexatt.decoding.kernel, csrc/kernel.cpp) against
 the eager reference (flexatt.decoding.forced_decode with backend="eager"), and the encoder's unpacked CPU path against the
 packed one.
 
@@ -21,8 +21,7 @@ import torch
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from conftest import train_to_copy
-from flexatt.decoding import backends
-from flexatt.decoding import kernel as fused
+from flexatt.decoding import kernel
 from flexatt.errors import ConfigError
 from flexatt.data.subwords import BOS_ID, EOS_ID, PAD_ID
 from flexatt.model import build_model
@@ -43,8 +42,8 @@ def kernel_error() -> str | None:
     that no test times the build)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        built = fused.extension() is not None
-    return None if built else str(fused._state["error"])
+        built = kernel.extension() is not None
+    return None if built else str(kernel._state["error"])
 
 
 @pytest.fixture(autouse=True)
@@ -54,7 +53,7 @@ def needs_the_kernel(request, kernel_error):
     headers); decoding there runs eagerly, which the other test modules cover. With
     ``FLEXATT_REQUIRE_KERNEL=1`` (CI, which installs a compiler) a failed build fails them."""
     if kernel_error is not None and request.node.get_closest_marker("without_kernel") is None:
-        message = f"the fused kernel cannot be built on this machine: {kernel_error}"
+        message = f"the kernel cannot be built on this machine: {kernel_error}"
         if os.environ.get("FLEXATT_REQUIRE_KERNEL", "0") == "1":
             pytest.fail(message)
         pytest.skip(message)
@@ -143,7 +142,7 @@ CASES = [("global", {}, None), ("flexible", {}, None), ("flexible", {}, 0.0), ("
 
 @pytest.mark.parametrize("rows", [1, 3, 6])
 @pytest.mark.parametrize("attention,kw,tau", CASES)
-def test_fused_equals_the_eager_reference(attention, kw, tau, rows):
+def test_the_kernel_equals_the_eager_reference(attention, kw, tau, rows):
     eager, fast = both(model_of(attention, **kw), rows, tau)
     assert_same(eager, fast)
     if attention == "flexible" and tau is not None and rows > 1:  # the windows do restrict
@@ -180,7 +179,7 @@ def test_the_kernels_vision_span_is_bit_identical_to_the_equation(sigma):
     g[810:820] = torch.finfo(torch.float32).tiny / 4
     g[820:830] = 1e-30
     lengths = torch.randint(1, 50, (n,), generator=gen)
-    ext = fused.extension(required=True)
+    ext = kernel.extension(required=True)
     for tau in (0.0, 1e-6, 0.025, 0.1, 0.8, 3.547, 50.0):
         radius = att.span_radius(g[1000:2000], tau)
         prev[1000:2000] = torch.round(torch.rand(1000, generator=gen) * 40) + radius
@@ -205,7 +204,7 @@ def test_the_window_is_the_span_and_only_it_is_weighted(tau):
         torch.testing.assert_close(tr.position, (tr.attention * positions).sum(1))
 
 
-def test_parameter_updates_reach_the_fused_path():
+def test_parameter_updates_reach_the_kernel():
     model = model_of("flexible", seed=4)
     both(model, 3, 0.5)  # arranges and caches the weights
     with torch.no_grad():
@@ -231,7 +230,7 @@ def test_other_variants_fall_back_to_the_eager_path(attention, kw):
         forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len, backend="kernel")
 
 
-def test_training_mode_and_autocast_are_refused_by_the_fused_path():
+def test_training_mode_and_autocast_are_refused_by_the_kernel():
     model = model_of("flexible")
     src, src_len, tgt_in, tgt_out, tgt_len = batch_of(3)
     model.train()
@@ -242,19 +241,17 @@ def test_training_mode_and_autocast_are_refused_by_the_fused_path():
         forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len, backend="kernel")
 
 
-def test_the_environment_switch_turns_the_kernel_off(monkeypatch):
+def test_the_eager_backend_turns_the_kernel_off(monkeypatch):
     model = model_of("flexible")
     src, src_len, tgt_in, tgt_out, tgt_len = batch_of(3)
 
     def refuse(*args, **kwargs):
-        raise AssertionError("the fused path ran")
+        raise AssertionError("the kernel ran")
 
-    monkeypatch.setenv(backends.ENV, "0")
-    monkeypatch.setattr(fused, "forced_decode", refuse)
-    result = forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len)
+    monkeypatch.setattr(kernel, "forced_decode", refuse)
+    result = forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len, backend="eager")
     assert result.steps.tolist() == TGT_LENGTHS[:3]
-    monkeypatch.setenv(backends.ENV, "1")
-    with pytest.raises(AssertionError, match="the fused path ran"):
+    with pytest.raises(AssertionError, match="the kernel ran"):
         forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len)
 
 
@@ -268,7 +265,7 @@ def test_negative_tau_is_refused():
 def test_the_phase_timer_times_every_step():
     model = model_of("flexible")
     src, src_len, tgt_in, tgt_out, tgt_len = batch_of(3)
-    with fused.PhaseTimer() as timer:
+    with kernel.PhaseTimer() as timer:
         forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len, backend="kernel")
     assert timer.calls == 1 and timer.steps == sum(TGT_LENGTHS[:3])
     assert timer.attention_s > 0 and timer.lstm_s > 0
@@ -277,12 +274,12 @@ def test_the_phase_timer_times_every_step():
 
 
 @pytest.mark.parametrize("rows", [1, 3, 6])
-def test_the_fused_encoder_equals_the_model_encoder(rows):
+def test_the_kernels_encoder_equals_the_model_encoder(rows):
     model = model_of("flexible", seed=6)
     src, src_len, *_ = batch_of(rows)
     with torch.no_grad():
         cache, state = model.encode(src, src_len)
-        f_cache, f_state = fused._encode(model, fused._weights(model), src, src_len)
+        f_cache, f_state = kernel._encode(model, kernel._weights(model), src, src_len)
     for a, b in zip(cache, f_cache):
         torch.testing.assert_close(b, a, atol=1e-6, rtol=1e-5)
     torch.testing.assert_close(f_state.hidden, state.hidden, atol=1e-6, rtol=1e-5)
@@ -290,7 +287,7 @@ def test_the_fused_encoder_equals_the_model_encoder(rows):
 
 
 def test_the_kernel_refuses_bad_lengths_and_tokens():
-    ext = fused.extension(required=True)
+    ext = kernel.extension(required=True)
     table = torch.zeros(5, 8 * 4)
     w = ext.pack(torch.zeros(4, 16))
     src = torch.tensor([[1, 2, 4], [3, 1, 0]])
@@ -320,7 +317,7 @@ def test_the_kernel_refuses_fed_back_tokens_outside_the_table():
 def test_the_packed_product_equals_a_matrix_product(m, k, n, init):
     """``linear`` (the kernel's products: panels of columns, blocks of rows, remainders of both)
     against torch, and each row's result independent of the other rows (bit for bit)."""
-    ext = fused.extension(required=True)
+    ext = kernel.extension(required=True)
     g = torch.Generator().manual_seed(m * 1000 + k * 10 + n)
     x, w = torch.randn(m, k, generator=g), torch.randn(k, n, generator=g)
     wide = torch.randn(m, n + 3, generator=g)
@@ -335,7 +332,7 @@ def test_the_packed_product_equals_a_matrix_product(m, k, n, init):
 
 @pytest.mark.parametrize("n,v", [(1, 1), (5, 15), (40, 64), (33, 4001)])
 def test_gold_log_probs_equal_the_log_softmax(n, v):
-    ext = fused.extension(required=True)
+    ext = kernel.extension(required=True)
     g = torch.Generator().manual_seed(n + v)
     logits = 8 * torch.randn(n, v, generator=g)
     gold = torch.randint(0, v, (n,), generator=g)
@@ -346,7 +343,7 @@ def test_gold_log_probs_equal_the_log_softmax(n, v):
 
 
 def test_the_packed_product_refuses_mismatched_shapes():
-    ext = fused.extension(required=True)
+    ext = kernel.extension(required=True)
     packed = ext.pack(torch.zeros(4, 10))
     with pytest.raises(RuntimeError, match="x has 3 columns, the packed matrix 4 rows"):
         ext.linear(torch.zeros(2, 3), packed, 10, torch.empty(0))
@@ -394,21 +391,21 @@ def test_the_unpacked_encoder_equals_the_packed_one_with_gradients():
 
 @pytest.mark.without_kernel
 def test_an_unbuildable_extension_falls_back_with_a_warning(monkeypatch, tmp_path):
-    saved = dict(fused._state)
-    monkeypatch.setattr(fused, "SOURCE", tmp_path / "missing.cpp")
-    fused._state.clear()
+    saved = dict(kernel._state)
+    monkeypatch.setattr(kernel, "SOURCE", tmp_path / "missing.cpp")
+    kernel._state.clear()
     try:
         with pytest.warns(RuntimeWarning, match="could not be built"):
-            assert fused.extension() is None
+            assert kernel.extension() is None
         with pytest.raises(RuntimeError, match="could not be built"):
-            fused.extension(required=True)
+            kernel.extension(required=True)
         model = model_of("flexible")
         src, src_len, tgt_in, tgt_out, tgt_len = batch_of(3)
         result = forced_decode(model, src, src_len, tgt_in, tgt_out, 0.5, tgt_len=tgt_len)
         assert result.steps.tolist() == TGT_LENGTHS[:3]
     finally:
-        fused._state.clear()
-        fused._state.update(saved)
+        kernel._state.clear()
+        kernel._state.update(saved)
     assert math.isfinite(float(result.log_probs.sum()))
 
 
@@ -416,7 +413,7 @@ def test_a_lock_left_by_a_killed_build_does_not_block_the_next_one(tmp_path):
     """torch's ``load`` waits, with no time limit, while its ``lock`` file exists; a build killed
     half-way leaves that file behind. The next process removes it and loads the extension."""
     cache = tmp_path / "ext"
-    built = fused.build_directory()
+    built = kernel.build_directory()
     shutil.copytree(built, cache / built.name)  # copy2 keeps the times: ninja has nothing to do
     (cache / built.name / "lock").touch()
     env = dict(os.environ, FLEXATT_EXT_DIR=str(cache))
@@ -424,6 +421,6 @@ def test_a_lock_left_by_a_killed_build_does_not_block_the_next_one(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=240)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().startswith("flexatt_fused_decode_")
+    assert done.stdout.strip().startswith("flexatt_kernel_")
     assert "left by a build that was interrupted" in done.stderr
     assert not (cache / built.name / "lock").exists()

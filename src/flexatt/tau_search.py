@@ -1,0 +1,159 @@
+"""The τ search: the selection rule and the searches on log τ that the sweep, the evaluation,
+the comparisons and the units share (docs/method.md, τ search). Pure functions: the decoding is
+passed in as ``point(tau) -> {"tau", "window", "bleu", ...}``, so nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+
+
+def select_tau(points: list[dict], reference_bleu: float, tolerance: float) -> dict | None:
+    """The τ-selection rule (Flexible Attention 2017, §5.2; docs/method.md, τ search).
+
+    Among ``points`` (dicts with ``tau``, ``window`` and ``bleu`` on dev), keep those whose BLEU
+    is at least ``reference_bleu − tolerance`` (``reference_bleu``: the same model at τ = ∞) and
+    return the one with the smallest mean window; ties go to the higher BLEU, then the larger τ.
+    ``None`` when no point qualifies (the model then keeps τ = ∞).
+    """
+    eligible = [p for p in points if within_tolerance(p["bleu"], reference_bleu, tolerance)]
+    if not eligible:
+        return None
+    return min(eligible, key=lambda p: (p["window"], -p["bleu"], -p["tau"]))
+
+
+def within_tolerance(bleu: float, reference_bleu: float, tolerance: float) -> bool:
+    """Whether ``bleu`` is at most ``tolerance`` below ``reference_bleu``. The difference is
+    rounded (6 decimals) before the comparison: scores are kept to 2 decimals, and in binary
+    floating point 31.99 ≥ 32.49 − 0.5 is false."""
+    return round(reference_bleu - bleu, 6) <= tolerance
+
+
+#: how many times :func:`search_points` halves τ below the grid when its smallest τ passes
+BELOW_GRID_STEPS = 6
+
+
+def search_points(point, grid: list[float], reference_bleu: float, tolerance: float,
+                  steps: int) -> list[dict]:
+    """Every dev point of one model: the grid, then ``steps`` bisections on log τ.
+
+    ``point(tau) -> {"tau", "window", "bleu", ...}`` decodes dev at ``tau``. A point passes when
+    its BLEU is at most ``tolerance`` below ``reference_bleu`` (:func:`within_tolerance`). The
+    bracket is the smallest passing τ of the grid and the largest failing τ below it; where the
+    grid's smallest τ already passes, τ is halved (up to :data:`BELOW_GRID_STEPS` times, points
+    marked ``"source": "below grid"``) until one fails, so the selection is not held at the grid's
+    edge. Each step then decodes the geometric mean of the bracket and moves the bound it falls
+    on, so the knee of the curve is found with ``steps`` extra decodes. No bisection when no τ
+    passes, or when every halving still passes. Returns the points in order of τ, each marked
+    ``"source": "grid" | "below grid" | "search"``.
+    """
+    points = [{**point(tau), "source": "grid"} for tau in grid]
+
+    def passes(p: dict) -> bool:
+        return within_tolerance(p["bleu"], reference_bleu, tolerance)
+
+    passing = [p["tau"] for p in points if passes(p)]
+    if passing:
+        hi = min(passing)
+        failing = [p["tau"] for p in points if not passes(p) and 0 < p["tau"] < hi]
+        lo = max(failing) if failing else None
+        tau = hi
+        for _ in range(BELOW_GRID_STEPS if lo is None else 0):
+            tau = round(tau / 2, 4)
+            if tau <= 0:
+                break
+            p = {**point(tau), "source": "below grid"}
+            points.append(p)
+            if not passes(p):
+                lo = tau
+                break
+            hi = tau
+        if lo is not None:
+            points += bisect_log_tau(point, lo, hi, passes, steps)
+    return sorted(points, key=lambda p: p["tau"])
+
+
+def bisect_log_tau(point, lo: float, hi: float, passes, steps: int) -> list[dict]:
+    """``steps`` bisections on log τ between ``lo`` (a τ that fails ``passes``) and ``hi`` (one
+    that passes), for a property that holds from some τ on (window and BLEU both grow with τ).
+
+    Each step decodes ``point(mid)`` at the geometric mean of the bracket, rounded to 4 decimals,
+    and moves the bound it falls on; it stops early when the rounded mean is no longer strictly
+    inside the bracket. Used by :func:`search_points` (``passes``: BLEU within the tolerance) and
+    by the compare stage's matched windows (``passes``: the window reaches a target).
+    Returns the new points, each marked ``"source": "search"``.
+    """
+    points = []
+    for _ in range(steps):
+        mid = round(math.exp(0.5 * (math.log(lo) + math.log(hi))), 4)
+        if not lo < mid < hi:
+            break
+        p = {**point(mid), "source": "search"}
+        points.append(p)
+        if passes(p):
+            hi = mid
+        else:
+            lo = mid
+    return points
+
+
+def match_window(point: Callable[[float], dict], known: Sequence[dict], target: float, steps: int, *,
+                 factor: float = 4.0, max_expand: int = 6) -> tuple[dict, list[dict]]:
+    """The τ at which a flexible model's mean dev window equals ``target`` (a fixed window's
+    mean dev window), by bisection on log τ (:func:`bisect_log_tau`, the τ search's
+    bisection; the window grows with τ).
+
+    ``point(tau) -> {"tau", "window", ...}`` decodes dev at ``tau``; ``known``: points already
+    decoded (the sweep_tau stage's, ``tau`` ``None`` for τ = ∞), used to bracket first. The
+    bracket is the largest τ whose window is below ``target`` and the smallest τ above it whose
+    window reaches it; where no known τ reaches (or stays below) the target, τ is multiplied
+    (divided) by ``factor`` up to ``max_expand`` times. Then ``steps`` bisections. The match is
+    the point with the window nearest ``target`` among all known and new points (ties: the
+    smaller window, then the smaller τ), τ = ∞ included.
+
+    Returns:
+        ``(match, new)``: the matched point and the points decoded here, in order.
+    """
+    def tau_of(p: dict) -> float:
+        return math.inf if p["tau"] is None else float(p["tau"])
+
+    def reaches(p: dict) -> bool:
+        return p["window"] >= target
+
+    points, new = [dict(p) for p in known], []
+
+    def decode(tau: float) -> dict:
+        p = dict(point(tau))
+        points.append(p)
+        new.append(p)
+        return p
+
+    finite = lambda: [p for p in points if 0 < tau_of(p) < math.inf]  # noqa: E731
+    hi = min((tau_of(p) for p in finite() if reaches(p)), default=None)
+    if hi is None:
+        tau = max((tau_of(p) for p in finite()), default=1.0)
+        for _ in range(max_expand):
+            tau = round(tau * factor, 4)
+            if reaches(decode(tau)):
+                hi = tau
+                break
+    lo = None
+    if hi is not None:
+        lo = max((tau_of(p) for p in finite() if not reaches(p) and tau_of(p) < hi), default=None)
+        tau = hi
+        for _ in range(max_expand if lo is None else 0):
+            tau = round(tau / factor, 4)
+            if tau <= 0:
+                break
+            if reaches(decode(tau)):
+                hi = tau
+            else:
+                lo = tau
+                break
+    if lo is not None and hi is not None:
+        for p in bisect_log_tau(lambda t: dict(point(t)), lo, hi, reaches, steps):
+            points.append(p)
+            new.append(p)
+    match = min(points, key=lambda p: (abs(p["window"] - target), p["window"], tau_of(p)))
+    return match, new
