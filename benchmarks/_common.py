@@ -142,8 +142,8 @@ def training_round(model, opt, batches: list[Batch], clip: float, precision: str
     return time.perf_counter() - started
 
 
-def fmt_tau(tau: float | None) -> str:
-    return "inf" if tau is None else f"{tau:g}"
+def fmt_tau(tau: float) -> str:
+    return "inf" if math.isinf(tau) else f"{tau:g}"
 
 
 # --------------------------------------------------------------------------------------
@@ -276,8 +276,8 @@ class KernelCallTimer:
 # --------------------------------------------------------------------------------------
 # τ
 # --------------------------------------------------------------------------------------
-def read_selected_tau(path: Path, model: str = "flexible_ft") -> float | None:
-    """``models.<model>.selected_tau`` of a sweep_tau result (``None``: τ = ∞ was kept)."""
+def read_selected_tau(path: Path, model: str = "flexible_ft") -> float:
+    """``models.<model>.selected_tau`` of a sweep_tau result (``inf``: τ = ∞ was kept)."""
     if not path.is_file():
         raise SystemExit(f"error: {path}: not found (run the pipeline's sweep_tau stage, or pass --tau)")
     data = json.loads(path.read_text())
@@ -285,7 +285,7 @@ def read_selected_tau(path: Path, model: str = "flexible_ft") -> float | None:
         tau = data["models"][model]["selected_tau"]
     except KeyError as exc:
         raise SystemExit(f"error: {path}: no models.{model}.selected_tau") from exc
-    return None if tau is None or math.isinf(float(tau)) else float(tau)
+    return math.inf if tau is None else float(tau)
 
 
 def check_files(*paths: Path) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -33,7 +32,7 @@ except ImportError:  # a baseline from before loading moved out of flexatt.evalu
 def main() -> None:
     ckpt, backend, tau, sentences, beam, batch_size, threads = sys.argv[1:8]
     torch.set_num_threads(int(threads))
-    tau = None if math.isinf(float(tau)) else float(tau)
+    tau = float(tau)  # inf: every position
     model = load_model(ckpt)
     split = EncodedSplit.load(ROOT / "artifacts/tok/test.npz")
     batches = first_batches(split, int(sentences), int(batch_size))

@@ -286,7 +286,7 @@ def decode_benchmark(args: argparse.Namespace, peer: Peer, prepare: Callable[...
     from flexatt.data.subwords import EncodedSplit, Vocab
     from flexatt.checkpoints import load_model
     from flexatt.io import read_lines
-    from flexatt.decoding.translate import translate_split
+    from flexatt.decoding.translate import DecodeOptions, translate_split
 
     python = peer_python(peer, args.peer_python)
     cfg = load_params(args.params)
@@ -307,12 +307,12 @@ def decode_benchmark(args: argparse.Namespace, peer: Peer, prepare: Callable[...
     tgt_vocab = Vocab(tok_dir / "tgt.model")
     split = EncodedSplit.load(tok_dir / "test.npz")
     refs = read_lines(tok_dir / "test.ref")
-    settings = dict(beam_size=int(cfg.decode.beam_size), alpha=float(cfg.decode.alpha),
-                    max_len_ratio=float(cfg.decode.max_len_ratio), batch_size=int(cfg.decode.batch_size))
+    options = DecodeOptions(beam_size=int(cfg.decode.beam_size), alpha=float(cfg.decode.alpha),
+                            max_len_ratio=float(cfg.decode.max_len_ratio), batch_size=int(cfg.decode.batch_size))
 
     def flexatt_round() -> tuple[float, list[str]]:
         started = time.perf_counter()
-        out = translate_split(model, split, tgt_vocab, **settings)
+        out = translate_split(model, split, tgt_vocab, options)
         return time.perf_counter() - started, out.hypotheses
 
     worker = ToolkitWorker(python, worker_config, args.threads, work / "worker.log", script=peer.script,
@@ -322,12 +322,13 @@ def decode_benchmark(args: argparse.Namespace, peer: Peer, prepare: Callable[...
         worker.proc.wait()
         sys.exit(f"{peer.prog}: {peer.name} loaded {ready.get('sentences')} test sentences, flexatt "
                  f"{len(split)}; worker log:\n{log_tail(work / 'worker.log')}")
-    print(f"{peer.prog}: {len(split)} test sentences, beam {settings['beam_size']}, batches of "
-          f"{settings['batch_size']}, {args.rounds} rounds, {args.threads} threads", flush=True)
+    print(f"{peer.prog}: {len(split)} test sentences, beam {options.beam_size}, batches of "
+          f"{options.batch_size}, {args.rounds} rounds, {args.threads} threads", flush=True)
     figures = compare_decoding(worker, flexatt_round, peer=peer, sentences=len(split), references=refs,
                                rounds=args.rounds, target=target)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    settings = {k: getattr(options, k) for k in ("beam_size", "alpha", "max_len_ratio", "batch_size")}
     out.write_text(json.dumps({"sentences": len(split), "settings": settings, "rounds": args.rounds,
                                "threads": args.threads, **figures, **record}, indent=2) + "\n")
     print(f"written {out}")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -39,7 +40,7 @@ BASELINE_BACKEND = {"global": "grouped", "flexible": "grouped", "sact": "grouped
 
 def probe(tree: Path, ckpt: Path, backend: str, tau: float | None, args) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree / "src")}
-    cmd = [sys.executable, str(PROBE), str(ckpt), backend, "inf" if tau is None else repr(tau), str(args.sentences),
+    cmd = [sys.executable, str(PROBE), str(ckpt), backend, repr(tau), str(args.sentences),
            str(args.beam), str(args.batch_size), str(args.threads)]
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -62,7 +63,7 @@ def main() -> None:
         ckpt = ROOT / args.models / variant / "best.ckpt"
         if not ckpt.is_file():
             sys.exit(f"error: {ckpt}: not found (run the pipeline's train@{variant} stage)")
-        cases.append((variant, None, ckpt))
+        cases.append((variant, math.inf, ckpt))
         if tau_model is not None:
             cases.append((variant, read_selected_tau(ROOT / "results/sweep_tau.json", tau_model), ckpt))
     rows = []
@@ -76,12 +77,12 @@ def main() -> None:
         ratios = [t["seconds"] / b["seconds"] for t, b in zip(runs["this"], runs["baseline"])]
         same = all(t["hypotheses"] == b["hypotheses"] and t["window_sum"] == b["window_sum"]
                    for t, b in zip(runs["this"], runs["baseline"]))
-        row = {"variant": variant, "tau": tau, "baseline_backend": BASELINE_BACKEND[variant],
+        row = {"variant": variant, "tau": None if math.isinf(tau) else tau, "baseline_backend": BASELINE_BACKEND[variant],
                "baseline_s": statistics.median(x["seconds"] for x in runs["baseline"]),
                "this_s": statistics.median(x["seconds"] for x in runs["this"]),
                "ratio": statistics.median(ratios), "ratio_spread": [min(ratios), max(ratios)], "same_output": same}
         rows.append(row)
-        print(f"{variant:14s} tau={'inf' if tau is None else f'{tau:g}':7s} baseline {row['baseline_backend']:8s} "
+        print(f"{variant:14s} tau={tau:<7g} baseline {row['baseline_backend']:8s} "
               f"{row['baseline_s']:7.2f} s   this eager {row['this_s']:7.2f} s   this/baseline {row['ratio']:.3f} "
               f"({spread(ratios, '{:.3f}')})   same output: {same}", flush=True)
     result = {"machine": machine(), "baseline": args.baseline, "sentences": args.sentences, "beam": args.beam,

@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from profile_run import dvc_env, make_copy, tree_state  # noqa: E402
 
 from flexatt.schedule import PROGRESS_ENV  # noqa: E402
+from flexatt.tau import from_json, label  # noqa: E402
 from flexatt.units import WEIGHTS, Unit, done_units, plan, read_plan  # noqa: E402
 
 #: the data files whose digests every unit of a profile shares
@@ -107,7 +108,7 @@ def commit(unit: str, folder: Path) -> None:
     test = manifest["summary"]["test"]
     figures = f"test BLEU {test['inf']['bleu']} at window {test['inf']['window']} (tau = inf)"
     if "selected" in test:
-        figures += (f"; at dev-selected tau {manifest['summary']['dev']['selected_tau']}: "
+        figures += (f"; at dev-selected tau {label(from_json(manifest['summary']['dev']['selected_tau']))}: "
                     f"BLEU {test['selected']['bleu']}, window {test['selected']['window']}")
     message = (f"{manifest['profile']} unit {unit} ({_shown(folder)}): {manifest['training']['epochs']} epochs, {figures}; "
                f"{manifest['minutes']['total']} min on {manifest['machine']['cpu']}")

@@ -47,7 +47,7 @@ def summary(values, mask):
     return values.sum(1) / mask.sum(1, keepdim=True)
 
 
-def run(att, values, mask, queries, feedbacks, tau=None):
+def run(att, values, mask, queries, feedbacks, tau=math.inf):
     """Run the attention for len(queries) steps; return per-step outputs."""
     cache = att.precompute(values, mask)
     state = att.init_state(cache, summary(values, mask))
@@ -129,6 +129,43 @@ def test_local_m_window_clamps_at_edges():
     assert stats.window.tolist() == [3, 3, 2, 3]  # t = 8 >= S_i: window [S_i - 2, S_i]
 
 
+@pytest.mark.parametrize("rho", [0.6, 1.0, 2.5])
+def test_local_mr_centre_follows_the_length_ratio(rho):
+    """local_mr: p_t = t / ρ (ρ the corpus's target/source length ratio), clamped to [1, S_i];
+    the window [round(p_t) - D, round(p_t) + D] ∩ [1, S_i], softmax over it as local-m."""
+    D = 1
+    att = make("local_mr", local_D=D)
+    att.length_ratio.fill_(rho)
+    values, mask, queries, feedbacks = inputs()
+    lengths = torch.tensor(LENGTHS)
+    for t, (_, weights, _, _, stats) in enumerate(run(att, values, mask, queries, feedbacks), 1):
+        centre = torch.minimum(torch.clamp_min(torch.full((len(LENGTHS),), t / rho), 1.0), lengths.float())
+        torch.testing.assert_close(stats.position, centre)
+        lo = torch.clamp(torch.round(centre).long() - D, min=1)
+        hi = torch.minimum(torch.round(centre).long() + D, lengths)
+        assert torch.equal(stats.span_lo, lo) and torch.equal(stats.span_hi, hi)
+        pos = torch.arange(1, S_MAX + 1).unsqueeze(0)
+        inside = (pos >= lo.unsqueeze(1)) & (pos <= hi.unsqueeze(1))
+        assert torch.all(weights[~inside] == 0) and torch.all(weights[inside] > 0)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(len(LENGTHS)))
+
+
+def test_the_length_ratio_comes_from_the_corpus_and_stays_with_the_weights():
+    from flexatt.attention import set_length_ratio
+    from flexatt.model import build_model
+
+    model = build_model({"attention": "local_mr", "emb_size": 8, "hidden_size": 8, "att_size": 8,
+                         "readout_size": 8}, 20, 20)
+    assert set_length_ratio(model, [3, 4, 5], [6, 8, 10]) == pytest.approx((24 + 3) / (12 + 3))
+    copy = build_model({"attention": "local_mr", "emb_size": 8, "hidden_size": 8, "att_size": 8,
+                        "readout_size": 8}, 20, 20)
+    copy.load_state_dict(model.state_dict())
+    assert float(copy.decoder.attention.length_ratio) == pytest.approx(1.8)
+    plain = build_model({"attention": "local_m", "emb_size": 8, "hidden_size": 8, "att_size": 8,
+                         "readout_size": 8}, 20, 20)
+    assert set_length_ratio(plain, [3], [6]) is None and "decoder.attention.length_ratio" not in plain.state_dict()
+
+
 @pytest.mark.parametrize("p_fraction", [0.01, 0.5, 0.99])
 def test_local_p_window_gaussian_and_edges(p_fraction):
     D = 2
@@ -170,7 +207,7 @@ def test_local_p_position_is_predicted_in_range():
     torch.testing.assert_close(stats.position, expected)
 
 
-@pytest.mark.parametrize("attention", ["local_m", "local_p"])
+@pytest.mark.parametrize("attention", ["local_m", "local_p", "local_mr"])
 def test_local_scores_only_the_window(attention):
     att = make(attention, local_D=1)
     values, mask, queries, feedbacks = inputs()
@@ -415,19 +452,17 @@ def test_single_row_window_path_equals_the_batched_one(attention):
 
 
 @pytest.mark.parametrize("attention", ["flexible", "flexible_sact"])
-def test_tau_inf_or_none_is_dense(attention):
+def test_tau_inf_is_dense(attention):
     att = make(attention)
     values, mask, queries, feedbacks = inputs()
-    dense = run(att, values, mask, queries, feedbacks, tau=None)
     counter = ScoreCounter(att.scorer)
     inf = run(att, values, mask, queries, feedbacks, tau=math.inf)
     assert counter.rows == len(queries) * len(LENGTHS) * S_MAX  # dense kernel, no gather
     huge = run(att, values, mask, queries, feedbacks, tau=1e9)  # windowed path, full window
-    for (c0, w0, *_, s0), (c1, w1, *_, s1), (c2, w2, *_, s2) in zip(dense, inf, huge):
-        assert torch.equal(w0, w1) and torch.equal(c0, c1)
-        assert s0.window.tolist() == s1.window.tolist() == s2.window.tolist() == LENGTHS
-        torch.testing.assert_close(w2, w0)
-        torch.testing.assert_close(c2, c0)
+    for (c1, w1, *_, s1), (c2, w2, *_, s2) in zip(inf, huge):
+        assert s1.window.tolist() == s2.window.tolist() == LENGTHS
+        torch.testing.assert_close(w2, w1)
+        torch.testing.assert_close(c2, c1)
 
 
 @pytest.mark.parametrize("sigma", [0.5, 1.0, 1.5, 3.0])
@@ -548,7 +583,7 @@ def test_cache_and_state_index_select():
 
 @pytest.mark.parametrize(
     "attention,score,tau",
-    [("local_p", "concat", None), ("local_m", "location", None), ("flexible", "general", 0.5)],
+    [("local_p", "concat", math.inf), ("local_m", "location", math.inf), ("flexible", "general", 0.5)],
 )
 def test_gradients_flow_through_windowed_paths(attention, score, tau):
     att = make(attention, score, local_D=1)

@@ -6,6 +6,7 @@ is used again once its digest is brought up to date."""
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import pytest
@@ -125,8 +126,8 @@ def test_an_edited_penalty_is_never_decoded_by_the_kernel(needs_the_kernel, monk
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-@pytest.mark.parametrize("attention,tau", [("global", None), ("flexible", None), ("flexible", 0.8),
-                                           ("sact", None), ("flexible_sact", 0.5), ("local_p", None)])
+@pytest.mark.parametrize("attention,tau", [("global", math.inf), ("flexible", math.inf), ("flexible", 0.8),
+                                           ("sact", math.inf), ("flexible_sact", 0.5), ("local_p", math.inf)])
 def test_a_model_on_a_gpu_decodes_as_on_the_cpu(attention, tau):
     """On a GPU the kernel (CPU only) is not selected: ``auto`` takes the model's own modules,
     which give the CPU's hypotheses, windows and steps there too, scores within float32 rounding

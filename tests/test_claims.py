@@ -185,7 +185,7 @@ def test_within_margin_reads_the_interval(ci, verdict):
     assert verdict_within(ci, 0.5) == verdict
 
 
-def _row(window, bleu, tau=None, g=None):
+def _row(window, bleu, tau=math.inf, g=None):
     return {"window": window, "bleu": bleu, "tau": tau, "g_mean": g}
 
 
@@ -258,7 +258,7 @@ def test_pairs_whose_windows_did_not_match_are_left_out_of_claim_f():
 def test_fine_tuning_is_not_judged_where_no_tau_was_selected():
     """Without a selected τ both _tau rows decode at τ = ∞, where the windows are equal by
     construction: claims b and c are not measured, not failed."""
-    rows = {**ROWS, "flexible_ft_tau": _row(35.0, 19.1, tau=None), "flexible_ctl_tau": _row(35.0, 19.0, tau=None)}
+    rows = {**ROWS, "flexible_ft_tau": _row(35.0, 19.1, tau=math.inf), "flexible_ctl_tau": _row(35.0, 19.0, tau=math.inf)}
     table = {c["id"]: c for c in claims_table(rows, COMPS, MATCHED)}
     for claim in ("b", "c"):  # b: the τ row is the τ = ∞ row again, a cut of 0% judged against itself
         assert table[claim]["verdict"] == "not measured", claim
@@ -267,7 +267,7 @@ def test_fine_tuning_is_not_judged_where_no_tau_was_selected():
 
 
 def test_a_tau_row_without_a_selected_tau_is_the_tau_inf_row_again():
-    rows = {"flexible_ft": _row(35.0, 19.1), "flexible_ft_tau": _row(35.0, 19.1, tau=None),
+    rows = {"flexible_ft": _row(35.0, 19.1), "flexible_ft_tau": _row(35.0, 19.1, tau=math.inf),
             "flexible_ctl_tau": _row(12.0, 19.0, tau=2.0)}
     assert [not_selected(r, rows) for r in ("flexible_ft", "flexible_ft_tau", "flexible_ctl_tau", "absent_tau")] \
         == [False, True, False, False]
@@ -290,7 +290,7 @@ def test_match_window_bisects_inside_the_known_bracket():
         return {"tau": tau, "window": round(3 * math.sqrt(tau) + 1, 4), "bleu": 10.0}
 
     known = [{"tau": t, "window": 3 * math.sqrt(t) + 1, "bleu": 10.0} for t in (0.8, 1.0, 1.2, 1.6)]
-    known.append({"tau": None, "window": 30.0, "bleu": 11.0})
+    known.append({"tau": math.inf, "window": 30.0, "bleu": 11.0})
     target = 3 * math.sqrt(1.1) + 1
     match, new = match_window(point, known, target, steps=8)
     assert all(1.0 < t < 1.2 for t in calls) and len(calls) == len(new) <= 8
@@ -304,15 +304,15 @@ def test_match_window_widens_the_bracket_both_ways():
     assert new[0]["tau"] == 0.25 and low["window"] == pytest.approx(1.5, abs=0.02)
     high, new = match_window(point, known, 20.0, steps=10)  # above: τ · 4 until reached
     assert [p["tau"] for p in new[:2]] == [4.0, 16.0] and high["window"] == pytest.approx(20.0, abs=0.1)
-    inf, new = match_window(point, [{"tau": None, "window": 5.0, "bleu": 0.0}], 5.0, steps=0)
-    assert inf["tau"] is None  # τ = ∞ already has the window
+    inf, new = match_window(point, [{"tau": math.inf, "window": 5.0, "bleu": 0.0}], 5.0, steps=0)
+    assert math.isinf(inf["tau"])  # τ = ∞ already has the window
 
 
 def test_match_window_on_a_tiny_model_matches_a_fixed_window(single_thread):
     """A tiny flexible model decoded for real: the τ found gives the mean window of a local-m
     model with D = 1 on the same sentences, within the resolution of the bisection."""
     from flexatt.data.subwords import EncodedSplit
-    from flexatt.decoding.translate import translate_split
+    from flexatt.decoding.translate import DecodeOptions, translate_split
     from flexatt.model import build_model
 
     class Ids:
@@ -325,13 +325,13 @@ def test_match_window_on_a_tiny_model_matches_a_fixed_window(single_thread):
     sizes = {"emb_size": 8, "hidden_size": 8, "att_size": 8, "readout_size": 8, "dropout": 0.0}
     torch.manual_seed(0)
     local = build_model({**sizes, "attention": "local_m", "local_D": 1}, 16, 16).eval()
-    target = translate_split(local, split, Ids(), max_len_ratio=1.0, backend="eager").mean_window
+    target = translate_split(local, split, Ids(), DecodeOptions(max_len_ratio=1.0, backend="eager")).mean_window
     torch.manual_seed(0)
     flexible = build_model({**sizes, "attention": "flexible"}, 16, 16).eval()
 
     def point(tau):
-        out = translate_split(flexible, split, Ids(), tau=tau, max_len_ratio=1.0)
-        return {"tau": None if math.isinf(tau) else tau, "window": out.mean_window, "bleu": 0.0}
+        out = translate_split(flexible, split, Ids(), DecodeOptions(max_len_ratio=1.0, tau=tau))
+        return {"tau": tau, "window": out.mean_window, "bleu": 0.0}
 
     known = [point(t) for t in (0.8, 1.6, math.inf)]
     match, new = match_window(point, known, target, steps=10)

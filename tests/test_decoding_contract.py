@@ -8,7 +8,7 @@ gives the reference's results. This suite holds each backend to that, case by ca
 variant (:func:`flexatt.attention.attention_types`, the built-ins and ``flexatt.variants``) x
 every backend that claims it (:func:`flexatt.decoding.backends.unsupported` is ``None``; the
 others get no case) x greedy search, beam search (k = 5, n_best = 3) and forced decoding x
-flexible attention's threshold tau (None, 0.3, 0.8, 2.0 for the flexible variants):
+flexible attention's threshold tau (inf, 0.3, 0.8, 2.0 for the flexible variants):
 
 1. *The eager search.* The same hypotheses (n-best lists included), windows (``window_sum``)
    and steps, scores and log-probabilities within float32 rounding. The kernel computes with its
@@ -61,7 +61,7 @@ VOCAB = 40
 SIZES = {"emb_size": 12, "hidden_size": 16, "att_size": 16, "readout_size": 12, "dropout": 0.0}
 SEED = 11
 FAST = ("kernel",)  # the backends held to the eager one
-TAUS = (None, 0.3, 0.8, 2.0)  # flexible variants; the others: None
+TAUS = (math.inf, 0.3, 0.8, 2.0)  # flexible variants; the others: inf
 SEARCHES = ("greedy", "beam", "forced")
 BEAM, N_BEST = 5, 3
 N_SENTENCES, CHUNK, ONE_AT_A_TIME = 150, 7, 8
@@ -126,7 +126,7 @@ def claims(attention: str, backend: str) -> bool:
 
 
 def taus(attention: str) -> tuple:
-    return TAUS if isinstance(model_of(attention).decoder.attention, FlexibleAttention) else (None,)
+    return TAUS if isinstance(model_of(attention).decoder.attention, FlexibleAttention) else (math.inf,)
 
 
 def padded(rows: list[list[int]]) -> torch.Tensor:
@@ -305,7 +305,7 @@ def assert_batch_invariant(attention, backend, search, tau) -> None:
 # --------------------------------------------------------------------------------------
 # A larger model with padding (from tests/test_compiled_search.py)
 # --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("attention,tau", [("global", None), ("flexible", 0.5), ("flexible", None)])
+@pytest.mark.parametrize("attention,tau", [("global", math.inf), ("flexible", 0.5), ("flexible", math.inf)])
 @pytest.mark.parametrize("threads", [1, 2])
 @pytest.mark.parametrize("backend", FAST)
 def test_a_larger_model_with_padding(backend, attention, tau, threads, kernel_error):  # noqa: F811
@@ -331,7 +331,7 @@ def test_a_larger_model_with_padding(backend, attention, tau, threads, kernel_er
 # One step on any row layout; the kernel's candidates (from tests/test_compiled_search.py)
 # --------------------------------------------------------------------------------------
 STEP_CASES = [(name, backend, tau) for backend in FAST for name in attention_types() if claims(name, backend)
-              for tau in ((None, 0.6) if isinstance(model_of(name).decoder.attention, FlexibleAttention) else (None,))]
+              for tau in ((math.inf, 0.6) if isinstance(model_of(name).decoder.attention, FlexibleAttention) else (math.inf,))]
 
 
 @pytest.mark.parametrize("attention,backend,tau", [pytest.param(*c, id="-".join(map(str, c))) for c in STEP_CASES])
@@ -426,7 +426,7 @@ def test_bad_rows_are_refused_by_the_kernel(kernel_error):  # noqa: F811
     cache, state = stepper.encode(src, src_len)
     bad = RowMap(cache.base, torch.tensor([0, 2]))
     with pytest.raises(RuntimeError, match=r"sent\[1\] = 2 is outside \[0, 2\)"):
-        stepper.decode_step(torch.tensor([BOS_ID, BOS_ID]), state, bad)
+        stepper.decode_step(torch.tensor([BOS_ID, BOS_ID]), state, bad, math.inf)
     with pytest.raises(RuntimeError, match="sentence 0: rows"):
         stepper.candidates(torch.zeros(2, 5), torch.zeros(2), torch.tensor([1]), torch.tensor([2]), 2, 4)
 
@@ -442,7 +442,7 @@ assert kernel.SMALL_BATCH < CHUNK  # batches of 7 take the kernel's batch path (
 COPY_BATCHES = {"one": [7], "padded": [5, 3, 9, 1] * 2, "two": [9, 2]}
 COPY_CASES = [(name, backend, tau) for backend in FAST for name in ("global", "flexible", "sact", "flexible_sact")
               if name in MUST_CLAIM[backend]
-              for tau in ((None, math.inf, 0.3, 0.8, 2.0) if name.startswith("flexible") else (None,))]
+              for tau in ((math.inf, 0.3, 0.8, 2.0) if name.startswith("flexible") else (math.inf,))]
 
 
 def assert_search_agrees(eager, other) -> None:

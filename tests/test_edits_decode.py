@@ -8,6 +8,7 @@ The kernel restates some of these members; its digests keep it from decoding an 
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import pytest
@@ -23,14 +24,14 @@ from test_search import sources, tiny_model
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
-TAU = 0.6  # flexible variants decode at a finite τ (the windowed path); the others ignore it
+TAU = 0.6  # flexible variants decode at a finite τ (the windowed path); the others at inf
 
 
 def edit_forward(cls):
     """The attention's forward, its context vector halved."""
     original = cls.forward
 
-    def forward(self, query, feedback, cache, state, tau=None):
+    def forward(self, query, feedback, cache, state, tau=math.inf):
         context, weights, new_state, stats = original(self, query, feedback, cache, state, tau)
         return 0.5 * context, weights, new_state, stats
     return "forward", forward
@@ -49,7 +50,7 @@ def edit_step(cls):
     """The decoder's step, the logits of token 5 raised by 0.7."""
     original = cls.step
 
-    def step(self, prev_tokens, state, cache, tau=None):
+    def step(self, prev_tokens, state, cache, tau=math.inf):
         logits, new_state, weights, stats = original(self, prev_tokens, state, cache, tau)
         return logits + 0.7 * (torch.arange(logits.size(1)) == 5).to(logits.dtype), new_state, weights, stats
     return "step", step
@@ -81,7 +82,7 @@ def cases():
 @pytest.mark.parametrize("attention,score,member", cases())
 def test_auto_decodes_the_edit(attention, score, member, monkeypatch):
     model = tiny_model(attention, seed=1, score=score)
-    tau = TAU if attention.startswith("flexible") else None
+    tau = TAU if attention.startswith("flexible") else math.inf
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the kernel's stale digest warns; tests/test_backends.py checks it
         before = decode_all(model, tau)

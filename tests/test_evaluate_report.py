@@ -5,6 +5,7 @@ the whole stage on a one-epoch model (metrics.json and table1.md fields)."""
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from types import SimpleNamespace
 
@@ -17,6 +18,7 @@ from conftest import copy_of, run_inprocess, run_module
 from flexatt.decoding import BACKENDS
 from flexatt.decoding.translate import Translation
 from flexatt.metrics import corpus_bleu, corpus_chrf, moses_tokenize, tokenized_bleu
+from flexatt.tau import from_json
 from flexatt.errors import DataError
 from flexatt.claims import not_selected
 from flexatt.stages.evaluate import TABLE_ORDER, finetuning_effect, reference_row, render_table, score_row, tau_of
@@ -83,7 +85,7 @@ def test_finetuning_effect_is_finetuned_minus_control():
             "flexible_sact_ft": good}
     effect = finetuning_effect(results, hyps, refs, n_samples=200, seed=7)
     assert set(effect) == {"flexible_ft", "flexible_ft_tau"}
-    assert effect["flexible_ft"] == {"control": "flexible_ctl", "tau": None, "bleu": 1.0, "g_mean": 0.1,
+    assert effect["flexible_ft"] == {"control": "flexible_ctl", "tau": math.inf, "bleu": 1.0, "g_mean": 0.1,
                                      "window": 0.0, "p_value": effect["flexible_ft"]["p_value"]}
     assert effect["flexible_ft"]["p_value"] < 0.05  # whole sentences against fragments
     assert effect["flexible_ft_tau"]["window"] == -1.5 and effect["flexible_ft_tau"]["tau"] == 2.0
@@ -107,7 +109,7 @@ def _cfg():
     return OmegaConf.create({"model": {"local_D": 10, "sact_lambda": 2.0}})
 
 
-def _row(bleu, ci, p, against, tau=None, **extra):
+def _row(bleu, ci, p, against, tau=math.inf, **extra):
     return {"tau": tau, "window": 20.0, "reduction": 0.25, "bleu": bleu, "chrf": 50.0, "bleu_tok": bleu + 1,
             "ribes": 0.8, "aer": 0.4, "decode_ms": 3.0, "bleu_signature": "nrefs:1|tok:13a",
             "chrf_signature": "nrefs:1|nc:6", "bleu_ci": ci, "p_value": p, "p_value_against": against, **extra}
@@ -196,7 +198,7 @@ def _overrides(out: str) -> list[str]:
 
 def test_stage_writes_significance_chrf_and_windows(evaluated):
     path, stdout = evaluated
-    report = json.loads((path / "ev/metrics.json").read_text())
+    report = from_json(json.loads((path / "ev/metrics.json").read_text()))  # τ = ∞: null in the file
     assert report["significance"]["n_samples"] == 200 and report["significance"]["seed"] == 77
     models = report["models"]
     assert set(models) == {"global", "local_m", "local_p", "flexible", "sact", "flexible_sact", "flexible_ft",
@@ -216,7 +218,7 @@ def test_stage_writes_significance_chrf_and_windows(evaluated):
     # no τ selected for flexible_ft: its τ row decodes at τ = ∞, its base row again, and is not tested
     # against it (nor counted among the table's comparisons); flexible's (τ = 1) is
     ft_tau = models["flexible_ft_tau"]
-    assert ft_tau["tau"] is None and ft_tau["p_value"] is None and ft_tau["bleu_ci"] is not None
+    assert math.isinf(ft_tau["tau"]) and ft_tau["p_value"] is None and ft_tau["bleu_ci"] is not None
     assert models["flexible_tau"]["tau"] == 1.0 and models["flexible_tau"]["p_value_against"] == "flexible"
     assert "Holm–Bonferroni over the table's 7 comparisons" in (path / "ev/table1.md").read_text()
     assert "BLEU confidence intervals and p-values (9 rows, 200 resamples)" in stdout

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest
@@ -13,7 +12,7 @@ from flexatt.errors import DataError
 from flexatt.data.evalset import EvalSet
 from flexatt.checkpoints import load_model
 from flexatt.tau_search import select_tau
-from flexatt.decoding.translate import translate_split
+from flexatt.decoding.translate import DecodeOptions, translate_split
 from flexatt.model import build_model
 from flexatt.decoding import greedy
 
@@ -48,13 +47,13 @@ def test_translate_split_restores_order_and_counts_windows():
     rng = np.random.default_rng(1)
     src = [rng.integers(4, 12, rng.integers(2, 9)).tolist() for _ in range(13)]
     split = EncodedSplit.from_lists(src, [[5]] * 13)
-    out = translate_split(model, split, _Vocab(), tau=1.0, batch_size=4, max_len_ratio=1.0)
+    out = translate_split(model, split, _Vocab(), DecodeOptions(tau=1.0, batch_size=4, max_len_ratio=1.0))
     for i, ids in enumerate(src):  # each sentence alone gives the same output and window count
         alone = greedy(model, torch.tensor([ids + [3]]), torch.tensor([len(ids) + 1]),
                        int(len(ids) + 1 + 10), tau=1.0)
         assert out.hypotheses[i] == _Vocab().decode(alone.tokens.tolist())[0]
         assert out.window_sum[i] == int(alone.window_sum[0]) and out.steps[i] == int(alone.steps[0])
-    dense = translate_split(model, split, _Vocab(), tau=math.inf, batch_size=4, max_len_ratio=1.0)
+    dense = translate_split(model, split, _Vocab(), DecodeOptions(batch_size=4, max_len_ratio=1.0))
     assert np.array_equal(dense.window_sum, dense.steps * dense.src_lengths)
     assert out.mean_window < dense.mean_window
 
@@ -82,7 +81,7 @@ def test_global_window_equals_mean_source_length_and_flexible_at_inf_equals_glob
     for attention in ("global", "flexible", "flexible_sact", "sact"):
         torch.manual_seed(0)
         model = build_model({"attention": attention, **cfg}, 12, 12).eval()
-        out = translate_split(model, split, _Vocab(), tau=None, beam_size=beam_size, batch_size=4)
+        out = translate_split(model, split, _Vocab(), DecodeOptions(beam_size=beam_size, batch_size=4))
         windows[attention] = out.mean_window
         assert out.mean_window == pytest.approx(mean_len, abs=1e-9), attention
     assert len(set(windows.values())) == 1

@@ -28,6 +28,7 @@ import pytest
 import flexatt.io
 from conftest import copy_of, run_module
 from flexatt import config as C
+from flexatt.data.subwords import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from flexatt.errors import OutputError
 from flexatt.io import atomic_path, write_json, write_lines
 
@@ -113,6 +114,7 @@ import numpy as np
 import torch
 from flexatt import figures
 from flexatt.data.subwords import EncodedSplit
+from flexatt.data.subwords import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from flexatt.errors import OutputError
 from flexatt.io import atomic_path, save_torch, write_json, write_lines
 
@@ -601,7 +603,8 @@ def test_translate_refuses_another_models_vocabulary(trained, tmp_path):
     other.mkdir()
     for side in ("src", "tgt"):
         spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(other / side), vocab_size=30,
-                                       model_type="word", minloglevel=2)
+                                       model_type="word", minloglevel=2, pad_id=PAD_ID, unk_id=UNK_ID,
+                                       bos_id=BOS_ID, eos_id=EOS_ID)
     with pytest.raises(SystemExit) as info:
         main(["translate", "--checkpoint", str(trained / "m/flexible/best.ckpt"), "--tok-dir", str(other),
               "--input", str(corpus)])

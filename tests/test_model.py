@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -50,7 +52,7 @@ def batch():
 @pytest.mark.parametrize(
     "key,value,expected",
     [
-        ("attention", "local", "must be one of global, local_m, local_p, flexible, sact, flexible_sact (got 'local')"),
+        ("attention", "local", "must be one of global, local_m, local_p, local_mr, flexible, sact, flexible_sact (got 'local')"),
         ("score", "bilinear", "must be one of concat, general, dot, scaled_dot, location (got 'bilinear')"),
         ("emb_size", 0, "must be >= 1 (got 0)"),
         ("hidden_size", 2.5, "must be an integer (got 2.5)"),
@@ -114,7 +116,7 @@ def test_build_model_accepts_omegaconf_and_defaults():
 # --------------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     "attention,tau",
-    [(a, None) for a in ATTENTION_TYPES] + [("flexible", 0.5), ("flexible_sact", 0.5)],
+    [(a, math.inf) for a in ATTENTION_TYPES] + [("flexible", 0.5), ("flexible_sact", 0.5)],
 )
 def test_teacher_forced_forward_equals_step_loop(attention, tau):
     model = tiny_model(attention)
@@ -133,7 +135,7 @@ def test_teacher_forced_forward_equals_step_loop(attention, tau):
     assert (aux["temperature"] is not None) == attention.endswith("sact")
 
 
-@pytest.mark.parametrize("attention,tau", [(a, None) for a in ATTENTION_TYPES] + [("flexible", 0.5)])
+@pytest.mark.parametrize("attention,tau", [(a, math.inf) for a in ATTENTION_TYPES] + [("flexible", 0.5)])
 def test_bf16_autocast_runs_only_the_readout_in_bf16(attention, tau):
     """trainer.precision=bf16-mixed runs the training step under autocast: the encoder and the
     recurrence stay float32 (identical attention, windows, p_t, g_t and state), the readout's

@@ -24,7 +24,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, stage_env
-from flexatt import report
+from flexatt import claims, report
 from test_dvc_experiments import CHROMIUM, dvc, render, results_repo, vega_ids  # noqa: F401 (a fixture)
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -108,14 +108,14 @@ def test_report_page_overlays_the_learning_curves_and_keeps_the_claimed_rows(res
         x = spec["transform"][-1]["calculate"].split("'")[1] if x == "x_order" else x
         assert len({d[x] for d in spec["data"]["values"]}) > 1, plot_id
     by_length = {d["model"] for d in plots["results_plots_bleu_by_length_csv"]["data"]["values"]}
-    assert by_length == set(report.claim_rows()) and {"global", "flexible", "flexible_ft_tau"} <= by_length
+    assert by_length == set(claims.claim_rows()) and {"global", "flexible", "flexible_ft_tau"} <= by_length
     assert not {"local_m", "flexible_tau", "flexible_sact"} & by_length
 
 
 def test_claim_rows_are_the_rows_each_claim_compares():
     from flexatt.claims import CLAIMS
 
-    rows = report.claim_rows()
+    rows = claims.claim_rows()
     assert len(rows) == len(set(rows))
     assert set(rows) == {spec[side] for spec in CLAIMS for side in ("a", "b") if side in spec}
     assert rows[:2] == [CLAIMS[0]["a"], CLAIMS[0]["b"]]

@@ -9,6 +9,8 @@ The models are the half-trained copy models of tests/test_search.py."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -21,11 +23,11 @@ from test_search import ScoreCounter, hyps, sources, tiny_model
 pytestmark = pytest.mark.usefixtures("single_thread")
 
 #: flexible attention's threshold per variant (the others ignore it)
-TAUS = {"flexible": (None, 0.6), "flexible_sact": (None, 0.4)}
+TAUS = {"flexible": (math.inf, 0.6), "flexible_sact": (math.inf, 0.4)}
 
 
 def variant_taus():
-    return [(a, t) for a in attention_types() for t in TAUS.get(a, (None,))]
+    return [(a, t) for a in attention_types() for t in TAUS.get(a, (math.inf,))]
 
 
 @pytest.fixture
@@ -129,7 +131,7 @@ def test_a_row_map_reads_like_a_copy_per_row():
 
 
 @pytest.mark.parametrize("attention,tau", [("flexible", 0.5), ("flexible_sact", 0.3), ("flexible", 2.0),
-                                           ("local_m", None), ("local_p", None)])
+                                           ("local_m", math.inf), ("local_p", math.inf)])
 def test_the_score_function_sees_exactly_the_reported_window(attention, tau):
     """Windowed scoring: the key rows handed to the score function are window_sum.sum(), in beam
     search and in greedy search. (The dense path scores S_max slots per row against one key row

@@ -205,7 +205,7 @@ def test_the_attention_is_one_of_the_registered_variants():
     from flexatt.attention import ATTENTION_VARIANTS, register_attention
     from flexatt.model import validate_config
 
-    with pytest.raises(ConfigError, match=r"^model.attention: must be one of global, local_m, local_p, flexible, "
+    with pytest.raises(ConfigError, match=r"^model.attention: must be one of global, local_m, local_p, local_mr, flexible, "
                                           r"sact, flexible_sact.* \(got 'schema_probe'\)$"):
         validate_config({"attention": "schema_probe"})
     register_attention("schema_probe")(lambda scorer, args: None)

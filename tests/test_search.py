@@ -24,8 +24,8 @@ TINY = dict(emb_size=12, hidden_size=12, att_size=12, readout_size=12, dropout=0
 LENGTHS = [7, 3, 9, 5]
 
 # (attention, tau): tau only matters for the flexible variants
-CASES = [("global", None), ("flexible", None), ("flexible", 0.5), ("flexible_sact", 0.8),
-         ("local_p", None)]
+CASES = [("global", math.inf), ("flexible", math.inf), ("flexible", 0.5), ("flexible_sact", 0.8),
+         ("local_p", math.inf)]
 
 
 pytestmark = pytest.mark.usefixtures("single_thread")
@@ -121,10 +121,10 @@ def test_beam_one_is_greedy(attention, tau, alpha):
 
 def test_windowed_at_huge_tau_equals_dense():
     """Flexible attention's windowed path with a window covering every position gives the
-    dense path's search exactly (tau = None and tau = inf take the dense path)."""
+    dense path's search exactly (tau = inf takes the dense path)."""
     model = tiny_model("flexible", seed=3)
     src, src_len = sources()
-    dense = beam_search(model, src, src_len, 10, beam_size=5, tau=None, n_best=3)
+    dense = beam_search(model, src, src_len, 10, beam_size=5, tau=math.inf, n_best=3)
     for tau in (math.inf, 1e6):
         windowed = beam_search(model, src, src_len, 10, beam_size=5, tau=tau, n_best=3)
         assert hyps(windowed, nbest=True) == hyps(dense, nbest=True)
@@ -135,7 +135,7 @@ def test_windowed_at_huge_tau_equals_dense():
     assert dense.window_sum.tolist() == (dense.steps * src_len).tolist()
 
 
-@pytest.mark.parametrize("attention,tau", [("flexible", 0.5), ("flexible_sact", 0.3), ("local_m", None)])
+@pytest.mark.parametrize("attention,tau", [("flexible", 0.5), ("flexible_sact", 0.3), ("local_m", math.inf)])
 def test_score_evaluations_equal_reported_window(attention, tau):
     """Windowed scoring paths: the score function saw exactly window_sum.sum() key rows."""
     model = tiny_model(attention, seed=2)
@@ -233,11 +233,11 @@ def reference_beam(model, src, src_len, max_len, k, tau, alpha, n_best=1):
 @pytest.mark.parametrize(
     "attention,tau,k,vocab,alpha",
     [
-        ("global", None, 3, 7, 1.0),
+        ("global", math.inf, 3, 7, 1.0),
         ("flexible", 0.7, 3, 7, 0.0),
         ("flexible", 0.7, 4, 9, 1.0),
         ("flexible", 0.4, 5, 5, 1.0),  # V=5: fewer than k live hypotheses after step 1
-        ("global", None, 5, 5, 0.0),
+        ("global", math.inf, 5, 5, 0.0),
     ],
 )
 def test_matches_brute_force_reference(attention, tau, k, vocab, alpha):
@@ -259,7 +259,7 @@ def test_matches_brute_force_reference(attention, tau, k, vocab, alpha):
 # --------------------------------------------------------------------------------------
 # batching: padding never leaks
 # --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("attention,tau", [("global", None), ("flexible", 0.6), ("flexible_sact", None)])
+@pytest.mark.parametrize("attention,tau", [("global", math.inf), ("flexible", 0.6), ("flexible_sact", math.inf)])
 def test_batch_equals_each_sentence_alone(attention, tau):
     model = tiny_model(attention, seed=6)
     src, src_len = sources()
@@ -291,7 +291,7 @@ def assert_same_trace(a, b):
             torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("attention,tau", [("flexible", 0.5), ("flexible_sact", 0.8), ("global", None)])
+@pytest.mark.parametrize("attention,tau", [("flexible", 0.5), ("flexible_sact", 0.8), ("global", math.inf)])
 def test_traces_follow_the_best_hypothesis(attention, tau):
     model = tiny_model(attention, seed=8)
     src, src_len = sources()
@@ -323,7 +323,7 @@ def test_traces_follow_the_best_hypothesis(attention, tau):
         torch.testing.assert_close(ref.log_probs, result.log_probs[:, :1], atol=1e-4, rtol=1e-4)
 
 
-@pytest.mark.parametrize("attention,tau", [("flexible", 0.5), ("global", None), ("local_p", None)])
+@pytest.mark.parametrize("attention,tau", [("flexible", 0.5), ("global", math.inf), ("local_p", math.inf)])
 def test_forced_decode_matches_teacher_forcing(attention, tau):
     model = tiny_model(attention, seed=9)
     src, src_len = sources()

@@ -4,6 +4,7 @@ the weights it keeps."""
 
 from __future__ import annotations
 
+import math
 import gzip
 import json
 from pathlib import Path
@@ -17,7 +18,7 @@ from flexatt.units import (Plan, Unit, budget_overrides, diagonal_links, load_pr
 
 
 def _manifest(dev_inf: float, selected: float | None = None) -> dict:
-    dev = {"inf": {"tau": None, "window": dev_inf, "bleu": 30.0}}
+    dev = {"inf": {"tau": math.inf, "window": dev_inf, "bleu": 30.0}}
     if selected is not None:
         dev["selected"] = {"tau": 1.0, "window": selected, "bleu": 29.8}
     return {"summary": {"dev": dev}}
@@ -134,7 +135,7 @@ def test_a_units_products_are_complete_and_load(smoke_unit):
     records = {(r["split"], r["tau"]): r for r in products["decodes"]["records"]}
     n = {split: len((smoke_unit / f"artifacts/tok/{split}.ref").read_text().splitlines()) for split in ("dev", "test")}
     for split in ("dev", "test"):
-        r = records[(split, None)]
+        r = records[(split, math.inf)]
         assert len(r["hypotheses"]) == len(r["window_sum"]) == len(r["steps"]) == len(r["bleu_stats"]) == n[split]
         assert m["summary"][split]["inf"]["bleu"] == r["bleu"]
         assert 0 <= m["summary"][split]["aer_diagonal"] <= 1 and 0 <= m["summary"][split]["aer"]["inf"] <= 1
@@ -153,14 +154,14 @@ def test_a_units_products_are_complete_and_load(smoke_unit):
 def test_a_units_numbers_come_from_the_weights_it_keeps(smoke_unit):
     """The parent's float16 weights, decoded again, give the unit's stored test hypotheses."""
     from flexatt.data.evalset import EvalSet
-    from flexatt.decoding.translate import translate_split
+    from flexatt.decoding.translate import DecodeOptions, translate_split
 
     products = load_products(smoke_unit / "products")
     model = load_weights(smoke_unit / "products/weights.fp16.pt")
     data = EvalSet.load(smoke_unit / "artifacts/tok", "test")
     beam = products["manifest"]["decode"]["beam_size"]
-    out = translate_split(model, data.split, data.tgt_vocab, beam_size=beam, batch_size=150, backend="eager")
-    stored = next(r for r in products["decodes"]["records"] if r["split"] == "test" and r["tau"] is None)
+    out = translate_split(model, data.split, data.tgt_vocab, DecodeOptions(beam_size=beam, batch_size=150, backend="eager"))
+    stored = next(r for r in products["decodes"]["records"] if r["split"] == "test" and math.isinf(r["tau"]))
     assert out.hypotheses == stored["hypotheses"]
     assert out.window_sum.tolist() == stored["window_sum"]
 
@@ -190,7 +191,7 @@ def test_the_budget_check_trains_longer_and_decodes_at_tau_inf_only(smoke_unit):
     products = load_products(smoke_unit / "longer")
     m = products["manifest"]
     assert m["training"]["epochs"] == 2 and m["training"]["epochs_budget"] == 2 and m["budget"] == 1.5
-    assert [(r["split"], r["tau"]) for r in products["decodes"]["records"]] == [("dev", None), ("test", None)]
+    assert [(r["split"], r["tau"]) for r in products["decodes"]["records"]] == [("dev", math.inf), ("test", math.inf)]
     assert products["alignments"] is None and "selected" not in m["summary"]["dev"]
 
 

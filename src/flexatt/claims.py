@@ -20,6 +20,7 @@ the interval on one side of 0 (:func:`verdict_better`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -27,9 +28,11 @@ import numpy as np
 from sacrebleu.metrics import BLEU
 
 from flexatt.metrics import BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED, bleu_significance, corpus_bleu
+from flexatt.rows import Row
+from flexatt.tau import label
 
 __all__ = ["ALPHA", "MARGIN", "CLAIMS", "LOCAL_ATTENTIONS", "MATCH_TOLERANCE", "adjust", "bleu_difference",
-           "claims_table", "compare_pair", "holm", "outcome", "verdict_better",
+           "claim_rows", "claims_table", "compare_pair", "holm", "outcome", "verdict_better",
            "verdict_effect", "verdict_not_worse", "verdict_within", "windows_match"]
 
 K = TypeVar("K", bound=Hashable)
@@ -38,8 +41,9 @@ K = TypeVar("K", bound=Hashable)
 ALPHA = 0.05
 #: the BLEU loss that counts as "no loss" (``compare.margin``): the 2017 paper's τ tolerance (§5.2)
 MARGIN = 0.5
-#: attention variants with a fixed window of 2D+1 positions (Luong et al. 2015 §3.2)
-LOCAL_ATTENTIONS = ("local_m", "local_p")
+#: attention variants with a fixed window of 2D+1 positions (Luong et al. 2015 §3.2; ``local_mr``:
+#: local-m along the corpus's length ratio)
+LOCAL_ATTENTIONS = ("local_m", "local_p", "local_mr")
 #: the share of positions the 2017 paper's selected τ removes (§5.2: 56–64%)
 PAPER_REDUCTION = (0.56, 0.64)
 #: claim c: the least relative narrowing that counts as "narrows the window" (5% fewer positions).
@@ -269,6 +273,13 @@ CLAIMS = (
 )
 
 
+def claim_rows() -> list[str]:
+    """The Table 1 rows that the claims compare (the A and B of every claim of :data:`CLAIMS`
+    that names them), in the order the claims name them."""
+    rows = [spec[side] for spec in CLAIMS for side in ("a", "b") if side in spec]
+    return list(dict.fromkeys(rows))
+
+
 def _find(comparisons: Sequence[dict], a: str, b: str) -> dict | None:
     return next((c for c in comparisons if c["a"] == a and c["b"] == b), None)
 
@@ -312,7 +323,7 @@ def claims_table(rows: Mapping[str, dict], comparisons: Sequence[dict], matched:
         a, b = spec["a"], spec["b"]
         if not_selected(a, rows):  # b, c: the τ row decodes at τ = ∞, the row it would be judged against
             out.append({**entry, "a": a, "b": b, "verdict": NOT_MEASURED, "missing": [
-                f"a selected τ for {a[:-4]} (sweep_tau kept none within its tolerance)"]})
+                f"a selected τ for {Row.of(a).model} (sweep_tau kept none within its tolerance)"]})
             continue
         c = _find(comparisons, a, b)
         missing = [r for r in (a, b) if r not in rows] or ([] if c else [f"{a} vs {b}"])
@@ -341,8 +352,7 @@ def claims_table(rows: Mapping[str, dict], comparisons: Sequence[dict], matched:
             entry["reduction"] = round(reduction, 4)
             entry["verdict"] = (FAILS if reduction < PAPER_REDUCTION[0] or within == FAILS
                                 else HOLDS if within == HOLDS else INCONCLUSIVE)
-            tau = "∞" if ra.get("tau") is None else f"{ra['tau']:g}"
-            entry["detail"] = (f"τ={tau}: window {ra['window']:.1f} vs {rb['window']:.1f} (−{100 * reduction:.0f}%, "
+            entry["detail"] = (f"τ={label(ra['tau'])}: window {ra['window']:.1f} vs {rb['window']:.1f} (−{100 * reduction:.0f}%, "
                                f"paper 56–64%); BLEU {ra['bleu']:.2f} vs {rb['bleu']:.2f}, margin {margin:g}")
         elif rule == "narrower+within":
             narrower = ra["window"] <= (1.0 - MIN_NARROWING) * rb["window"]
@@ -352,8 +362,7 @@ def claims_table(rows: Mapping[str, dict], comparisons: Sequence[dict], matched:
             entry["window"] = [ra["window"], rb["window"]]
             entry["g_mean"] = [ra.get("g_mean"), rb.get("g_mean")]
             g = lambda v: "–" if v is None else f"{v:.3f}"  # noqa: E731
-            tau = "∞" if ra.get("tau") is None else f"{ra['tau']:g}"
-            entry["detail"] = (f"τ={tau}: window {ra['window']:.2f} vs {rb['window']:.2f} "
+            entry["detail"] = (f"τ={label(ra['tau'])}: window {ra['window']:.2f} vs {rb['window']:.2f} "
                                f"({100 * (ra['window'] / rb['window'] - 1):+.1f}%, narrower: ≥ {100 * MIN_NARROWING:.0f}% fewer); mean g_t "
                                f"{g(ra.get('g_mean'))} vs {g(rb.get('g_mean'))}; BLEU {ra['bleu']:.2f} vs "
                                f"{rb['bleu']:.2f}, margin {margin:g}")
@@ -371,7 +380,7 @@ def not_selected(row: str, rows: Mapping[str, Mapping]) -> bool:
     """Whether ``row`` is a ``<x>_tau`` row that decodes at τ = ∞ because ``sweep_tau`` selected
     no τ for ``<x>``: the same model and decoding as ``<x>`` (and, for a control, as its ``<x>``),
     so a test of it against either compares a system with itself."""
-    return row.endswith("_tau") and row in rows and rows[row].get("tau") is None
+    return Row.of(row).at_tau and row in rows and math.isinf(rows[row]["tau"])
 
 
 def _matched_claim(pairs: Sequence[dict]) -> dict:

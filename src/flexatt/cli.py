@@ -27,6 +27,7 @@ uses, :func:`flexatt.metrics.attention_alignment`).
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import zipfile
 from pathlib import Path
@@ -73,14 +74,17 @@ def translate(args: argparse.Namespace) -> None:
     from flexatt.data.subwords import EOS_ID, EncodedSplit
     from flexatt.errors import ConfigError, DataError
     from flexatt.checkpoints import load_model
-    from flexatt.decoding.translate import translate_split
+    from flexatt.decoding.translate import DecodeOptions, translate_split
     from flexatt.io import atomic_path, decode_line, write_lines
     from flexatt.metrics import attention_alignment
+    from flexatt.tau import check as check_tau
 
     if args.beam < 1:
         raise ConfigError("--beam", f"must be >= 1 (got {args.beam})")
-    if args.tau is not None and not args.tau >= 0:
-        raise ConfigError("--tau", f"must be >= 0 (got {args.tau})")
+    try:
+        tau = check_tau(args.tau, "--tau")
+    except ValueError as exc:
+        raise ConfigError("--tau", str(exc).removeprefix("--tau ")) from None
     raw = args.input.read_bytes() if args.input else sys.stdin.buffer.read()
     where = str(args.input or "<stdin>")
     lines = [decode_line(line.rstrip(b"\r"), where, i + 1) for i, line in enumerate(raw.split(b"\n"))]
@@ -100,8 +104,8 @@ def translate(args: argparse.Namespace) -> None:
     if rows:
         split = EncodedSplit.from_lists(src_vocab.encode([texts[i] for i in rows]), [[]] * len(rows))
         traced = args.stats is not None or args.alignments is not None
-        out = translate_split(model, split, tgt_vocab, tau=args.tau, beam_size=args.beam, alpha=args.alpha,
-                              trace_indices=set(range(len(rows))) if traced else None, backend=args.backend)
+        options = DecodeOptions(beam_size=args.beam, alpha=args.alpha, backend=args.backend, tau=tau)
+        out = translate_split(model, split, tgt_vocab, options, trace_indices=set(range(len(rows))) if traced else None)
         for k, i in enumerate(rows):
             hypotheses[i] = out.hypotheses[k]
     sys.stdout.write("".join(f"{h}\n" for h in hypotheses))
@@ -146,7 +150,7 @@ def main(argv: list[str] | None = None) -> None:
                     help="take src.model and tgt.model from here (default: beside the checkpoint)")
     tr.add_argument("--input", type=Path, help="one sentence per line (default: stdin)")
     tr.add_argument("--beam", type=int, default=5, help="beam size (1: greedy)")
-    tr.add_argument("--tau", type=float, default=None, help="flexible attention's threshold (default: inf)")
+    tr.add_argument("--tau", type=float, default=math.inf, help="flexible attention's threshold (default: inf)")
     tr.add_argument("--alpha", type=float, default=1.0, help="length normalisation exponent")
     tr.add_argument("--stats", type=Path, help="write per-sentence window statistics here (JSON lines)")
     tr.add_argument("--alignments", type=Path,

@@ -122,7 +122,8 @@ def learning_curves(stage: str, epochs: int | None) -> Section:
 def sections(epochs: Mapping[str, int] | None = None) -> list[Section]:
     """The dashboard's sections, in order: Table 1, BLEU against window, the τ trade-off,
     learning curves (a section per training stage; ``epochs``: what each trains for, default
-    :func:`curve_epochs`), the σ sweep, the seeds summary, attention per step."""
+    :func:`curve_epochs`), the σ sweep, the seeds summary, attention per step. (One long
+    function: the dashboard declared as one list, in the order it shows.)"""
     import wandb_workspaces.reports.v2 as wr
 
     epochs = curve_epochs() if epochs is None else epochs

@@ -23,7 +23,7 @@ p_t, g_t and the windows stay exact float32 quantities. The logits are returned 
 from __future__ import annotations
 
 import contextlib
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +31,7 @@ from torch import Tensor, nn
 
 from flexatt.attention import Attention, AttentionCache, AttentionState, AttentionStats
 from flexatt.encoders import EncoderOutput
+from flexatt.tau import INF
 
 
 def full_precision(device_type: str):
@@ -131,7 +132,7 @@ class RecurrentDecoder(nn.Module):
 
     def _recur(
         self, i_t: Tensor, gates_i: Tensor, state: DecoderState, cache: AttentionCache,
-        tau: Optional[float], w: "LSTMWeights",
+        tau: float, w: "LSTMWeights",
     ) -> tuple[Tensor, DecoderState, Tensor, AttentionStats]:
         """Attention and the LSTM for one step, from an (already dropped-out) feedback
         embedding i_t: batch x E and its input gates (:meth:`input_gates`, batch x 4H).
@@ -154,7 +155,7 @@ class RecurrentDecoder(nn.Module):
         prev_tokens: Tensor,
         state: DecoderState,
         cache: AttentionCache,
-        tau: Optional[float] = None,
+        tau: float = INF,
     ) -> tuple[Tensor, DecoderState, Tensor, AttentionStats]:
         """One decoding step.
 
@@ -172,7 +173,7 @@ class RecurrentDecoder(nn.Module):
         tgt_in: Tensor,
         cache: AttentionCache,
         state: DecoderState,
-        tau: Optional[float] = None,
+        tau: float = INF,
     ) -> tuple[Tensor, dict]:
         """Teacher-forced decoding of a whole target.
 

@@ -25,6 +25,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from flexatt.io import atomic_path  # noqa: E402
+from flexatt.tau import label as tau_label  # noqa: E402
 
 
 def _save(fig, path: str | os.PathLike) -> Path:
@@ -44,12 +45,12 @@ def tradeoff(curves: dict[str, list[tuple[float, float, float]]], path: str | os
         points = sorted(points, key=lambda p: p[1])
         ax.plot([p[1] for p in points], [p[2] for p in points], marker="o", label=label)
         for tau, window, bleu in points:
-            ax.annotate(f"{tau:g}", (window, bleu), textcoords="offset points", xytext=(3, 4), fontsize=7)
+            ax.annotate(tau_label(tau), (window, bleu), textcoords="offset points", xytext=(3, 4), fontsize=7)
     for label, (window, bleu) in (reference or {}).items():
         ax.plot([window], [bleu], marker="*", markersize=12, linestyle="none", label=label)
     ax.set_xlabel("mean window (positions scored per step)")
     ax.set_ylabel("BLEU")
-    ax.set_title("Window / BLEU trade-off over tau")
+    ax.set_title("Window / BLEU trade-off over τ")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return _save(fig, path)
@@ -132,10 +133,10 @@ def sigma_curve(points: list[dict], path: str | os.PathLike) -> Path:
     sigmas = [p["sigma"] for p in points]
     ax.plot(sigmas, [p["dev_bleu"] for p in points], marker="o", color="tab:blue")
     ax.set_xlabel("sigma")
-    ax.set_ylabel("dev BLEU (tau = inf)", color="tab:blue")
+    ax.set_ylabel("dev BLEU (τ = ∞)", color="tab:blue")
     twin = ax.twinx()
     twin.plot(sigmas, [p["window"] for p in points], marker="s", color="tab:orange")
-    twin.set_ylabel("mean window at the reference tau", color="tab:orange")
+    twin.set_ylabel("mean window at the reference τ", color="tab:orange")
     ax.set_title("Penalty width sigma")
     ax.grid(alpha=0.3)
     return _save(fig, path)
@@ -159,8 +160,8 @@ def matched_window(curves: dict[str, list[dict]], points: dict[str, dict], path:
         ax.errorbar([p["window"] for p in ps], [p["bleu"] for p in ps], yerr=bars(ps), marker="o",
                     markersize=4, capsize=2, label=label)
         for p in ps:
-            if p.get("tau") is not None:
-                ax.annotate(f"{p['tau']:g}", (p["window"], p["bleu"]), textcoords="offset points",
+            if "tau" in p:
+                ax.annotate(tau_label(p["tau"]), (p["window"], p["bleu"]), textcoords="offset points",
                             xytext=(3, 4), fontsize=6)
     markers = "s^vDP*Xph"
     for k, (label, p) in enumerate(points.items()):
@@ -183,11 +184,11 @@ def beta_curve(points: list[dict], reference: dict, tau: float, path: str | os.P
     ax.axhline(reference["dev_bleu"], color="tab:blue", linestyle="--", linewidth=1)
     ax.set_xscale("log")
     ax.set_xlabel("beta")
-    ax.set_ylabel("dev BLEU (tau = inf)", color="tab:blue")
+    ax.set_ylabel("dev BLEU (τ = ∞)", color="tab:blue")
     twin = ax.twinx()
     twin.plot(betas, [p["window"] for p in points], marker="s", color="tab:orange")
     twin.axhline(reference["window"], color="tab:orange", linestyle="--", linewidth=1)
-    twin.set_ylabel(f"mean dev window at tau = {tau:g}", color="tab:orange")
+    twin.set_ylabel(f"mean dev window at τ = {tau_label(tau)}", color="tab:orange")
     ax.set_title("Fine-tuning weight beta (dashed: beta = 0)")
     ax.grid(alpha=0.3)
     return _save(fig, path)

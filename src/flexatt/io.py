@@ -19,6 +19,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from flexatt import tau
 from flexatt.errors import DataError, OutputError
 
 UTF8_BOM = b"\xef\xbb\xbf"
@@ -261,10 +262,23 @@ def write_lines(path: str | os.PathLike, lines: Iterable[str]) -> None:
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
-    """Write ``obj`` as indented JSON (atomically), ending with a newline."""
-    text = json.dumps(obj, indent=2, ensure_ascii=False) + "\n"
+    """Write ``obj`` as indented JSON (atomically), ending with a newline; τ = ∞ in its records
+    is written ``null`` (:func:`flexatt.tau.to_json`)."""
+    text = json.dumps(tau.to_json(obj), indent=2, ensure_ascii=False) + "\n"
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as out:
         out.write(text)
+
+
+def write_csv(path: str | os.PathLike, records: list[dict], fields: list[str] | None = None) -> None:
+    """Write ``records`` as CSV (atomically), one column per field: ``fields``, or the first
+    record's keys (``epoch`` alone when there is none)."""
+    import csv
+
+    fields = fields or (list(records[0]) if records else ["epoch"])
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(records)
 
 
 def read_lines(path: str | Path) -> list[str]:

@@ -34,6 +34,7 @@ from flexatt.attention import (
 from flexatt.decoders import DecoderState, RecurrentDecoder, full_precision
 from flexatt.encoders import RecurrentEncoder
 from flexatt.errors import ConfigError
+from flexatt.tau import INF
 
 #: model config keys and their defaults (``conf/model/default.yaml``; :class:`flexatt.schema.Model`)
 DEFAULTS: dict[str, Any] = schema.Model().model_dump()
@@ -73,14 +74,14 @@ class Seq2Seq(nn.Module):
         prev_tokens: Tensor,
         state: DecoderState,
         cache: AttentionCache,
-        tau: Optional[float] = None,
+        tau: float = INF,
     ) -> tuple[Tensor, DecoderState, Tensor, AttentionStats]:
         """One decoding step: prev_tokens (batch) -> logits batch x V, new state,
         attention weights batch x S, stats (``stats.window``: positions scored per row)."""
         return self.decoder.step(prev_tokens, state, cache, tau)
 
     def forward(
-        self, src: Tensor, src_len: Tensor, tgt_in: Tensor, tau: Optional[float] = None
+        self, src: Tensor, src_len: Tensor, tgt_in: Tensor, tau: float = INF
     ) -> tuple[Tensor, dict]:
         """Teacher-forced forward: logits batch x T x V and the decoder's aux traces."""
         cache, state = self.encode(src, src_len)

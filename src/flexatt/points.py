@@ -4,7 +4,6 @@ point (window, BLEU, time) the τ search, the sweeps and the comparisons read.""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -13,14 +12,15 @@ from flexatt import config as C
 from flexatt import schema
 from flexatt.checkpoints import load_model
 from flexatt.data.evalset import EvalSet
-from flexatt.decoding.translate import translate_split
+from flexatt.decoding.translate import DecodeOptions, translate_split
 from flexatt.errors import ConfigError
 from flexatt.metrics import corpus_bleu
+from flexatt.tau import label
 
 
-def decode_settings(cfg: DictConfig | schema.Params) -> dict:
-    """The ``decode`` group: ``beam_size``, ``alpha``, ``max_len_ratio``, ``batch_size``, ``backend``."""
-    return schema.group(cfg, "decode").model_dump()
+def decode_options(cfg: DictConfig | schema.Params) -> DecodeOptions:
+    """The ``decode`` group as :class:`~flexatt.decoding.translate.DecodeOptions` (at τ = ∞)."""
+    return DecodeOptions(**schema.group(cfg, "decode").model_dump())
 
 
 def checkpoint_of(cfg: DictConfig | schema.Params, name: str, key: str) -> Path:
@@ -34,12 +34,13 @@ def checkpoint_of(cfg: DictConfig | schema.Params, name: str, key: str) -> Path:
 
 
 class Decoder:
-    """Decodes (model, split, τ) once and remembers the result (``memo``: window, BLEU, time;
-    ``hypotheses``: the translations). ``key`` names the setting that lists the models (in the
+    """Decodes (model, split, τ) once and remembers the point (``memo``: ``tau``, a float, ``inf``
+    for every position; window, BLEU, time; ``hypotheses``: the translations). Points are written
+    to JSON as :func:`flexatt.io.write_json` writes them (∞ as ``null``). ``key`` names the setting that lists the models (in the
     error about a model that is not a row of ``evaluate.checkpoints``)."""
 
     def __init__(self, cfg: schema.Params, sets: dict[str, EvalSet], key: str = "sweep_tau.models"):
-        self.cfg, self.sets, self.settings, self.key = cfg, sets, decode_settings(cfg), key
+        self.cfg, self.sets, self.options, self.key = cfg, sets, decode_options(cfg), key
         self.models: dict[str, object] = {}
         self.memo: dict[tuple[str, str, float], dict] = {}
         self.hypotheses: dict[tuple[str, str, float], list[str]] = {}
@@ -51,14 +52,13 @@ class Decoder:
             if name not in self.models:
                 self.models[name] = load_model(checkpoint_of(self.cfg, name, self.key))
             data = self.sets[split]
-            out = translate_split(self.models[name], data.split, data.tgt_vocab,
-                                  tau=None if math.isinf(tau) else tau, **self.settings)
+            out = translate_split(self.models[name], data.split, data.tgt_vocab, self.options.at(tau))
             self.decoded_by[name] = out.decoded_by
             bleu, _ = corpus_bleu(out.hypotheses, [data.references])
             self.hypotheses[key] = out.hypotheses
-            self.memo[key] = {"tau": None if math.isinf(tau) else tau, "window": round(out.mean_window, 3), "bleu": round(bleu, 2),
+            self.memo[key] = {"tau": tau, "window": round(out.mean_window, 3), "bleu": round(bleu, 2),
                               "ms_per_sentence": round(out.ms_per_sentence, 2)}
             p = self.memo[key]
-            print(f"  {name:18s} {split:5s} tau={tau:<8g} window {p['window']:7.2f}  BLEU {p['bleu']:6.2f}"
+            print(f"  {name:18s} {split:5s} tau={label(tau):<8s} window {p['window']:7.2f}  BLEU {p['bleu']:6.2f}"
                   f"  ({p['ms_per_sentence']:.1f} ms/sentence)", flush=True)
         return self.memo[key]

@@ -15,7 +15,7 @@ from the same plot definitions and the same renderers (DVC's ``plots.show`` and
   plot of several files (``dvc.yaml``'s top-level learning curves, every model of a stage in one
   chart) is not drawn again on its own; a chart whose data take a single x value (the learning
   curve of a one-epoch fine-tuning) is left out; BLEU by source length (``evaluate.by_length_file``)
-  shows the Table 1 rows that a claim compares (:func:`claim_rows`), not all of them.
+  shows the Table 1 rows that a claim compares (:func:`flexatt.claims.claim_rows`), not all of them.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from flexatt import claims
 from flexatt.errors import DataError
 from flexatt.io import atomic_path
 
@@ -78,15 +79,6 @@ class ReportPage:
     figures: list[str] = field(default_factory=list)
     left_out: dict[str, str] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
-
-
-def claim_rows() -> list[str]:
-    """The Table 1 rows that the claims compare (the A and B of every claim of
-    :data:`flexatt.claims.CLAIMS` that names them), in the order the claims name them."""
-    from flexatt.claims import CLAIMS
-
-    rows = [spec[side] for spec in CLAIMS for side in ("a", "b") if side in spec]
-    return list(dict.fromkeys(rows))
 
 
 def overlaid_files(definitions: dict) -> set[str]:
@@ -172,7 +164,7 @@ def build(root: Path = Path("."), output: Path | None = None) -> ReportPage:
         # out=None: DVC embeds each image as a data: URI instead of writing it beside the page
         matched = match_defs_renderers(data=data, out=None, templates_dir=repo.plots.templates_dir)
     page = ReportPage(path=output)
-    page.left_out = select([r for r, _, _ in matched], overlaid_files(data), by_length_file(root), claim_rows())
+    page.left_out = select([r for r, _, _ in matched], overlaid_files(data), by_length_file(root), claims.claim_rows())
     renderers = []
     for renderer, source_errors, definition_errors in matched:
         problems = [str(e) for per_rev in source_errors.values() for e in per_rev.values()]

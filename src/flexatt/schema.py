@@ -17,6 +17,7 @@ file, which names it when it is missing.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator, model_validator
@@ -48,7 +49,7 @@ NonNegativeInt = Annotated[int, Field(ge=0)]
 PositiveFloat = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
 NonNegativeFloat = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 Text = Annotated[str, Field(min_length=1, pattern=r"\S")]  # a non-empty string
-Tau = Annotated[float, Field(ge=0.0)]  # a threshold: inf allowed (no window), NaN refused below
+Tau = Annotated[float, Field(ge=0.0)]  # flexatt.tau: inf allowed (every position), NaN and < 0 refused
 
 
 def _increasing(value: list, key: str, why: str) -> list:
@@ -323,7 +324,7 @@ class SweepTau(Group):
     search_steps: NonNegativeInt = 4
     tolerance: NonNegativeFloat = 0.5
     curve_model: Text = "flexible_ft"
-    curve_taus: list[Tau] = Field(default_factory=lambda: [0.3, 0.5, 0.8, 1.0, 1.2, 1.4, 1.6, 5.0, 8.0, 999.0])
+    curve_taus: list[Tau] = Field(default_factory=lambda: [0.3, 0.5, 0.8, 1.0, 1.2, 1.4, 1.6, 5.0, 8.0, math.inf])
     curve_splits: list[Literal[SPLITS]] = Field(default_factory=lambda: ["dev", "test"])
     out: Text = "results/sweep_tau.json"
     curve_file: Text = "results/plots/tradeoff.csv"

@@ -105,7 +105,7 @@ def match_window(point: Callable[[float], dict], known: Sequence[dict], target: 
     bisection; the window grows with τ).
 
     ``point(tau) -> {"tau", "window", ...}`` decodes dev at ``tau``; ``known``: points already
-    decoded (the sweep_tau stage's, ``tau`` ``None`` for τ = ∞), used to bracket first. The
+    decoded (the sweep_tau stage's, ``tau`` ``inf`` for τ = ∞), used to bracket first. The
     bracket is the largest τ whose window is below ``target`` and the smallest τ above it whose
     window reaches it; where no known τ reaches (or stays below) the target, τ is multiplied
     (divided) by ``factor`` up to ``max_expand`` times. Then ``steps`` bisections. The match is
@@ -116,7 +116,7 @@ def match_window(point: Callable[[float], dict], known: Sequence[dict], target: 
         ``(match, new)``: the matched point and the points decoded here, in order.
     """
     def tau_of(p: dict) -> float:
-        return math.inf if p["tau"] is None else float(p["tau"])
+        return float(p["tau"])
 
     def reaches(p: dict) -> bool:
         return p["window"] >= target

@@ -103,6 +103,13 @@ class Tracker:
             self.log({key: table})
         return table
 
+    def records(self, key: str, records: Iterable[dict], columns: list[str]) -> Any:
+        """Log ``records`` (dicts) as a table of ``columns``, a missing key an empty cell and
+        τ = ∞ as ``null`` (:func:`flexatt.tau.to_json`); returns it (or ``None``)."""
+        from flexatt.tau import to_json
+
+        return self.table(key, columns, [[r.get(c) for c in columns] for r in to_json(list(records))])
+
     def line_plot(self, key: str, table: Any, x: str, y: str, title: str) -> None:
         if self.run is None or table is None:
             return

@@ -26,7 +26,6 @@ rank 0 take rank 0's decision.
 
 from __future__ import annotations
 
-import csv
 import gc
 import json
 import logging
@@ -45,11 +44,12 @@ from omegaconf import DictConfig
 from pytorch_lightning.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
 from flexatt import schema
+from flexatt.attention import set_length_ratio
 from flexatt.checkpoints import SIDES, load_checkpoint_state, read_checkpoint
 from flexatt.data.datamodule import TranslationData
 from flexatt.data.subwords import Vocab
 from flexatt.errors import ConfigError, DataError
-from flexatt.io import atomic_path, file_digest, write_json
+from flexatt.io import atomic_path, file_digest, write_csv, write_json
 from flexatt.model import count_parameters, require_registered
 from flexatt.parallel import intra_op_threads, side_by_side
 from flexatt.provenance import code_digest
@@ -222,9 +222,7 @@ def _train(p: schema.Params, variant: str, *, out_dir: str | None, epochs: int |
 
     src_vocab, tgt_vocab = Vocab(tok_dir / "src.model"), Vocab(tok_dir / "tgt.model")
     data = TranslationData(tok_dir, batch_size, seed)
-    dev_refs = (tok_dir / "dev.ref").read_text(encoding="utf-8").split("\n")[:-1]
-    if len(dev_refs) != len(data.dev):
-        raise DataError(tok_dir / "dev.ref", f"has {len(dev_refs)} lines for {len(data.dev)} dev pairs")
+    dev_refs = _dev_references(tok_dir, len(data.dev))
 
     pl.seed_everything(seed, workers=True, verbose=False)
     task = TranslationTask(model_cfg, len(src_vocab), len(tgt_vocab), lr=lr, halve_from=halve_from,
@@ -236,6 +234,8 @@ def _train(p: schema.Params, variant: str, *, out_dir: str | None, epochs: int |
         if not init_from.is_file():
             raise DataError(init_from, "checkpoint to start from not found (train that model first)")
         task.model.load_state_dict(load_checkpoint_state(init_from))
+    else:  # a window along the length ratio takes the training corpus's (kept with the weights)
+        set_length_ratio(task.model, data.train.src_lengths, data.train.tgt_lengths)
     task.detokenize, task.dev_references = tgt_vocab.decode, dev_refs
 
     ckpt_dir = out_dir / variant
@@ -244,10 +244,8 @@ def _train(p: schema.Params, variant: str, *, out_dir: str | None, epochs: int |
         "batch_size": batch_size, "halve_from": halve_from, "lr_schedule": lr_schedule, "seed": seed,
         "lr_plateau_patience": plateau_patience, "lr_epochs": lr_epochs,
         "early_stopping_patience": t.early_stopping_patience, "val_max_len_ratio": ratio,
-        "trainer": schema.as_dict(p).get("trainer", {}),
-        "data": file_digest(tok_dir / "train.npz"), "dev": file_digest(tok_dir / "dev.npz"),
-        "dev_references": file_digest(tok_dir / "dev.ref"), "code": _code_digest(), "threads": t.threads,
-        "init_from": file_digest(init_from) if init_from else None,
+        "trainer": schema.as_dict(p).get("trainer", {}), **_input_digests(tok_dir), "code": _code_digest(),
+        "threads": t.threads, "init_from": file_digest(init_from) if init_from else None,
     }
     resume, recorded = _resume_point(ckpt_dir, fingerprint)
     resumed_from_epoch = _epoch_of(resume)
@@ -288,42 +286,57 @@ def _train(p: schema.Params, variant: str, *, out_dir: str | None, epochs: int |
                 shutil.copyfile(tok_dir / f"{side}.model", tmp)
 
     rows = history.rows
-    best = max((r for r in rows if r["val_bleu"] is not None), key=lambda r: r["val_bleu"], default=None)
-    secs = sum(r["train_seconds"] for r in rows)
-    toks = sum(r["train_tokens"] for r in rows) * trainer.world_size  # every rank: as many batches
-    metrics = {
-        "variant": variant,
-        "attention": model_cfg["attention"],
-        "parameters": count_parameters(task.model),
-        "world_size": trainer.world_size,
-        "threads": t.threads,
-        "side_by_side": side_by_side(),
-        "precision": precision,
-        "precision_reason": precision_reason,
-        "epochs": len(rows),
-        "best_epoch": best["epoch"] if best else None,
-        "dev_bleu": best["val_bleu"] if best else None,
-        "final_train_loss": rows[-1]["train_loss"] if rows else None,
-        "tokens_per_second": round(toks / secs, 1) if secs else None,
-        "train_minutes_per_epoch": round(secs / 60 / len(rows), 2) if rows else None,
-        "resumed_from_epoch": resumed_from_epoch,
-        "wall_minutes": round(wall / 60, 2),
-    }
+    metrics = {"variant": variant, "attention": model_cfg["attention"], "parameters": count_parameters(task.model),
+               "world_size": trainer.world_size, "threads": t.threads, "side_by_side": side_by_side(),
+               "precision": precision, "precision_reason": precision_reason,
+               **_curve_summary(rows, trainer.world_size), "resumed_from_epoch": resumed_from_epoch,
+               "wall_minutes": round(wall / 60, 2)}
     if trainer.is_global_zero:
         metrics_file = Path(metrics_file or Path(t.metrics_dir) / f"{variant}.json")
         write_json(metrics_file, metrics)
-        with atomic_path(metrics_file.with_suffix(".csv")) as tmp, open(tmp, "w", newline="") as out:
-            writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else ["epoch"])
-            writer.writeheader()
-            writer.writerows(rows)
+        write_csv(metrics_file.with_suffix(".csv"), rows)
+    _finish_run(tracker, metrics, ckpt_dir, f"{job}-{variant}", log_checkpoint)
+    return metrics, {"task": task, "trainer": trainer, "data": data, "ckpt_dir": ckpt_dir,
+                     "is_global_zero": trainer.is_global_zero}
+
+
+def _dev_references(tok_dir: Path, n: int) -> list[str]:
+    """The dev references (``dev.ref``), one per dev pair, or a :class:`DataError` naming the file."""
+    dev_refs = (tok_dir / "dev.ref").read_text(encoding="utf-8").split("\n")[:-1]
+    if len(dev_refs) != n:
+        raise DataError(tok_dir / "dev.ref", f"has {len(dev_refs)} lines for {n} dev pairs")
+    return dev_refs
+
+
+def _finish_run(tracker, metrics: dict, ckpt_dir: Path, name: str, log_checkpoint: bool) -> None:
+    """The run's summary on its dashboard and, with ``logger.log_checkpoint``, the best checkpoint
+    with its vocabularies as a model artifact; then the run ends."""
     tracker.summary({f"final/{k}": v for k, v in metrics.items() if v is not None})
     best_ckpt = ckpt_dir / "best.ckpt"
     if log_checkpoint and best_ckpt.is_file():
-        tracker.artifact(f"{job}-{variant}", "model", [best_ckpt, *(ckpt_dir / f"{side}.model" for side in SIDES)],
+        tracker.artifact(name, "model", [best_ckpt, *(ckpt_dir / f"{side}.model" for side in SIDES)],
                          {"dev_bleu": metrics["dev_bleu"], "epoch": metrics["best_epoch"]})
     tracker.finish()
-    return metrics, {"task": task, "trainer": trainer, "data": data, "ckpt_dir": ckpt_dir,
-                     "is_global_zero": trainer.is_global_zero}
+
+
+def _input_digests(tok_dir: Path) -> dict:
+    """The digests of the data a run trains and validates on (part of its resume fingerprint)."""
+    return {"data": file_digest(tok_dir / "train.npz"), "dev": file_digest(tok_dir / "dev.npz"),
+            "dev_references": file_digest(tok_dir / "dev.ref")}
+
+
+def _curve_summary(rows: list[dict], world_size: int) -> dict:
+    """What the learning curve (one row per epoch, :class:`History`) says of the run: epochs, the
+    best epoch and its dev BLEU, the last training loss, tokens per second (every rank: as many
+    batches) and minutes per epoch."""
+    best = max((r for r in rows if r["val_bleu"] is not None), key=lambda r: r["val_bleu"], default=None)
+    secs = sum(r["train_seconds"] for r in rows)
+    toks = sum(r["train_tokens"] for r in rows) * world_size
+    return {"epochs": len(rows), "best_epoch": best["epoch"] if best else None,
+            "dev_bleu": best["val_bleu"] if best else None,
+            "final_train_loss": rows[-1]["train_loss"] if rows else None,
+            "tokens_per_second": round(toks / secs, 1) if secs else None,
+            "train_minutes_per_epoch": round(secs / 60 / len(rows), 2) if rows else None}
 
 
 #: the ``run.json`` entries that record what was decided at the start, not the fingerprint

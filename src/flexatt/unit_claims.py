@@ -46,7 +46,8 @@ import numpy as np
 from flexatt.claims import (ALPHA, FAILS, HOLDS, INCONCLUSIVE, MARGIN, MATCH_TOLERANCE, MIN_NARROWING, NOT_MEASURED,
                             PAPER_REDUCTION, compare_pair, holm, verdict_better, verdict_effect, verdict_not_worse,
                             verdict_within, windows_match)
-from flexatt.units import Plan, Unit, done_units, load_products, select_beta
+from flexatt.tau import INF
+from flexatt.units import Plan, Unit, done_units, load_products, select_beta, tau_key
 
 #: SACT's gain over Global in its paper (Lin et al. 2018), the effect claim e2 tests
 SACT_EFFECT = 2.0
@@ -88,8 +89,8 @@ class Units:
     def has(self, name: str) -> bool:
         return name in self.manifests
 
-    def record(self, name: str, tau: float | None, split: str = "test") -> dict:
-        """The stored decode of unit ``name`` on ``split`` at ``tau`` (``None``: τ = ∞)."""
+    def record(self, name: str, tau: float, split: str = "test") -> dict:
+        """The stored decode of unit ``name`` on ``split`` at ``tau`` (``inf``: every position)."""
         if name not in self._decodes:
             self._decodes[name] = {(r["split"], r["tau"]): r
                                    for r in load_products(self.folder / name)["decodes"]["records"]}
@@ -126,11 +127,11 @@ def claim_pairs(units: Units) -> dict[str, list[tuple[dict, dict]]]:
     p = units.plan
     flex = p.flexible
     pairs: dict[str, list[tuple[dict, dict]]] = {}
-    pairs["a"] = [(units.record(Unit(flex, s).name, None), units.record(Unit("global", s).name, None))
+    pairs["a"] = [(units.record(Unit(flex, s).name, INF), units.record(Unit("global", s).name, INF))
                   for s in units.seeds(flex, "global")]
     pairs["b"] = [(units.record(Unit(flex, s).name, _selected(units, Unit(flex, s).name)),
-                   units.record(Unit(flex, s).name, None)) for s in units.seeds(flex)
-                  if _selected(units, Unit(flex, s).name) is not None]
+                   units.record(Unit(flex, s).name, INF)) for s in units.seeds(flex)
+                  if not math.isinf(_selected(units, Unit(flex, s).name))]
     ft = p.finetuning
     beta = select_beta(p, units.manifests) if ft is not None else None
     if beta is not None:
@@ -142,21 +143,21 @@ def claim_pairs(units: Units) -> dict[str, list[tuple[dict, dict]]]:
                             (Unit(ft.parent, first, beta=beta, run=r).name, Unit(ft.parent, first, beta=0.0, run=r).name))
                       for r in runs]
     for claim, variant in (("d", "local_p"), ("e", "sact")):
-        pairs[claim] = [(units.record(Unit(variant, s).name, None), units.record(Unit("global", s).name, None))
+        pairs[claim] = [(units.record(Unit(variant, s).name, INF), units.record(Unit("global", s).name, INF))
                         for s in units.seeds(variant, "global")]
     for fixed in p.fixed:
         found = []
         for s in units.seeds(flex, fixed):
             matched = units.manifests[Unit(flex, s).name]["summary"].get("matched", {}).get(Unit(fixed, s).name)
             if matched is not None and windows_match(matched["dev"]["window"], matched["target"], MATCH_TOLERANCE):
-                found.append((units.record(Unit(flex, s).name, matched["tau"]), units.record(Unit(fixed, s).name, None)))
+                found.append((units.record(Unit(flex, s).name, matched["tau"]), units.record(Unit(fixed, s).name, INF)))
         pairs[f"f:{fixed}"] = found
     return pairs
 
 
-def _selected(units: Units, name: str) -> float | None:
+def _selected(units: Units, name: str) -> float:
     """The τ a unit's flexible model selected on dev (``None``: none, or not a flexible model)."""
-    return units.manifests[name]["summary"]["dev"].get("selected_tau")
+    return units.manifests[name]["summary"]["dev"].get("selected_tau", INF)
 
 
 CLAIM_TEXT = {
@@ -260,9 +261,9 @@ def model_table(units: Units) -> list[dict]:
             {"bleu": test["inf"]["bleu"], "window": test["inf"]["window"], "aer": (test.get("aer") or {}).get("inf"),
              "diagonal": test.get("aer_diagonal"), "seed": m["seed"]})
         if "selected" in test:
-            tau = m["summary"]["dev"].get("selected_tau")
-            label = "τ=∞" if tau is None else "selected τ"
-            aer = (test.get("aer") or {}).get("inf" if tau is None else f"{tau:g}")
+            tau = m["summary"]["dev"].get("selected_tau", INF)
+            label = "τ=∞" if math.isinf(tau) else "selected τ"
+            aer = (test.get("aer") or {}).get(tau_key(tau))
             by_variant.setdefault((m["variant"], label + " "), []).append(
                 {"bleu": test["selected"]["bleu"], "window": test["selected"]["window"], "aer": aer,
                  "diagonal": test.get("aer_diagonal"), "seed": m["seed"], "tau": tau})

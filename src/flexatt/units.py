@@ -55,6 +55,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt
 
 from flexatt.errors import ConfigError, DataError
+from flexatt.tau import INF, from_json, label, to_json
 
 #: the files of a unit: always, with gold alignments, for a parent
 PRODUCTS = ("unit.json", "curve.csv", "decodes.json.gz")
@@ -255,7 +256,7 @@ def _record(split: str, tau: float, out, data) -> dict:
     bleu, signature = corpus_bleu(out.hypotheses, [data.references])
     stats = _stats(BLEU(), out.hypotheses, data.references)
     return {
-        "split": split, "tau": None if math.isinf(tau) else tau,
+        "split": split, "tau": tau,
         "window": round(out.mean_window, 3), "window_step_weighted": round(out.step_weighted_window, 3),
         "bleu": round(bleu, 2), "chrf": round(corpus_chrf(out.hypotheses, [data.references])[0], 2),
         "bleu_signature": signature, "seconds": round(out.seconds, 2), "decoded_by": out.decoded_by,
@@ -272,8 +273,8 @@ def summary_point(record: dict) -> dict:
 class UnitDecoder:
     """Decodes (split, τ) of one model once, keeping every decode as a stored record."""
 
-    def __init__(self, model, sets: dict, settings: dict):
-        self.model, self.sets, self.settings = model, sets, settings
+    def __init__(self, model, sets: dict, options):
+        self.model, self.sets, self.options = model, sets, options
         self.records: dict[tuple[str, float], dict] = {}
 
     def point(self, split: str, tau: float) -> dict:
@@ -282,10 +283,10 @@ class UnitDecoder:
         key = (split, float(tau))
         if key not in self.records:
             data = self.sets[split]
-            out = translate_split(self.model, data.split, data.tgt_vocab, tau=tau, **self.settings)
+            out = translate_split(self.model, data.split, data.tgt_vocab, self.options.at(tau))
             self.records[key] = _record(split, float(tau), out, data)
             r = self.records[key]
-            print(f"unit: {split:4s} tau={tau:<8g} window {r['window']:7.2f}  BLEU {r['bleu']:6.2f}  "
+            print(f"unit: {split:4s} tau={label(tau):<8s} window {r['window']:7.2f}  BLEU {r['bleu']:6.2f}  "
                   f"({r['seconds']:.0f} s)", flush=True)
         return summary_point(self.records[key])
 
@@ -305,18 +306,18 @@ def decode_products(model, p, tok_dir: Path, filter_dir: Path, targets: dict[str
     test at τ = ∞ only.
     """
     from flexatt.data.evalset import EvalSet
-    from flexatt.points import decode_settings
+    from flexatt.points import decode_options
     from flexatt.tau_search import search_points, select_tau
 
     st = p.sweep_tau
-    settings = decode_settings(p)
+    options = decode_options(p)
     sets = {s: EvalSet.load(tok_dir, s) for s in SPLITS}
-    decoder = UnitDecoder(model, sets, settings)
+    decoder = UnitDecoder(model, sets, options)
     flexible = model.config.get("attention") in TAU_ATTENTIONS
-    summary: dict[str, dict] = {s: {"inf": decoder.point(s, math.inf)} for s in SPLITS}
-    taus: dict[str, list[float]] = {s: [math.inf] for s in SPLITS}
+    summary: dict[str, dict] = {s: {"inf": decoder.point(s, INF)} for s in SPLITS}
+    taus: dict[str, list[float]] = {s: [INF] for s in SPLITS}
     if not full:
-        return summary, _decodes(decoder, settings), None, {}
+        return summary, _decodes(decoder, options), None, {}
     if flexible:
         grid = list(st.grid)
         log_mean = round(math.log(sets["dev"].mean_src_len), 3)
@@ -325,10 +326,10 @@ def decode_products(model, p, tok_dir: Path, filter_dir: Path, targets: dict[str
         reference = summary["dev"]["inf"]["bleu"]
         points = search_points(lambda tau: decoder.point("dev", tau), grid, reference, st.tolerance, st.search_steps)
         chosen = select_tau(points, reference, st.tolerance)
-        selected = chosen["tau"] if chosen else math.inf
-        summary["dev"].update(points=points, selected_tau=chosen["tau"] if chosen else None,
+        selected = chosen["tau"] if chosen else INF
+        summary["dev"].update(points=points, selected_tau=selected,
                               selected=chosen or summary["dev"]["inf"])
-        curve = [t for t in st.curve_taus if t < 999.0]  # 999 stands for τ = ∞ there: decoded above
+        curve = [t for t in st.curve_taus if not math.isinf(t)]  # τ = ∞: decoded above
         for tau in curve:
             decoder.point("dev", tau)
         summary["test"]["selected"] = decoder.point("test", selected)
@@ -336,14 +337,14 @@ def decode_products(model, p, tok_dir: Path, filter_dir: Path, targets: dict[str
         summary["test"]["curve"] = [decoder.point("test", tau) for tau in curve]
         taus = {s: [math.inf, *([selected] if not math.isinf(selected) else [])] for s in SPLITS}
         summary["matched"] = match_targets(decoder, targets or {}, p.compare.search_steps)
-    alignments, g_values = _alignments(model, sets, filter_dir, taus, settings, summary)
-    return summary, _decodes(decoder, settings), alignments, g_values
+    alignments, g_values = _alignments(model, sets, filter_dir, taus, options, summary)
+    return summary, _decodes(decoder, options), alignments, g_values
 
 
-def _decodes(decoder: UnitDecoder, settings: dict) -> dict:
+def _decodes(decoder: UnitDecoder, options) -> dict:
     """The stored decodes: the beam settings and every record, by split then τ."""
     order = sorted(decoder.records, key=lambda k: (SPLITS.index(k[0]), k[1]))
-    return {"beam_size": settings["beam_size"], "alpha": settings["alpha"], "records": [decoder.records[k] for k in order]}
+    return {"beam_size": options.beam_size, "alpha": options.alpha, "records": [decoder.records[k] for k in order]}
 
 
 def match_targets(decoder: UnitDecoder, targets: dict[str, float], steps: int) -> dict[str, dict]:
@@ -355,20 +356,20 @@ def match_targets(decoder: UnitDecoder, targets: dict[str, float], steps: int) -
     for name, target in sorted(targets.items()):
         known = [summary_point(r) for (split, _), r in decoder.records.items() if split == "dev"]
         match, new = match_window(lambda tau: decoder.point("dev", tau), known, target, steps)
-        tau = math.inf if match["tau"] is None else match["tau"]
-        matched[name] = {"target": target, "tau": match["tau"], "dev": match, "test": decoder.point("test", tau),
+        tau = match["tau"]
+        matched[name] = {"target": target, "tau": tau, "dev": match, "test": decoder.point("test", tau),
                          "decoded": len(new)}
         print(f"unit: matched {name}'s dev window {target:.2f} at tau={tau:g}: dev {match['window']:.2f}, "
               f"test window {matched[name]['test']['window']:.2f} BLEU {matched[name]['test']['bleu']:.2f}", flush=True)
     return matched
 
 
-def tau_label(tau: float) -> str:
+def tau_key(tau: float) -> str:
     """``inf`` or the τ as ``%g``: the key of an alignment or g_t entry."""
     return "inf" if math.isinf(tau) else f"{tau:g}"
 
 
-def _alignments(model, sets: dict, filter_dir: Path, taus: dict[str, list[float]], settings: dict,
+def _alignments(model, sets: dict, filter_dir: Path, taus: dict[str, list[float]], options,
                 summary: dict) -> tuple[dict | None, dict]:
     from flexatt.metrics import aer
     from flexatt.stages.evaluate import _gold, forced_alignments
@@ -384,13 +385,12 @@ def _alignments(model, sets: dict, filter_dir: Path, taus: dict[str, list[float]
         summary[split]["aer_diagonal"] = round(aer(diagonal, gold, restrict_to_covered=True), 4)
         alignments[split] = {}
         for tau in taus[split]:
-            links, g, _ = forced_alignments(model, data, None if math.isinf(tau) else tau, settings["batch_size"],
-                                            settings["backend"])
-            label = tau_label(tau)
-            alignments[split][label] = [" ".join(f"{s}-{t}" for s, t in sorted(sent)) for sent in links]
-            summary[split].setdefault("aer", {})[label] = round(aer(links, gold, restrict_to_covered=True), 4)
+            links, g, _ = forced_alignments(model, data, tau, options.batch_size, options.backend)
+            key = tau_key(tau)
+            alignments[split][key] = [" ".join(f"{s}-{t}" for s, t in sorted(sent)) for sent in links]
+            summary[split].setdefault("aer", {})[key] = round(aer(links, gold, restrict_to_covered=True), 4)
             if g is not None:
-                g_values[f"{split}/{label}"] = g.astype(np.float16)
+                g_values[f"{split}/{key}"] = g.astype(np.float16)
         print(f"unit: {split} AER {summary[split]['aer']} (diagonal {summary[split]['aer_diagonal']})", flush=True)
     return (alignments or None), g_values
 
@@ -403,7 +403,7 @@ def _gzip_json(obj: Any) -> bytes:
     """JSON, gzip-compressed with no timestamp: the same products give the same bytes."""
     buffer = io.BytesIO()
     with gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0, compresslevel=9) as gz:
-        gz.write(json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+        gz.write(json.dumps(to_json(obj), ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
     return buffer.getvalue()
 
 
@@ -424,7 +424,7 @@ def write_products(out: Path, manifest: dict, files: dict[str, bytes]) -> None:
         for name, data in files.items():
             (tmp / name).write_bytes(data)
             listed[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-        text = json.dumps({**manifest, "files": listed}, indent=2, ensure_ascii=False) + "\n"
+        text = json.dumps(to_json({**manifest, "files": listed}), indent=2, ensure_ascii=False) + "\n"
         (tmp / "unit.json").write_text(text, encoding="utf-8")
         if out.exists():
             import shutil
@@ -444,7 +444,7 @@ def load_products(folder: str | os.PathLike) -> dict:
 
     folder = Path(folder)
     try:
-        manifest = json.loads((folder / "unit.json").read_text(encoding="utf-8"))
+        manifest = from_json(json.loads((folder / "unit.json").read_text(encoding="utf-8")))
     except (OSError, json.JSONDecodeError) as exc:
         raise DataError(folder / "unit.json", f"unreadable unit manifest ({exc})") from None
     for name, info in manifest.get("files", {}).items():
@@ -454,7 +454,7 @@ def load_products(folder: str | os.PathLike) -> dict:
     missing = [name for name in PRODUCTS[1:] if name not in manifest.get("files", {})]
     if missing:
         raise DataError(folder / "unit.json", f"lists no {', '.join(missing)}")
-    read = lambda name: json.loads(gzip.decompress((folder / name).read_bytes()))  # noqa: E731
+    read = lambda name: from_json(json.loads(gzip.decompress((folder / name).read_bytes())))  # noqa: E731
     with open(folder / "curve.csv", newline="", encoding="utf-8") as f:
         curve = list(csv.DictReader(f))
     g = {}
@@ -470,7 +470,7 @@ def done_units(folder: str | os.PathLike) -> dict[str, dict]:
     folder = Path(folder)
     found = {}
     for manifest in sorted(folder.glob("*/unit.json")) if folder.is_dir() else []:
-        found[manifest.parent.name] = json.loads(manifest.read_text(encoding="utf-8"))
+        found[manifest.parent.name] = from_json(json.loads(manifest.read_text(encoding="utf-8")))
     return found
 
 
@@ -533,7 +533,7 @@ def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str =
     started again). ``source``: the commit the code came from (default: this folder's git).
     A fine-tuning or control starts from ``parent`` (its parent unit's ``weights.fp16.pt``);
     ``targets``: the fixed windows a flexible model is matched to (:func:`decode_products`).
-    Returns the manifest."""
+    Returns the manifest. (One long function: a unit's steps in the order they run, each a call.)"""
     import torch
 
     from flexatt import config as C

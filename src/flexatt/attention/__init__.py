@@ -36,7 +36,8 @@ Padding and out-of-window slots are always masked with ``-inf`` before a softmax
 Modules
 -------
 ``base``: the containers, :func:`masked_softmax`, :class:`Attention` and global attention;
-``scores``: the score functions; ``flexible``: Flexible Attention; ``local``: local-m / local-p;
+``scores``: the score functions; ``flexible``: Flexible Attention; ``local``: local-m / local-p (and
+local-m along the length ratio);
 ``sact``: SACT; ``registry``: the variants of ``model.attention`` and :func:`build_attention`.
 Every public name is importable from :mod:`flexatt.attention` itself.
 """
@@ -52,7 +53,7 @@ from flexatt.attention.base import (
     masked_softmax,
 )
 from flexatt.attention.flexible import FlexibleAttention
-from flexatt.attention.local import LocalAttention
+from flexatt.attention.local import LocalAttention, set_length_ratio
 from flexatt.attention.registry import (
     ATTENTION_TYPES,
     ATTENTION_VARIANTS,
@@ -101,4 +102,5 @@ __all__ = [
     "build_scorer",
     "masked_softmax",
     "register_attention",
+    "set_length_ratio",
 ]

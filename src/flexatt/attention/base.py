@@ -13,6 +13,7 @@ import torch
 from torch import Tensor, nn
 
 from flexatt.attention.scores import Scorer
+from flexatt.tau import INF
 
 NEG_INF = float("-inf")
 
@@ -317,7 +318,7 @@ class Attention(nn.Module):
         feedback: Tensor,
         cache: AttentionCache,
         state: AttentionState,
-        tau: Optional[float] = None,
+        tau: float = INF,
     ) -> tuple[Tensor, Tensor, AttentionState, AttentionStats]:
         """One decoding step.
 
@@ -326,7 +327,7 @@ class Attention(nn.Module):
         :param cache: from :meth:`precompute`.
         :param state: from :meth:`init_state` or the previous call.
         :param tau: Flexible Attention's test-time threshold (ignored by variants without a
-            position penalty). ``None`` or ``inf``: score every position.
+            position penalty; :mod:`flexatt.tau`). ``inf``: score every position.
         :return: context batch x 2H, weights batch x S (zeros at padding and outside the
             window), the new state, :class:`AttentionStats`.
         """
@@ -340,7 +341,7 @@ class GlobalAttention(Attention):
     """Global attention: a_t(s) = softmax_s(score(h_{t-1}, h̄_s)) over all S positions
     (Flexible Attention 2017, eqs. 1–3; Luong et al. 2015 "global")."""
 
-    def forward(self, query, feedback, cache, state, tau=None):
+    def forward(self, query, feedback, cache, state, tau=INF):
         q = self.scorer.project_query(query)  # batch x d
         scores = self.score_dense(q, cache)  # batch x S
         weights = self.softmax_source(self.content_logits(scores), cache)  # batch x S

@@ -12,6 +12,7 @@ from torch import Tensor, nn
 from flexatt.attention.base import Attention, AttentionState, AttentionStats, masked_softmax
 from flexatt.attention.sact import SACTTemperature
 from flexatt.attention.scores import Scorer
+from flexatt.tau import INF
 
 _F32 = np.float32
 
@@ -25,7 +26,7 @@ class FlexibleAttention(Attention):
     * p_t = Σ_s a_t(s) · s (eq. 4), p_0 = 1 (the first source position, tensor index 0).
     * test-time threshold τ (2017 §3.1): only s with penalty(s) < τ are scored, i.e.
       s ∈ (p_{t-1} - σ√(2τ/g_t), p_{t-1} + σ√(2τ/g_t)) ∩ [1, S]; the position nearest
-      p_{t-1} is always scored. τ = None / inf: dense path over all positions.
+      p_{t-1} is always scored. τ = inf: dense path over all positions (:mod:`flexatt.tau`).
 
     ``sact=True`` (config ``flexible_sact``, a combination none of the papers has) uses
 
@@ -142,12 +143,12 @@ class FlexibleAttention(Attention):
         return scores - penalty
 
     # -- step -----------------------------------------------------------------------------
-    def forward(self, query, feedback, cache, state, tau=None):
+    def forward(self, query, feedback, cache, state, tau=INF):
         g = self.strength(query, feedback)  # batch
         temp = self.sact_temperature(state.context, query, feedback) if self.sact else None
         q = self.scorer.project_query(query)
         prev_pos = state.position  # p_{t-1}, 1-based
-        if tau is None or math.isinf(tau):
+        if math.isinf(tau):
             scores = self.score_dense(q, cache)  # batch x S
             positions = torch.arange(1, cache.src_len + 1, device=query.device).unsqueeze(0)
             logits = self.flexible_logits(scores, self.penalty(positions, prev_pos, g), temp)
@@ -156,8 +157,6 @@ class FlexibleAttention(Attention):
             p_t = self.expected_position(weights, positions)  # eq. 4
             count, lo, hi = self.dense_spans(cache)
         else:
-            if tau < 0:
-                raise ValueError(f"tau must be >= 0, got {tau}")
             if query.size(0) == 1:  # one sentence: the span from scalars, the window a slice
                 radius = float(self.span_radius(g, tau))
                 first, last = self.vision_span_row(float(prev_pos), radius, int(cache.row_lengths))

@@ -1,4 +1,5 @@
-"""Local attention of Luong et al. (2015, §3.2): local-m and local-p."""
+"""Local attention of Luong et al. (2015, §3.2): local-m and local-p, and local-m whose centre
+follows the corpus's length ratio."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from torch import Tensor, nn
 
 from flexatt.attention.base import Attention, AttentionState, AttentionStats, masked_softmax
 from flexatt.attention.scores import Scorer
+from flexatt.tau import INF
 
 
 class LocalAttention(Attention):
@@ -31,6 +33,13 @@ class LocalAttention(Attention):
 
     ``gaussian_m=True`` also multiplies local-m by the Gaussian (an alternative reading of
     Luong et al. §3.2; docs/method.md, Choices and differences).
+
+    ``ratio=True`` (``local_mr``): local-m whose centre follows the length ratio, p_t = t·S/T̂ with
+    T̂ = ρ·S, i.e. p_t = t/ρ, clamped to [1, S_i] (``length_ratio`` ρ: the training corpus's
+    target/source length ratio, EOS included, set before training by
+    :func:`set_length_ratio` and kept with the weights). Where target and source lengths differ
+    (a Greek verse against its English translation), p_t = t walks off the diagonal that local-m
+    stands for; this window stays on it.
     """
 
     def __init__(
@@ -42,12 +51,16 @@ class LocalAttention(Attention):
         predictive: bool,
         temperature: Optional[float] = None,
         gaussian_m: bool = False,
+        ratio: bool = False,
     ):
         super().__init__(scorer, temperature)
         self.D = D
         self.sigma = D / 2.0
         self.predictive = predictive
         self.gaussian_m = gaussian_m
+        self.ratio = ratio
+        if ratio:
+            self.register_buffer("length_ratio", torch.ones(()))  # ρ = T/S of the training corpus
         if predictive:
             self.W_p = nn.Linear(query_size, att_size, bias=False)
             self.v_p = nn.Linear(att_size, 1, bias=False)
@@ -68,10 +81,13 @@ class LocalAttention(Attention):
         hi = torch.minimum(centre + self.D, lengths)
         return lo, hi
 
-    def forward(self, query, feedback, cache, state, tau=None):
+    def forward(self, query, feedback, cache, state, tau=INF):
         lengths = cache.row_lengths  # batch
         if self.predictive:
             p_t = self.predict_position(query, lengths)  # batch
+        elif self.ratio:  # p_t = t / ρ, clamped to the sentence
+            t = (state.step + 1).to(query.dtype)
+            p_t = torch.minimum(torch.clamp_min(t / self.length_ratio.to(query.dtype), 1.0), lengths.to(query.dtype))
         else:  # local-m: p_t = t (t = steps taken + 1), clamped to the sentence
             p_t = torch.minimum(state.step + 1, lengths).to(query.dtype)
         lo, hi = self.window(p_t, lengths)
@@ -83,3 +99,16 @@ class LocalAttention(Attention):
         context, weights = self.window_to_full(slot_weights, positions, cache)
         new_state = AttentionState(p_t, context, state.step + 1)
         return context, weights, new_state, AttentionStats(count, lo, hi, p_t)
+
+
+def set_length_ratio(model, src_lengths, tgt_lengths) -> float | None:
+    """Set ρ of a ``local_mr`` model (:class:`LocalAttention` with ``ratio``) from a corpus's
+    length arrays (tokens without EOS, as :class:`flexatt.data.subwords.EncodedSplit` keeps
+    them): Σ(T + 1) / Σ(S + 1), the steps the decoder takes per source position the attention
+    reads. Returns ρ, or ``None`` (and changes nothing) for any other attention."""
+    att = model.decoder.attention
+    if not (isinstance(att, LocalAttention) and att.ratio):
+        return None
+    rho = (float(sum(tgt_lengths)) + len(tgt_lengths)) / (float(sum(src_lengths)) + len(src_lengths))
+    att.length_ratio.fill_(rho)
+    return rho

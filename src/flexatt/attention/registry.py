@@ -19,7 +19,7 @@ from flexatt.attention.scores import Scorer, build_scorer
 from flexatt.schema import Model
 
 #: the built-in variants; :func:`attention_types` adds those registered by ``flexatt.variants``
-ATTENTION_TYPES = ("global", "local_m", "local_p", "flexible", "sact", "flexible_sact")
+ATTENTION_TYPES = ("global", "local_m", "local_p", "local_mr", "flexible", "sact", "flexible_sact")
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def register_attention(name: str):
             def from_config(cls, scorer, model, sizes):
                 return cls(scorer, model.temperature)
 
-            def forward(self, query, feedback, cache, state, tau=None): ...
+            def forward(self, query, feedback, cache, state, tau=INF): ...
     """
     def add(builder):
         if name in ATTENTION_VARIANTS:
@@ -78,6 +78,8 @@ register_attention("local_m")(lambda scorer, m, s: LocalAttention(
     scorer, s.query_size, m.att_size, m.local_D, False, m.temperature))
 register_attention("local_p")(lambda scorer, m, s: LocalAttention(
     scorer, s.query_size, m.att_size, m.local_D, True, m.temperature))
+register_attention("local_mr")(lambda scorer, m, s: LocalAttention(
+    scorer, s.query_size, m.att_size, m.local_D, False, m.temperature, ratio=True))
 register_attention("flexible")(lambda scorer, m, s: FlexibleAttention(
     scorer, s.query_size, s.feedback_size, s.key_size, m.att_size, m.sigma, m.g_feedback,
     m.temperature, None, m.sact_feedback))

@@ -10,6 +10,7 @@ from torch import Tensor, nn
 
 from flexatt.attention.base import Attention, AttentionState, AttentionStats
 from flexatt.attention.scores import Scorer
+from flexatt.tau import INF
 
 
 class SACTTemperature(nn.Module):
@@ -62,7 +63,7 @@ class SACTAttention(Attention):
         super().__init__(scorer, temperature=None)
         self.sact_temperature = SACTTemperature(query_size, ctx_size, lam, feedback_size)
 
-    def forward(self, query, feedback, cache, state, tau=None):
+    def forward(self, query, feedback, cache, state, tau=INF):
         temp = self.sact_temperature(state.context, query, feedback)  # batch
         q = self.scorer.project_query(query)
         scores = self.score_dense(q, cache)  # batch x S

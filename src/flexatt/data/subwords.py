@@ -21,6 +21,9 @@ import numpy as np
 from flexatt.errors import DataError
 from flexatt.io import atomic_path
 
+#: the special tokens' ids: :func:`train_sentencepiece` gives every vocabulary these, and
+#: :class:`Vocab` refuses one that has others, so the searches and the batches can use them as
+#: the vocabulary's own
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 
 
@@ -75,6 +78,10 @@ class Vocab:
         if not self.path.is_file():
             raise DataError(self.path, "SentencePiece model not found (run the tokenize stage)")
         self.sp = spm.SentencePieceProcessor(model_file=str(self.path))
+        found = (self.sp.pad_id(), self.sp.unk_id(), self.sp.bos_id(), self.sp.eos_id())
+        if found != (PAD_ID, UNK_ID, BOS_ID, EOS_ID):
+            raise DataError(self.path, f"special token ids (pad, unk, bos, eos) are {found}, not "
+                            f"{(PAD_ID, UNK_ID, BOS_ID, EOS_ID)} (a SentencePiece model not made by the tokenize stage)")
 
     def __len__(self) -> int:
         return self.sp.get_piece_size()

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import math
 import os
 import shutil
 import sysconfig
@@ -77,11 +76,11 @@ RESTATED_DIGESTS: dict[str, str] = {
     "flexatt.attention:ConcatScore": "4e8a270decb3",
     "flexatt.attention:_AdditiveScore": "ac30fbee76d9",
     "flexatt.attention:Attention": "c56f3100cfd8",
-    "flexatt.attention:GlobalAttention": "664e4646c03c",
-    "flexatt.attention:FlexibleAttention": "cdb3a5cef485",
+    "flexatt.attention:GlobalAttention": "41f412aad37c",
+    "flexatt.attention:FlexibleAttention": "636d127ba394",
     "flexatt.encoders:RecurrentEncoder": "6b3940383780",
-    "flexatt.decoders:RecurrentDecoder": "705c96133f8f",
-    "flexatt.model:Seq2Seq": "b6869add5f2b",
+    "flexatt.decoders:RecurrentDecoder": "b15caf0fffe3",
+    "flexatt.model:Seq2Seq": "2b11e0829c42",
 }
 #: batches of up to this many rows (per-sentence decoding) take the context's share of the LSTM
 #: gates as a sum over the span of a per-sentence projection (see the module doc)
@@ -301,7 +300,7 @@ class PhaseTimer:
 
 
 def forced_decode(model, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: Tensor,
-                  lengths: Tensor, tau: Optional[float]) -> dict:
+                  lengths: Tensor, tau: float) -> dict:
     """Forced decoding of a batch with the kernel: ``lengths`` (batch, long) forced steps
     per sentence. Returns ``log_probs`` batch (log p(reference | source) over those steps),
     ``attention`` batch x T x S and per step (batch x T): ``window``, ``span_lo``, ``span_hi``,
@@ -310,8 +309,6 @@ def forced_decode(model, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: 
     ext = extension(required=True)
     w = _weights(model)
     flexible = w["flexible"]
-    if flexible and tau is not None and tau < 0:
-        raise ValueError(f"tau must be >= 0, got {tau}")
     small = src.size(0) <= SMALL_BATCH
     cache, state = _encode(model, w, src, src_len)
     values = cache.values.contiguous()
@@ -325,7 +322,7 @@ def forced_decode(model, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: 
     hc, rows_b, rows_t, attention, window, span_lo, span_hi, position, g, phases = ext.forced_decode(
         cache.keys.contiguous(), values, cache.lengths.long().contiguous(), lengths,
         state.hidden.contiguous(), state.cell.contiguous(), tgt_in, w["table"], w["w_x"], w["w_qg"],
-        w["v_a"], w["v_g"], w["b_g"], w["sigma"], math.inf if tau is None else float(tau), flexible, ctx_gates,
+        w["v_a"], w["v_g"], w["b_g"], w["sigma"], float(tau), flexible, ctx_gates,
         timer is not None)
     if timer is not None:
         timer.attention_s += float(phases[0])
@@ -372,16 +369,14 @@ class KernelStepper:
         return base.by_row(), state
 
     def decode_step(self, prev_tokens: Tensor, state: DecoderState, cache,
-                    tau: Optional[float] = None) -> tuple[Tensor, DecoderState, Tensor, AttentionStats]:
+                    tau: float) -> tuple[Tensor, DecoderState, Tensor, AttentionStats]:
         """prev_tokens N -> logits N x V, the new state, weights N x S, stats (as the model's step)."""
         w = self.w
-        if w["flexible"] and tau is not None and tau < 0:
-            raise ValueError(f"tau must be >= 0, got {tau}")
         base, tokens = cache.base, prev_tokens.long().contiguous()
         hc, cell, weights, window, lo, hi, p_t, g = self.ext.decode_step(
             base.keys, base.values, base.lengths, cache.rows.contiguous(), state.hidden, state.cell.contiguous(),
             state.attention.position.contiguous(), tokens, w["table"], w["w_x"], w["w_qg"], w["v_a"], w["v_g"],
-            w["b_g"], w["sigma"], math.inf if tau is None else float(tau), w["flexible"])
+            w["b_g"], w["sigma"], float(tau), w["flexible"])
         # o_t = tanh(W_o [h_t; c_t; i_t] + b_o) with the i_t share looked up; logits = W_s o_t + b_s
         fed = w["table"].narrow(1, w["readout_at"], w["readout"]).index_select(0, tokens)
         logits = self.ext.linear(torch.tanh(self.ext.linear(hc, w["w_ohc"], w["readout"], fed)), w["w_s"],
@@ -399,6 +394,6 @@ class KernelStepper:
                                         counts.contiguous(), n)
 
     def forced(self, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: Tensor, lengths: Tensor,
-               tau: Optional[float]) -> dict:
+               tau: float) -> dict:
         """The whole forced recurrence in one call (:func:`forced_decode`)."""
         return forced_decode(self.model, src, src_len, tgt_in, tgt_out, lengths, tau)

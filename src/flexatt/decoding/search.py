@@ -51,6 +51,8 @@ from torch import Tensor
 from flexatt.attention import AttentionStats
 from flexatt.data.subwords import BOS_ID, EOS_ID, PAD_ID
 from flexatt.decoding.backends import select_backend
+from flexatt.tau import INF
+from flexatt.tau import check as check_tau
 from flexatt.decoding.stepper import Stepper
 
 NEG_INF = float("-inf")
@@ -179,7 +181,7 @@ def _stepper(model, backend: str | Stepper) -> Stepper:
 
 
 @torch.inference_mode()
-def greedy(model, src: Tensor, src_len: Tensor, max_len: Tensor | int, tau: float | None = None,
+def greedy(model, src: Tensor, src_len: Tensor, max_len: Tensor | int, tau: float = INF,
            return_traces: bool = False, backend: str | Stepper = "auto") -> SearchResult:
     """Greedy decoding of a batch.
 
@@ -188,7 +190,7 @@ def greedy(model, src: Tensor, src_len: Tensor, max_len: Tensor | int, tau: floa
         backend: ``decode.backend`` (or a :class:`~flexatt.decoding.stepper.Stepper`).
         src: batch x S ids, src_len: batch.
         max_len: the most steps per sentence (an int, or a batch tensor).
-        tau: flexible attention's threshold (``None``: score every position).
+        tau: flexible attention's threshold (``inf``: score every position; :mod:`flexatt.tau`).
         return_traces: also return a :class:`Trace` per sentence.
 
     Returns a :class:`SearchResult` with ``tokens`` batch x max(max_len), ``window_sum`` /
@@ -197,6 +199,7 @@ def greedy(model, src: Tensor, src_len: Tensor, max_len: Tensor | int, tau: floa
 
     Finished sentences leave the batch, so their steps are neither computed nor counted.
     """
+    tau = check_tau(tau)
     stepper = _stepper(model, backend)
     batch, device = src.size(0), src.device
     limit = _limits(max_len, batch, device)
@@ -249,7 +252,7 @@ def beam_search(
     src_len: Tensor,
     max_len: Tensor | int,
     beam_size: int,
-    tau: float | None = None,
+    tau: float = INF,
     alpha: float = 1.0,
     n_best: int = 1,
     return_traces: bool = False,
@@ -263,7 +266,7 @@ def beam_search(
         src: batch x S ids, src_len: batch.
         max_len: the most steps per sentence (an int, or a batch tensor; >= 1).
         beam_size: k, the number of live hypotheses per sentence (1 = greedy).
-        tau: flexible attention's threshold (``None``: score every position).
+        tau: flexible attention's threshold (``inf``: score every position; :mod:`flexatt.tau`).
         alpha: length normalisation of finished hypotheses, score = log p / len**alpha with
             len = the hypothesis' decoding steps (its tokens, EOS included); 0 = no normalisation.
         n_best: how many finished hypotheses to return per sentence (<= beam_size).
@@ -290,9 +293,10 @@ def beam_search(
        decreases, so a live hypothesis with log p = s can at best reach s / max_len**alpha;
        or (c) t = max_len. Its rows then leave the batch.
     5. The surviving rows' state (h, c, p_{t-1}, c̃_{t-1}, step) is reordered with
-       ``state.index_select(parent rows)``; the cache is re-gathered from the encoder's only
-       when the rows' sentence layout changes (beam expansion, a sentence leaving, a sentence
-       with fewer than k live hypotheses).
+       ``state.index_select(parent rows)``; the cache (a row map,
+       :class:`~flexatt.attention.RowMap`) is mapped to the new rows only when the rows'
+       sentences change (beam expansion, a sentence leaving, a sentence with fewer than k live
+       hypotheses).
 
     Hypotheses are recovered at the end by following the parent pointers of every step.
     With ``beam_size=1`` this is greedy search token for token (same steps, windows).
@@ -307,6 +311,7 @@ def beam_search(
         raise ValueError(f"beam_size must be >= 1, got {beam_size}")
     if not 1 <= n_best <= k:
         raise ValueError(f"n_best must be in [1, beam_size={k}], got {n_best}")
+    tau = check_tau(tau)
     stepper = _stepper(model, backend)
     batch, device = src.size(0), src.device
     limit = _limits(max_len, batch, device)
@@ -320,20 +325,10 @@ def beam_search(
     row_score = torch.zeros(batch, device=device)  # N  log p of each live hypothesis
     prev = torch.full((batch,), BOS_ID, dtype=torch.long, device=device)  # N  y_{t-1}
     parent: Optional[Tensor] = None  # N  the row of step t-1 each row extends
-
     window_sum = torch.zeros(batch, dtype=torch.long, device=device)
     steps = torch.zeros(batch, dtype=torch.long, device=device)
-    # the n_best best finished hypotheses of each sentence, best first
-    fin_norm = torch.full((batch, n_best), NEG_INF, device=device)  # log p / len**alpha
-    fin_raw = torch.full((batch, n_best), NEG_INF, device=device)  # log p
-    fin_t = torch.zeros((batch, n_best), dtype=torch.long, device=device)  # steps (length)
-    fin_row = torch.zeros((batch, n_best), dtype=torch.long, device=device)  # row at step fin_t
-    fin_tok = torch.full((batch, n_best), PAD_ID, dtype=torch.long, device=device)  # last token
-    fin_count = torch.zeros(batch, dtype=torch.long, device=device)
-
-    hist_tok: list[Tensor] = []  # per step: N_t tokens fed (y_{t-1})
-    hist_parent: list[Optional[Tensor]] = []  # per step: N_t rows of the previous step
-    hist_trace: list[tuple[Tensor, AttentionStats]] = []  # per step: weights N_t x S, stats
+    finished = _Finished(batch, n_best, device)
+    history = _History(return_traces)
 
     t = 0
     while row_sent.numel() > 0:
@@ -341,106 +336,171 @@ def beam_search(
         logits, state, weights, stats = stepper.decode_step(prev, state, cache, tau)
         window_sum.index_add_(0, row_sent, stats.window.to(window_sum.dtype))
         steps.index_add_(0, row_sent, torch.ones_like(row_sent))
-        hist_tok.append(prev)
-        hist_parent.append(parent)
-        if return_traces:
-            hist_trace.append((weights, stats))
-
-        # -- candidates: top 2k over (k x V) per sentence ---------------------------------
-        vocab = logits.size(1)
-        sent_ids, counts = torch.unique_consecutive(row_sent, return_counts=True)  # n_act
-        starts = counts.cumsum(0) - counts  # n_act: first row of each sentence
-        n_cand = min(2 * k, k * vocab)
-        top_score, top_idx = stepper.candidates(logits, row_score, starts, counts, k, n_cand)
-        tok = top_idx % vocab  # n_act x n_cand
-        par_row = starts.unsqueeze(1) + torch.div(top_idx, vocab, rounding_mode="floor")
-        finite = top_score > NEG_INF
-        is_eos = tok == EOS_ID
-        sent_limit = limit[sent_ids]  # n_act
-        last = (sent_limit <= t).unsqueeze(1)  # n_act x 1
-        top_k = (torch.arange(n_cand, device=device) < k).unsqueeze(0)
-        fin = finite & top_k & (is_eos | last)
-        go = finite & ~is_eos & ~last
-        go &= go.long().cumsum(1) <= k
-
-        # -- finished hypotheses: merge into each sentence's n_best table -------------------
-        if bool(fin.any()):
-            new_norm = torch.where(fin, top_score / float(t) ** alpha, NEG_INF)
-            best_norm, pick = torch.cat([fin_norm[sent_ids], new_norm], 1).topk(n_best, dim=1)
-
-            def merge(old: Tensor, new: Tensor) -> Tensor:
-                return torch.cat([old[sent_ids], new], 1).gather(1, pick)
-
-            # (entries that are not finished hypotheses keep t = 0, log p = -inf)
-            fin_raw[sent_ids] = merge(fin_raw, torch.where(fin, top_score, NEG_INF))
-            fin_t[sent_ids] = merge(fin_t, fin.long() * t)
-            fin_row[sent_ids] = merge(fin_row, par_row.masked_fill(~fin, 0))
-            fin_tok[sent_ids] = merge(fin_tok, tok.masked_fill(~fin, PAD_ID))
-            fin_norm[sent_ids] = best_norm
-            fin_count.index_add_(0, sent_ids, fin.sum(1))
-
-        # -- which sentences end ------------------------------------------------------------
-        best_live = torch.where(go, top_score, NEG_INF).max(1).values  # n_act
-        bound = best_live / sent_limit.to(best_live.dtype) ** alpha  # best reachable score
-        done = (
-            last.squeeze(1)
-            | (fin_count[sent_ids] >= k)
-            | (fin_norm[sent_ids, -1] >= bound)
-            | ~go.any(1)
-        )
-        go &= ~done.unsqueeze(1)
-
-        # -- the surviving hypotheses become the rows of the next step ----------------------
-        a_idx, c_idx = go.nonzero(as_tuple=True)  # row-major: grouped by sentence
-        parent = par_row[a_idx, c_idx]
-        row_sent = sent_ids[a_idx]
-        row_score = top_score[a_idx, c_idx]
-        prev = tok[a_idx, c_idx]
+        history.add(prev, parent, weights, stats)
+        c = _candidates(stepper, logits, row_score, row_sent, limit, k, t)
+        finished.merge(c, t, alpha)
+        c.go &= ~_sentences_done(c, finished, k, alpha).unsqueeze(1)
+        # the surviving hypotheses become the rows of the next step
+        a_idx, c_idx = c.go.nonzero(as_tuple=True)  # row-major: grouped by sentence
+        parent = c.par_row[a_idx, c_idx]
+        row_sent = c.sent_ids[a_idx]
+        row_score = c.score[a_idx, c_idx]
+        prev = c.tok[a_idx, c_idx]
         if row_sent.numel() == 0:
             break
         state = state.index_select(parent)
         if row_sent.numel() != cache_rows.numel() or not torch.equal(row_sent, cache_rows):
             cache, cache_rows = full_cache.index_select(row_sent), row_sent
+    nbest, nbest_lengths, traces = _backtrack(finished, history, src.size(1), src_len)
+    return SearchResult(
+        tokens=nbest[:, 0].clone(),
+        window_sum=window_sum,
+        steps=steps,
+        lengths=nbest_lengths[:, 0].clone(),
+        scores=finished.norm,
+        log_probs=finished.raw,
+        nbest=nbest,
+        nbest_lengths=nbest_lengths,
+        traces=traces,
+        backend=stepper.name,
+    )
 
-    # -- backtrack the n_best hypotheses of every sentence ----------------------------------
-    n_sel = batch * n_best
-    t_end = fin_t.reshape(-1)  # n_sel (0 where no hypothesis)
-    t_top = int(t_end.max()) if n_sel else 0
-    out = torch.full((n_sel, t_top), PAD_ID, dtype=torch.long, device=device)  # EOS kept
-    cur = fin_row.reshape(-1).clone()  # row of each hypothesis at the step being visited
-    last_tok = fin_tok.reshape(-1)
-    buffer = _TraceBuffer(batch, t_top, src.size(1), fin_norm) if return_traces else None
+
+class _History:
+    """What beam search needs to backtrack: per step the tokens fed (y_{t-1}, N_t), the rows of
+    the previous step they extend (N_t; ``None`` at step 1) and, with ``traces``, the weights
+    (N_t x S) and stats of every row."""
+
+    def __init__(self, traces: bool):
+        self.tokens: list[Tensor] = []
+        self.parents: list[Optional[Tensor]] = []
+        self.steps: Optional[list[tuple[Tensor, AttentionStats]]] = [] if traces else None
+
+    def add(self, tokens: Tensor, parents: Optional[Tensor], weights: Tensor, stats: AttentionStats) -> None:
+        self.tokens.append(tokens)
+        self.parents.append(parents)
+        if self.steps is not None:
+            self.steps.append((weights, stats))
+
+
+@dataclass
+class _Candidates:
+    """One step's candidates, ``n_act x n_cand`` for the ``n_act`` sentences with live rows
+    (``sent_ids``), best first: ``score`` (log p), ``tok``, ``par_row`` (the row each extends),
+    ``fin`` (finished: ranked < k and ending in EOS, or any ranked < k at the sentence's last
+    step), ``go`` (the first k that do not end: the next live hypotheses), ``last``
+    (``n_act x 1``: the sentence's last step) and ``limit`` (``n_act``: its step limit)."""
+
+    sent_ids: Tensor
+    score: Tensor
+    tok: Tensor
+    par_row: Tensor
+    fin: Tensor
+    go: Tensor
+    last: Tensor
+    limit: Tensor
+
+
+def _candidates(stepper: Stepper, logits: Tensor, row_score: Tensor, row_sent: Tensor, limit: Tensor, k: int,
+                t: int) -> _Candidates:
+    """Steps 2-3 of :func:`beam_search`: the top 2k candidates per sentence over (k x V) and which
+    of them finish or live on."""
+    vocab = logits.size(1)
+    sent_ids, counts = torch.unique_consecutive(row_sent, return_counts=True)  # n_act
+    starts = counts.cumsum(0) - counts  # n_act: first row of each sentence
+    n_cand = min(2 * k, k * vocab)
+    top_score, top_idx = stepper.candidates(logits, row_score, starts, counts, k, n_cand)
+    tok = top_idx % vocab  # n_act x n_cand
+    par_row = starts.unsqueeze(1) + torch.div(top_idx, vocab, rounding_mode="floor")
+    finite = top_score > NEG_INF
+    is_eos = tok == EOS_ID
+    sent_limit = limit[sent_ids]  # n_act
+    last = (sent_limit <= t).unsqueeze(1)  # n_act x 1
+    top_k = (torch.arange(n_cand, device=logits.device) < k).unsqueeze(0)
+    fin = finite & top_k & (is_eos | last)
+    go = finite & ~is_eos & ~last
+    go &= go.long().cumsum(1) <= k
+    return _Candidates(sent_ids, top_score, tok, par_row, fin, go, last, sent_limit)
+
+
+class _Finished:
+    """The ``n_best`` best finished hypotheses of each of ``batch`` sentences, best first:
+    ``norm`` (log p / len**alpha), ``raw`` (log p), ``t`` (steps), ``row`` (its row at step
+    ``t``), ``tok`` (its last token) and ``count`` (finished so far). Entries that are not
+    finished hypotheses keep t = 0, log p = -inf."""
+
+    def __init__(self, batch: int, n_best: int, device: torch.device):
+        self.n_best = n_best
+        self.norm = torch.full((batch, n_best), NEG_INF, device=device)
+        self.raw = torch.full((batch, n_best), NEG_INF, device=device)
+        self.t = torch.zeros((batch, n_best), dtype=torch.long, device=device)
+        self.row = torch.zeros((batch, n_best), dtype=torch.long, device=device)
+        self.tok = torch.full((batch, n_best), PAD_ID, dtype=torch.long, device=device)
+        self.count = torch.zeros(batch, dtype=torch.long, device=device)
+
+    def merge(self, c: _Candidates, t: int, alpha: float) -> None:
+        """Step 3 of :func:`beam_search`: the candidates that finish at step ``t``, scored
+        log p / t**alpha, merged into each sentence's table."""
+        if not bool(c.fin.any()):
+            return
+        ids, fin = c.sent_ids, c.fin
+        new_norm = torch.where(fin, c.score / float(t) ** alpha, NEG_INF)
+        best_norm, pick = torch.cat([self.norm[ids], new_norm], 1).topk(self.n_best, dim=1)
+
+        def merge(old: Tensor, new: Tensor) -> Tensor:
+            return torch.cat([old[ids], new], 1).gather(1, pick)
+
+        self.raw[ids] = merge(self.raw, torch.where(fin, c.score, NEG_INF))
+        self.t[ids] = merge(self.t, fin.long() * t)
+        self.row[ids] = merge(self.row, c.par_row.masked_fill(~fin, 0))
+        self.tok[ids] = merge(self.tok, c.tok.masked_fill(~fin, PAD_ID))
+        self.norm[ids] = best_norm
+        self.count.index_add_(0, ids, fin.sum(1))
+
+
+def _sentences_done(c: _Candidates, finished: _Finished, k: int, alpha: float) -> Tensor:
+    """Step 4 of :func:`beam_search`, per active sentence (``n_act`` bool): its last step, k
+    hypotheses finished, its n_best-th finished score out of any live hypothesis' reach (log p
+    only decreases: at best log p / max_len**alpha), or no live candidate left."""
+    best_live = torch.where(c.go, c.score, NEG_INF).max(1).values  # n_act
+    bound = best_live / c.limit.to(best_live.dtype) ** alpha  # best reachable score
+    return (c.last.squeeze(1) | (finished.count[c.sent_ids] >= k)
+            | (finished.norm[c.sent_ids, -1] >= bound) | ~c.go.any(1))
+
+
+def _backtrack(finished: _Finished, history: _History, src_max: int,
+               src_len: Tensor) -> tuple[Tensor, Tensor, Optional[list[Trace]]]:
+    """The n_best hypotheses of every sentence, from the parent pointers of every step:
+    ``nbest`` batch x n_best x L (EOS excluded, PAD after), ``nbest_lengths`` and, where the
+    history kept them, the traces of each sentence's best hypothesis."""
+    batch, n_best = finished.t.shape
+    device = finished.t.device
+    t_end = finished.t.reshape(-1)  # batch * n_best (0 where no hypothesis)
+    t_top = int(t_end.max()) if t_end.numel() else 0
+    out = torch.full((t_end.numel(), t_top), PAD_ID, dtype=torch.long, device=device)  # EOS kept
+    cur = finished.row.reshape(-1).clone()  # row of each hypothesis at the step being visited
+    last_tok = finished.tok.reshape(-1)
+    buffer = _TraceBuffer(batch, t_top, src_max, finished.norm) if history.steps is not None else None
     best = torch.arange(batch, device=device) * n_best  # the best hypothesis of each sentence
     for step in range(t_top, 0, -1):  # 1-based
         cont = (t_end > step).nonzero(as_tuple=True)[0]
         if cont.numel():
             nxt = cur[cont]  # rows at step + 1
-            out[cont, step - 1] = hist_tok[step][nxt]
-            cur[cont] = hist_parent[step][nxt]
+            out[cont, step - 1] = history.tokens[step][nxt]
+            cur[cont] = history.parents[step][nxt]
         end = (t_end == step).nonzero(as_tuple=True)[0]
         out[end, step - 1] = last_tok[end]
         if buffer is not None:
             on = (t_end[best] >= step).nonzero(as_tuple=True)[0]  # sentences
-            weights, stats = hist_trace[step - 1]
+            weights, stats = history.steps[step - 1]
             buffer.write(on, step - 1, weights, stats, rows=cur[best[on]])
     ends_eos = (last_tok == EOS_ID) & (t_end > 0)
     nbest_lengths = (t_end - ends_eos.long()).view(batch, n_best)
     nbest = out.masked_fill(out == EOS_ID, PAD_ID).view(batch, n_best, t_top)
     traces = None
     if buffer is not None:
-        traces = buffer.traces(list(range(batch)), fin_t[:, 0].tolist(), src_len.tolist(), out[best])
-    return SearchResult(
-        tokens=nbest[:, 0].clone(),
-        window_sum=window_sum,
-        steps=steps,
-        lengths=nbest_lengths[:, 0].clone(),
-        scores=fin_norm,
-        log_probs=fin_raw,
-        nbest=nbest,
-        nbest_lengths=nbest_lengths,
-        traces=traces,
-        backend=stepper.name,
-    )
+        traces = buffer.traces(list(range(batch)), finished.t[:, 0].tolist(), src_len.tolist(), out[best])
+    return nbest, nbest_lengths, traces
 
 
 # --------------------------------------------------------------------------------------
@@ -453,7 +513,7 @@ def forced_decode(
     src_len: Tensor,
     tgt_in: Tensor,
     tgt_out: Tensor,
-    tau: float | None = None,
+    tau: float = INF,
     tgt_len: Optional[Tensor] = None,
     return_traces: bool = False,
     backend: str | Stepper = "auto",
@@ -481,6 +541,7 @@ def forced_decode(
     batch, device = tgt_out.shape[0], src.device
     lengths = (tgt_out != PAD_ID).sum(1) if tgt_len is None else tgt_len.to(device).long()
     t_max = tgt_out.size(1)
+    tau = check_tau(tau)
     stepper = _stepper(model, backend)
     out = stepper.forced(src, src_len, tgt_in, tgt_out, lengths, tau) if batch else None
     if out is not None:
@@ -514,18 +575,7 @@ def forced_decode(
     traces = None
     if buffer is not None:
         traces = buffer.traces(list(range(batch)), lengths.tolist(), src_len.tolist(), ref)
-    lp = log_probs.unsqueeze(1)
-    return SearchResult(
-        tokens=ref.masked_fill(ref == EOS_ID, PAD_ID),
-        window_sum=window_sum,
-        steps=steps,
-        lengths=out_lengths,
-        scores=lp,
-        log_probs=lp,
-        attention=attention,
-        traces=traces,
-        backend=stepper.name,
-    )
+    return _gold_result(ref, out_lengths, window_sum, steps, log_probs, attention, traces, stepper.name)
 
 
 def _reference(tgt_out: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
@@ -549,15 +599,14 @@ def _forced_result(out: dict, tgt_out: Tensor, lengths: Tensor, src_len: Tensor,
     if return_traces:
         fields = {name: out[name] for name in AttentionStats._fields if out.get(name) is not None}
         traces = _traces(attention, fields, list(range(batch)), lengths.tolist(), src_len.tolist(), ref)
-    lp = out["log_probs"].unsqueeze(1)
-    return SearchResult(
-        tokens=ref.masked_fill(ref == EOS_ID, PAD_ID),
-        window_sum=out["window"].sum(1),
-        steps=lengths.clone(),
-        lengths=out_lengths,
-        scores=lp,
-        log_probs=lp,
-        attention=attention,
-        traces=traces,
-        backend=backend,
-    )
+    return _gold_result(ref, out_lengths, out["window"].sum(1), lengths.clone(), out["log_probs"], attention, traces,
+                        backend)
+
+
+def _gold_result(ref: Tensor, lengths: Tensor, window_sum: Tensor, steps: Tensor, log_probs: Tensor,
+                 attention: Tensor, traces, backend: str) -> SearchResult:
+    """The :class:`SearchResult` of a forced decode: the reference as the tokens (EOS as PAD), its
+    log-probability as the single hypothesis's score."""
+    lp = log_probs.unsqueeze(1)
+    return SearchResult(tokens=ref.masked_fill(ref == EOS_ID, PAD_ID), window_sum=window_sum, steps=steps,
+                        lengths=lengths, scores=lp, log_probs=lp, attention=attention, traces=traces, backend=backend)

@@ -39,7 +39,7 @@ class Stepper(Protocol):
         sentence."""
 
     def decode_step(self, prev_tokens: Tensor, state: DecoderState, cache: RowMap,
-                    tau: Optional[float]) -> tuple[Tensor, DecoderState, Tensor, AttentionStats]:
+                    tau: float) -> tuple[Tensor, DecoderState, Tensor, AttentionStats]:
         """prev_tokens N (y_{t-1}) -> logits N x V, the new state, a_t N x S, the stats of the
         scoring path (``window`` N: the positions whose score was evaluated per row)."""
 
@@ -51,7 +51,7 @@ class Stepper(Protocol):
         n_act x n and their index into the sentence's ``k x V`` grid (slot · V + token)."""
 
     def forced(self, src: Tensor, src_len: Tensor, tgt_in: Tensor, tgt_out: Tensor, lengths: Tensor,
-               tau: Optional[float]) -> Optional[dict]:
+               tau: float) -> Optional[dict]:
         """Forced decoding of a whole batch in one call, or ``None`` where the backend has no
         such call (the search then runs :meth:`decode_step` once per step). The dict holds
         ``log_probs`` batch, ``attention`` batch x T x S and per step (batch x T) ``window``,
@@ -99,7 +99,7 @@ class EagerStepper:
         return cache.by_row(), state
 
     def decode_step(self, prev_tokens: Tensor, state: DecoderState, cache: RowMap,
-                    tau: Optional[float]) -> tuple[Tensor, DecoderState, Tensor, AttentionStats]:
+                    tau: float) -> tuple[Tensor, DecoderState, Tensor, AttentionStats]:
         return self.model.decode_step(prev_tokens, state, cache, tau)
 
     @staticmethod

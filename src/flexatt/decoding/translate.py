@@ -9,9 +9,8 @@ them (backend, SIMD level, torch version).
 
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -20,6 +19,28 @@ from flexatt.data.batching import LengthGroupedBatches, ParallelData, collate
 from flexatt.data.subwords import EncodedSplit, Vocab
 from flexatt.decoding.backends import provenance, select_backend
 from flexatt.decoding.search import beam_search, greedy, mean_window, step_weighted_window
+from flexatt.tau import INF, check
+
+
+@dataclass(frozen=True)
+class DecodeOptions:
+    """How a split is decoded: ``beam_size`` (1: greedy), ``alpha`` (beam search's length
+    normalisation), ``max_len_ratio`` (at most ratio · S + 10 output tokens), ``batch_size``
+    (sentences per length-sorted batch), ``backend`` (``decode.backend``,
+    :func:`flexatt.decoding.select_backend`, selected once per split) and ``tau`` (flexible
+    attention's threshold, ``inf``: every position). :func:`flexatt.points.decode_options`
+    makes them from the ``decode`` group."""
+
+    beam_size: int = 1
+    alpha: float = 1.0
+    max_len_ratio: float = 2.0
+    batch_size: int = 50
+    backend: str = "auto"
+    tau: float = INF
+
+    def at(self, tau: float) -> "DecodeOptions":
+        """The same options at threshold ``tau``."""
+        return replace(self, tau=check(tau))
 
 
 @dataclass
@@ -52,21 +73,12 @@ class Translation:
 
 
 @torch.no_grad()
-def translate_split(model, split: EncodedSplit, vocab: Vocab, *, tau: float | None = None,
-                    beam_size: int = 1, alpha: float = 1.0, max_len_ratio: float = 2.0,
-                    batch_size: int = 50, trace_indices: set[int] | None = None,
-                    backend: str = "auto") -> Translation:
-    """Translate every source sentence of ``split``.
-
-    Args:
-        tau: flexible attention's threshold (``None`` or ``inf``: score every position).
-        beam_size: 1 decodes greedily.
-        alpha: length-normalisation exponent of beam search.
-        max_len_ratio: at most ``ratio · S + 10`` output tokens.
-        trace_indices: sentences whose per-step traces (attention, g_t, windows) to keep.
-        backend: ``decode.backend`` (:func:`flexatt.decoding.select_backend`), selected once.
-    """
-    tau = None if tau is None or math.isinf(tau) else float(tau)
+def translate_split(model, split: EncodedSplit, vocab: Vocab, options: DecodeOptions = DecodeOptions(), *,
+                    trace_indices: set[int] | None = None) -> Translation:
+    """Translate every source sentence of ``split`` as ``options`` say (:class:`DecodeOptions`);
+    ``trace_indices``: the sentences whose per-step traces (attention, g_t, windows) to keep."""
+    beam_size, alpha, max_len_ratio, batch_size, tau = (options.beam_size, options.alpha, options.max_len_ratio,
+                                                        options.batch_size, options.tau)
     n = len(split)
     token_rows: list[list[int] | None] = [None] * n
     window_sum = np.zeros(n, dtype=np.int64)
@@ -74,7 +86,7 @@ def translate_split(model, split: EncodedSplit, vocab: Vocab, *, tau: float | No
     traces: dict[int, dict] = {}
     sampler = LengthGroupedBatches(split.src_lengths, split.tgt_lengths, batch_size, shuffle=False)
     data = ParallelData(split)
-    stepper = select_backend(model, backend)
+    stepper = select_backend(model, options.backend)
     started = time.perf_counter()
     for indices in sampler:
         batch = collate([data[i] for i in indices])

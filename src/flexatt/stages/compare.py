@@ -39,10 +39,8 @@ Usage::
 
 from __future__ import annotations
 
-import csv
 import json
 import logging
-import math
 import time
 from pathlib import Path
 
@@ -54,9 +52,10 @@ from flexatt.claims import (CLAIMS, LOCAL_ATTENTIONS, MATCH_TOLERANCE, NOT_MATCH
                             claims_table, compare_pair, not_selected, outcome, windows_match)
 from flexatt.errors import DataError
 from flexatt.data.evalset import EvalSet
-from flexatt.io import atomic_path, write_json
+from flexatt.io import atomic_path, write_csv, write_json
 from flexatt.metrics import bleu_significance, corpus_bleu
 from flexatt.points import Decoder
+from flexatt.tau import INF, from_json, label
 from flexatt.tau_search import match_window
 from flexatt.tracking import start_run
 
@@ -69,7 +68,7 @@ def _read_json(path: Path, stage: str) -> dict:
     if not path.is_file():
         raise DataError(path, f"not found (run the {stage} stage first)")
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return from_json(json.loads(path.read_text(encoding="utf-8")))
     except json.JSONDecodeError as exc:
         raise DataError(path, f"is not valid JSON ({exc})") from None
 
@@ -108,33 +107,82 @@ def local_rows(p: schema.Params, rows: dict[str, dict]) -> dict[str, dict]:
 
 
 def run(cfg: DictConfig | schema.Params) -> dict:
+    """The stage: :func:`compute`, then :func:`publish`; returns the report."""
     p = schema.params(cfg)
-    cp, ev = p.compare, p.evaluate
     logging.getLogger("sacrebleu").setLevel(logging.WARNING)  # not a line per test of each comparison
+    tracker = start_run(p, "compare", p.evaluate.split, tags=[p.profile])
+    report, points = compute(p)
+    publish(p, report, points, tracker)
+    print(render(report))
+    return report
+
+
+def compute(p: schema.Params) -> tuple[dict, dict[str, dict]]:
+    """Every figure of the comparison: the matched windows (dev decodes where the sweep's
+    points do not suffice), the τ curves on the test split, every paired test Holm-adjusted in
+    its family, the claims. Returns the report and the figure's single points."""
+    cp, ev = p.compare, p.evaluate
     split, tok_dir = ev.split, Path(p.train.data_dir)
-    metrics_file, sweep_file = Path(ev.out), Path(p.sweep_tau.out)
-    metrics, sweep = _read_json(metrics_file, "evaluate"), _read_json(sweep_file, "sweep_tau")
+    metrics_file = Path(ev.out)
+    metrics, sweep = _read_json(metrics_file, "evaluate"), _read_json(Path(p.sweep_tau.out), "sweep_tau")
     rows: dict[str, dict] = metrics.get("models") or {}
     if "global" not in rows:
         raise DataError(metrics_file, "has no global row (run the evaluate stage with evaluate.checkpoints.global)")
-    seed, n_samples, trials, alpha, margin = ev.bootstrap_seed, ev.bootstrap_samples, cp.ar_trials, cp.alpha, cp.margin
-
+    seed, n_samples, trials, alpha = ev.bootstrap_seed, ev.bootstrap_samples, cp.ar_trials, cp.alpha
     sets = {"dev": EvalSet.load(tok_dir, "dev")}
     sets[split] = sets["dev"] if split == "dev" else EvalSet.load(tok_dir, split)
     references = sets[split].references
     hyps = read_translations(rows, Path(ev.translations_dir), split, references)
     decoder = Decoder(p, sets, key="compare.models")
-    tracker = start_run(p, "compare", split, tags=[p.profile])
     started = time.perf_counter()
-
     locals_ = local_rows(p, rows)
-    flexible = [m for m in cp.models if m in ev.checkpoints]
+    matched = matched_windows(p, decoder, rows, locals_, sweep, hyps)
+    curves = tau_curves(p, decoder, sweep, split, seed, n_samples)
+    comparisons = paired_tests(rows, hyps, matched, references, seed=seed, n_samples=n_samples, trials=trials,
+                               alpha=alpha)
+    by_pair = {(c["a"], c["b"]): c for c in comparisons}
+    for m in matched:
+        c = by_pair[(m["name"], m["local"])]
+        m.update({"delta": c["delta"], "ci": c["ci"], "ci_flexible": c["ci_a"], "p": c["p_bs_holm"],
+                  "p_ar": c["p_ar_holm"],
+                  "outcome": (outcome(c["ci"], c["p_bs_holm"], alpha)
+                              if windows_match(m["dev"]["window"], m["dev"]["target"]) else NOT_MATCHED)})
+    claims = claims_table(rows, comparisons, matched, alpha=alpha, margin=cp.margin)
+    table1 = {c["a"]: {"against": c["b"], "p_value": rows[c["a"]].get("p_value"), "p_bs": c["p_bs"],
+                       "p_bs_holm": c["p_bs_holm"], "p_ar": c["p_ar"], "p_ar_holm": c["p_ar_holm"],
+                       "family_size": c["family_size"]}
+              for c in comparisons if c["family"] == "table1"}
+    for row, t in table1.items():
+        if t["p_value"] is not None and t["p_value"] != t["p_bs"]:
+            print(f"compare: warning: {row}: bootstrap p {t['p_bs']} here, {t['p_value']} in {metrics_file} "
+                  "(evaluate ran with other bootstrap settings?)", flush=True)
+    print(f"compare: {len(comparisons)} comparisons ({n_samples} resamples, {trials} AR trials) in "
+          f"{time.perf_counter() - started:.1f} s", flush=True)
+    report = {"split": split, "alpha": alpha, "margin": cp.margin,
+              "bootstrap": {"test": "paired bootstrap resampling (sacrebleu PairedTest, test_type='bs')",
+                            "n_samples": n_samples, "seed": seed},
+              "ar": {"test": "approximate randomisation (sacrebleu PairedTest, test_type='ar')",
+                     "n_trials": trials, "seed": seed},
+              "correction": "Holm-Bonferroni within each family (table1, compare)",
+              "verdicts": {c["id"]: c["verdict"] for c in claims},
+              "claims": claims, "matched": matched, "table1": table1, "comparisons": comparisons,
+              "curves": curves, "decoded_by": decoder.decoded_by}
+    return report, plot_points(rows, locals_, matched)
+
+
+def matched_windows(p: schema.Params, decoder: Decoder, rows: dict[str, dict], locals_: dict[str, dict],
+                    sweep: dict, hyps: dict[str, list[str]]) -> list[dict]:
+    """Each flexible model of ``compare.models`` at the τ whose dev window equals each fixed
+    window's (:func:`flexatt.tau_search.match_window`, bracketed by the sweep's dev points), and
+    its test decode there (added to ``hyps`` as ``<model>@<fixed row>``)."""
+    cp, split = p.compare, p.evaluate.split
+    flexible = [m for m in cp.models if m in p.evaluate.checkpoints]
     for m in cp.models:
-        if m not in ev.checkpoints:
+        if m not in p.evaluate.checkpoints:
             print(f"compare: {m} is not a row of evaluate.checkpoints here; no matched window for it", flush=True)
     matched: list[dict] = []
     for local, info in locals_.items():
-        target = decoder.point(local, "dev", math.inf)["window"]
+        target = decoder.point(local, "dev", INF)["window"]
         for model in flexible:
             known = []
             if model in sweep.get("models", {}):
@@ -142,25 +190,30 @@ def run(cfg: DictConfig | schema.Params) -> dict:
             known += [v for (name, s, _), v in decoder.memo.items() if name == model and s == "dev"]
             match, new = match_window(lambda tau, model=model: decoder.point(model, "dev", tau), known, target,
                                       cp.search_steps)
-            tau = math.inf if match["tau"] is None else match["tau"]
+            tau = match["tau"]
             test = decoder.point(model, split, tau)
             name = f"{model}@{local}"
             hyps[name] = decoder.hypotheses[(model, split, tau)]
-            matched.append({"model": model, "local": local, **info, "name": name, "tau": match["tau"],
+            matched.append({"model": model, "local": local, **info, "name": name, "tau": tau,
                             "dev": {"target": target, "window": match["window"], "bleu": match["bleu"],
                                     "decoded": len(new)},
                             "test": {"window": test["window"], "window_local": rows[local]["window"],
                                      "bleu": test["bleu"], "bleu_local": rows[local]["bleu"]}})
-            print(f"compare: {model} matches {local} (D={info['D']}, dev window {target:.2f}) at tau={tau:g}: "
+            print(f"compare: {model} matches {local} (D={info['D']}, dev window {target:.2f}) at tau={label(tau)}: "
                   f"dev window {match['window']:.2f} ({len(new)} new dev decodes); test window "
                   f"{test['window']:.2f} vs {rows[local]['window']:.2f}", flush=True)
+    return matched
 
-    curves = tau_curves(p, decoder, sweep, split, seed, n_samples)
 
+def paired_tests(rows: dict[str, dict], hyps: dict[str, list[str]], matched: list[dict], references: list[str], *,
+                 seed: int, n_samples: int, trials: int, alpha: float) -> list[dict]:
+    """Every paired test of the stage, once each (:func:`flexatt.claims.compare_pair`), Holm-adjusted
+    within its family: Table 1's (each row against its reference row), the claims' and the matched
+    windows' (family ``compare``). A τ row without a selected τ is its τ = ∞ row again, so it is
+    not tested."""
     comparisons: list[dict] = []
 
     def add(a: str, b: str, family: str) -> None:
-        # a τ row without a selected τ is its τ = ∞ row again: a test of it would count twice
         if not_selected(a, rows) or not_selected(b, rows):
             return
         if a in hyps and b in hyps and not any(c["a"] == a and c["b"] == b for c in comparisons):
@@ -178,71 +231,47 @@ def run(cfg: DictConfig | schema.Params) -> dict:
     for m in matched:
         add(m["name"], m["local"], "compare")
     adjust(comparisons, alpha)
-    by_pair = {(c["a"], c["b"]): c for c in comparisons}
-    for m in matched:
-        c = by_pair[(m["name"], m["local"])]
-        m.update({"delta": c["delta"], "ci": c["ci"], "ci_flexible": c["ci_a"], "p": c["p_bs_holm"],
-                  "p_ar": c["p_ar_holm"],
-                  "outcome": (outcome(c["ci"], c["p_bs_holm"], alpha)
-                              if windows_match(m["dev"]["window"], m["dev"]["target"]) else NOT_MATCHED)})
-    claims = claims_table(rows, comparisons, matched, alpha=alpha, margin=margin)
-    table1 = {c["a"]: {"against": c["b"], "p_value": rows[c["a"]].get("p_value"), "p_bs": c["p_bs"],
-                       "p_bs_holm": c["p_bs_holm"], "p_ar": c["p_ar"], "p_ar_holm": c["p_ar_holm"],
-                       "family_size": c["family_size"]}
-              for c in comparisons if c["family"] == "table1"}
-    for row, t in table1.items():
-        if t["p_value"] is not None and t["p_value"] != t["p_bs"]:
-            print(f"compare: warning: {row}: bootstrap p {t['p_bs']} here, {t['p_value']} in {metrics_file} "
-                  "(evaluate ran with other bootstrap settings?)", flush=True)
-    print(f"compare: {len(comparisons)} comparisons ({n_samples} resamples, {trials} AR trials) in "
-          f"{time.perf_counter() - started:.1f} s", flush=True)
+    return comparisons
 
-    points = plot_points(rows, locals_, matched)
-    report = {"split": split, "alpha": alpha, "margin": margin,
-              "bootstrap": {"test": "paired bootstrap resampling (sacrebleu PairedTest, test_type='bs')",
-                            "n_samples": n_samples, "seed": seed},
-              "ar": {"test": "approximate randomisation (sacrebleu PairedTest, test_type='ar')",
-                     "n_trials": trials, "seed": seed},
-              "correction": "Holm-Bonferroni within each family (table1, compare)",
-              "verdicts": {c["id"]: c["verdict"] for c in claims},
-              "claims": claims, "matched": matched, "table1": table1, "comparisons": comparisons,
-              "curves": curves, "decoded_by": decoder.decoded_by}
+
+def publish(p: schema.Params, report: dict, points: dict[str, dict], tracker) -> None:
+    """The report as files (``compare.out``, ``compare.report``, ``compare.curve_file``, the
+    figure) and on the run's dashboard."""
+    cp, split = p.compare, report["split"]
     write_json(cp.out, report)
     with atomic_path(cp.report) as tmp:
         Path(tmp).write_text(render(report), encoding="utf-8")
-    csv_rows = [{"model": label, "kind": "curve", "split": split, "tau": pt["tau"], "window": pt["window"],
-                 "bleu": pt["bleu"], "ci_low": (pt.get("ci") or [None, None])[0],
-                 "ci_high": (pt.get("ci") or [None, None])[1]} for label, pts in curves.items() for pt in pts]
-    csv_rows += [{"model": label, "kind": pt["kind"], "split": split, "tau": pt.get("tau"), "window": pt["window"],
-                  "bleu": pt["bleu"], "ci_low": (pt.get("ci") or [None, None])[0],
-                  "ci_high": (pt.get("ci") or [None, None])[1]} for label, pt in points.items()]
-    with atomic_path(cp.curve_file) as tmp, open(tmp, "w", newline="") as out:
-        writer = csv.DictWriter(out, fieldnames=CSV_FIELDS)
-        writer.writeheader()
-        writer.writerows(csv_rows)
-    figure = figures.matched_window(curves, points, cp.figure,
+    ci = lambda pt, i: (pt.get("ci") or [None, None])[i]  # noqa: E731
+    csv_rows = [{"model": name, "kind": "curve", "split": split, "tau": pt["tau"], "window": pt["window"],
+                 "bleu": pt["bleu"], "ci_low": ci(pt, 0), "ci_high": ci(pt, 1)}
+                for name, pts in report["curves"].items() for pt in pts]
+    csv_rows += [{"model": name, "kind": pt["kind"], "split": split, "tau": pt.get("tau"), "window": pt["window"],
+                  "bleu": pt["bleu"], "ci_low": ci(pt, 0), "ci_high": ci(pt, 1)} for name, pt in points.items()]
+    write_csv(cp.curve_file, csv_rows, CSV_FIELDS)
+    figure = figures.matched_window(report["curves"], points, cp.figure,
                                     f"{split} BLEU (95% CI) against mean window; τ marked on the curves")
-
-    tracker.table("compare/claims", ["id", "claim", "source", "a", "b", "effect", "ci_low", "ci_high", "p_holm",
-                                     "p_ar_holm", "verdict", "detail"],
-                  [[c["id"], c["claim"], c["source"], c.get("a"), c.get("b"), c.get("effect"),
-                    (c.get("ci") or [None, None])[0], (c.get("ci") or [None, None])[1], c.get("p"), c.get("p_ar"),
-                    c["verdict"], c.get("detail", ", ".join(c.get("missing", [])))] for c in claims])
-    tracker.table("compare/matched", ["model", "local", "D", "tau", "dev_target", "dev_window", "test_window",
-                                      "test_window_local", "bleu", "bleu_local", "delta", "p_holm", "p_ar_holm",
-                                      "outcome"],
-                  [[m["model"], m["local"], m["D"], m["tau"], m["dev"]["target"], m["dev"]["window"],
-                    m["test"]["window"], m["test"]["window_local"], m["test"]["bleu"], m["test"]["bleu_local"],
-                    m["delta"], m["p"], m["p_ar"], m["outcome"]] for m in matched])
-    tracker.table("compare/table1_holm", ["row", "against", "p_value", "p_holm", "p_ar", "p_ar_holm"],
-                  [[r, t["against"], t["p_value"], t["p_bs_holm"], t["p_ar"], t["p_ar_holm"]] for r, t in table1.items()])
-    tracker.table("compare/points", CSV_FIELDS, [[r[k] for k in CSV_FIELDS] for r in csv_rows])
+    claims, matched = report["claims"], report["matched"]
+    tracker.records("compare/claims", [{**c, "ci_low": (c.get("ci") or [None, None])[0],
+                                        "ci_high": (c.get("ci") or [None, None])[1], "p_holm": c.get("p"),
+                                        "p_ar_holm": c.get("p_ar"),
+                                        "detail": c.get("detail", ", ".join(c.get("missing", [])))} for c in claims],
+                    ["id", "claim", "source", "a", "b", "effect", "ci_low", "ci_high", "p_holm", "p_ar_holm",
+                     "verdict", "detail"])
+    tracker.records("compare/matched", [{**m, "dev_target": m["dev"]["target"], "dev_window": m["dev"]["window"],
+                                         "test_window": m["test"]["window"],
+                                         "test_window_local": m["test"]["window_local"], "bleu": m["test"]["bleu"],
+                                         "bleu_local": m["test"]["bleu_local"], "p_holm": m["p"],
+                                         "p_ar_holm": m["p_ar"]} for m in matched],
+                    ["model", "local", "D", "tau", "dev_target", "dev_window", "test_window", "test_window_local",
+                     "bleu", "bleu_local", "delta", "p_holm", "p_ar_holm", "outcome"])
+    tracker.records("compare/table1_holm",
+                    [{"row": r, **t, "p_holm": t["p_bs_holm"]} for r, t in report["table1"].items()],
+                    ["row", "against", "p_value", "p_holm", "p_ar", "p_ar_holm"])
+    tracker.records("compare/points", csv_rows, CSV_FIELDS)
     tracker.image("figures/matched_window", figure, "Test BLEU (95% CI) against mean window")
     tracker.summary({f"claims/{c['id']}": c["verdict"] for c in claims})
-    tracker.config({"decoded_by": decoder.decoded_by})
+    tracker.config({"decoded_by": report["decoded_by"]})
     tracker.finish()
-    print(render(report))
-    return report
 
 
 def tau_curves(p: schema.Params, decoder: Decoder, sweep: dict, split: str, seed: int,
@@ -255,7 +284,7 @@ def tau_curves(p: schema.Params, decoder: Decoder, sweep: dict, split: str, seed
     for model in p.compare.curve_models:
         if model not in p.evaluate.checkpoints:
             continue
-        earlier = {(math.inf if r["tau"] is None else r["tau"]): r for r in sweep.get("curve", [])
+        earlier = {r["tau"]: r for r in sweep.get("curve", [])
                    if r["model"] == model and r["split"] == split}
         taus = list(p.sweep_tau.curve_taus)
         pts = [decoder.point(model, split, tau) for tau in taus]
@@ -286,7 +315,7 @@ def plot_points(rows: dict[str, dict], locals_: dict[str, dict], matched: list[d
             m = rows[row]
             points[row] = {"kind": "full", "window": m["window"], "bleu": m["bleu"], "ci": m.get("bleu_ci")}
     for m in matched:
-        points[f"{m['name']} (τ={'∞' if m['tau'] is None else format(m['tau'], 'g')})"] = {
+        points[f"{m['name']} (τ={label(m['tau'])})"] = {
             "kind": "matched", "tau": m["tau"], "window": m["test"]["window"], "bleu": m["test"]["bleu"],
             "ci": m.get("ci_flexible")}
     return points
@@ -336,8 +365,7 @@ def render(report: dict) -> str:
               "test BLEU flex / fixed | Δ BLEU [95% CI] | p (Holm) | p AR (Holm) | outcome |",
               "|---|---|---|---|---|---|---|---|---|---|"]
     for m in report["matched"]:
-        tau = "∞" if m["tau"] is None else f"{m['tau']:g}"
-        lines.append(f"| {m['model']} | {m['local']} (D={m['D']}) | {tau} | {m['dev']['window']:.2f} / "
+        lines.append(f"| {m['model']} | {m['local']} (D={m['D']}) | {label(m['tau'])} | {m['dev']['window']:.2f} / "
                      f"{m['dev']['target']:.2f} | {m['test']['window']:.2f} / {m['test']['window_local']:.2f} | "
                      f"{m['test']['bleu']:.2f} / {m['test']['bleu_local']:.2f} | {m['delta']:+.2f} {_ci(m['ci'])} | "
                      f"{_p(m['p'])} | {_p(m['p_ar'])} | {m['outcome']} |")

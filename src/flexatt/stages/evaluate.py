@@ -25,8 +25,8 @@ heatmaps with the window, BLEU by length) under ``figures_dir``; logs everything
 
 from __future__ import annotations
 
-import csv
 import json
+import math
 import time
 from collections.abc import Collection
 from pathlib import Path
@@ -43,8 +43,11 @@ from flexatt.errors import DataError
 from flexatt.checkpoints import load_model
 from flexatt.data.evalset import EvalSet
 from flexatt.decoding.translate import Translation, translate_split
-from flexatt.io import atomic_path, read_lines, write_json, write_lines
-from flexatt.points import checkpoint_of, decode_settings
+from flexatt.io import atomic_path, read_lines, write_csv, write_json, write_lines
+from flexatt.points import checkpoint_of, decode_options
+from flexatt.rows import Row
+from flexatt.tau import INF, from_json
+from flexatt.tau import label as tau_label
 from flexatt.metrics import (
     aer,
     attention_alignment,
@@ -57,7 +60,7 @@ from flexatt.metrics import (
     tokenized_bleu,
 )
 from flexatt.decoding import forced_decode
-from flexatt.claims import holm, not_selected
+from flexatt.claims import claim_rows, holm, not_selected
 from flexatt.stopping import BUDGET, CAP, run_summary
 from flexatt.tracking import start_run
 
@@ -89,7 +92,7 @@ def _gold(path: Path, n: int) -> list[set[tuple[int, int]]] | None:
 
 
 @torch.no_grad()
-def forced_alignments(model, data: EvalSet, tau: float | None, batch_size: int, backend: str = "auto"):
+def forced_alignments(model, data: EvalSet, tau: float, batch_size: int, backend: str = "auto"):
     """One-to-one word links under forced decoding of every reference (attention summed over each
     word's pieces, the most attended source word per target word: Luong et al. 2015 §5.4,
     :func:`flexatt.metrics.attention_alignment`), and the g_t / temperature values seen on the
@@ -153,26 +156,12 @@ def score_row(out: Translation, data: EvalSet, lang: str, ref_tok: list[str] | N
 
 
 def reference_row(row: str, rows: Collection[str]) -> str | None:
-    """The row whose BLEU ``row`` is tested against (the p-value of Table 1).
-
-    ``global`` has none; ``<x>_tau`` is tested against ``<x>`` (the same model at τ = ∞); a
-    fine-tuned ``<x>_ft`` against its control ``<x>_ctl`` (the same parent and extra epochs with
-    β = 0) when that row is evaluated, else against its base ``<x>``; a control ``<x>_ctl``
-    against its base ``<x>``; every other row (and one whose base is absent) against ``global``.
-    """
-    if row == "global":
-        return None
-    if row.endswith("_tau") and row[:-4] in rows:
-        return row[:-4]
-    if row.endswith("_ft") and f"{row[:-3]}_ctl" in rows:
-        return f"{row[:-3]}_ctl"
-    for suffix in ("_ft", "_ctl"):
-        if row.endswith(suffix) and row[:-len(suffix)] in rows:
-            return row[:-len(suffix)]
-    return "global"
+    """The row whose BLEU ``row`` is tested against (the p-value of Table 1):
+    :meth:`flexatt.rows.Row.reference`."""
+    return Row.of(row).reference(rows)
 
 
-def tau_of(row: str, selected: dict[str, float | None], sweep_file: Path) -> float | None:
+def tau_of(row: str, selected: dict[str, float], sweep_file: Path) -> float:
     """The τ of the row ``<row>_tau``: the one ``sweep_tau`` selected for ``row``; a control
     ``<x>_ctl`` takes its fine-tuned model's (``<x>_ft``), so that the two are compared at the
     same τ.
@@ -180,7 +169,7 @@ def tau_of(row: str, selected: dict[str, float | None], sweep_file: Path) -> flo
     Raises:
         DataError: ``sweep_file`` has no selected τ for that model.
     """
-    source = f"{row[:-4]}_ft" if row.endswith("_ctl") else row
+    source = Row.of(row).tau_source
     if source not in selected:
         raise DataError(sweep_file, f"has no selected tau for {source} (add it to sweep_tau.models)")
     return selected[source]
@@ -195,11 +184,14 @@ def finetuning_effect(results: dict[str, dict], hypotheses: dict[str, list[str]]
     and ``window`` differences and the paired bootstrap p-value of the BLEU difference
     (:func:`flexatt.metrics.bleu_significance`, the resamples of Table 1)."""
     pairs = {}
-    for row in results:
-        if row.endswith("_ft") and f"{row[:-3]}_ctl" in results:
-            pairs[row] = f"{row[:-3]}_ctl"
-            if f"{row[:-3]}_ctl_tau" in results and f"{row}_tau" in results and not not_selected(f"{row}_tau", results):
-                pairs[f"{row}_tau"] = f"{row[:-3]}_ctl_tau"
+    for row in map(Row.of, results):
+        control = row.sibling("control")
+        if row.kind != "finetuned" or row.at_tau or control.id not in results:
+            continue
+        pairs[row.id] = control.id
+        at_tau, control_at_tau = row.sibling("finetuned", True), control.sibling("control", True)
+        if {at_tau.id, control_at_tau.id} <= set(results) and not not_selected(at_tau.id, results):
+            pairs[at_tau.id] = control_at_tau.id
     if not pairs:
         return {}
     names = [*pairs, *pairs.values()]
@@ -216,48 +208,60 @@ def finetuning_effect(results: dict[str, dict], hypotheses: dict[str, list[str]]
 
 
 def run(cfg: DictConfig | schema.Params) -> dict:
+    """The stage: every row decoded and scored (:func:`decode_rows`), tested
+    (:func:`add_significance`), then written (:func:`publish`); returns the report."""
     p = schema.params(cfg)
     ev = p.evaluate
     tok_dir, filter_dir, split = Path(p.train.data_dir), Path(p.tokenize.in_dir), ev.split
     checkpoints = {name: checkpoint_of(p, name, "evaluate.checkpoints") for name in ev.checkpoints}
-    tau_rows, buckets, samples = ev.tau_rows, ev.length_buckets, ev.samples
-    tgt_lang = p.data.tgt_lang  # the Moses tokenizer's language (tok. BLEU)
-    seed, n_samples = ev.bootstrap_seed, ev.bootstrap_samples  # seed >= 1: sacrebleu leaves 0 unseeded
-    settings = decode_settings(p)
-    out_file, table_file, by_length_file = ev.out, ev.table, ev.by_length_file
-    translations_dir, sweep_file = Path(ev.translations_dir), Path(p.sweep_tau.out)
+    sweep_file = Path(p.sweep_tau.out)
     if not sweep_file.is_file():
         raise DataError(sweep_file, "not found (run the sweep_tau stage first)")
-    selected = {name: info["selected_tau"] for name, info in json.loads(sweep_file.read_text())["models"].items()}
-    row_tau = {name: tau_of(name, selected, sweep_file) for name in tau_rows}
-    runs = {name: run_summary(path) for name, path in checkpoints.items()}
-
+    selected = {name: info["selected_tau"]
+                for name, info in from_json(json.loads(sweep_file.read_text()))["models"].items()}
+    rows = [(name, name, INF) for name in ev.checkpoints]
+    rows += [(f"{name}_tau", name, tau_of(name, selected, sweep_file)) for name in ev.tau_rows]
     data = EvalSet.load(tok_dir, split)
-    src_text = read_lines(filter_dir / f"{split}.src")
-    src_words = [len(s.split(" ")) for s in src_text]
-    gold = _gold(filter_dir / f"{split}.align", len(data.split))
-    samples = [s for s in samples if 0 <= s < len(data.split)]
-    ref_tok = moses_tokenize(data.references, tgt_lang)  # tok. BLEU and RIBES, every row
+    tracker = start_run(p, "evaluate", split, tags=[p.profile])
+    results, outputs, histograms = decode_rows(p, rows, checkpoints, data, filter_dir)
+    bootstrap = add_significance(results, outputs, data, ev.bootstrap_samples, ev.bootstrap_seed)
+    effect = finetuning_effect(results, {row: out.hypotheses for row, out in outputs.items()}, data.references,
+                               ev.bootstrap_samples, ev.bootstrap_seed)
+    report = {"split": split, "beam_size": p.decode.beam_size, "selected_tau": selected,
+              "significance": bootstrap, "finetuning_effect": effect,
+              "models": {row: {k: v for k, v in m.items() if k != "bleu_by_length"} for row, m in results.items()}}
+    table = render_table(results, p, split, p.decode.beam_size, bootstrap, effect)
+    publish(p, report, table, results, outputs, histograms, data, read_lines(filter_dir / f"{split}.src"), tracker)
+    print(table)
+    return report
 
-    rows: list[tuple[str, str, float | None]] = [(name, name, None) for name in checkpoints]
-    rows += [(f"{name}_tau", name, row_tau[name]) for name in tau_rows]
+
+def decode_rows(p: schema.Params, rows: list[tuple[str, str, float]], checkpoints: dict[str, Path], data: EvalSet,
+                filter_dir: Path) -> tuple[dict[str, dict], dict[str, Translation], dict[str, np.ndarray]]:
+    """Each row ``(row, checkpoint row, τ)`` decoded on the split (``checkpoints``: row -> file) and scored (BLEU, chrF, tok. BLEU,
+    RIBES, AER where there are gold links, BLEU by source length, g_t and SACT temperature
+    means), its translations written to ``evaluate.translations_dir``. Returns the rows' metrics,
+    their translations and the g_t / temperature values (``<row>/g``) for the histograms."""
+    ev, options = p.evaluate, decode_options(p)
+    runs = {name: run_summary(path) for name, path in checkpoints.items()}
+    src_words = [len(s.split(" ")) for s in read_lines(filter_dir / f"{ev.split}.src")]
+    gold = _gold(filter_dir / f"{ev.split}.align", len(data.split))
+    samples = {s for s in ev.samples if 0 <= s < len(data.split)}
+    ref_tok = moses_tokenize(data.references, p.data.tgt_lang)  # tok. BLEU and RIBES, every row
     results: dict[str, dict] = {}
     outputs: dict[str, Translation] = {}
     histograms: dict[str, np.ndarray] = {}
     models: dict[str, object] = {}
-    tracker = start_run(p, "evaluate", split, tags=[p.profile])
     for row, name, tau in rows:
         if name not in models:
             models[name] = load_model(checkpoints[name])
         model = models[name]
-        out = translate_split(model, data.split, data.tgt_vocab, tau=tau, trace_indices=set(samples), **settings)
+        out = translate_split(model, data.split, data.tgt_vocab, options.at(tau), trace_indices=samples)
         outputs[row] = out
-        # tau None: every position scored (τ = ∞)
-        metrics = {"tau": tau, **score_row(out, data, tgt_lang, ref_tok), "decoded_by": out.decoded_by,
+        metrics = {"tau": tau, **score_row(out, data, p.data.tgt_lang, ref_tok), "decoded_by": out.decoded_by,
                    "training": runs[name]}
         if gold is not None:
-            links, g_values, temperatures = forced_alignments(model, data, tau, settings["batch_size"],
-                                                              settings["backend"])
+            links, g_values, temperatures = forced_alignments(model, data, tau, options.batch_size, options.backend)
             metrics["aer"] = round(aer(links, gold, restrict_to_covered=True), 4)
         else:
             g_values = temperatures = None
@@ -266,19 +270,26 @@ def run(cfg: DictConfig | schema.Params) -> dict:
             if values is not None:
                 histograms[f"{row}/{key}"] = values
                 metrics[f"{key}_mean"] = round(float(values.mean()), 4)
-        metrics["bleu_by_length"] = bleu_by_length(out.hypotheses, [data.references], src_words, tuple(buckets))
+        metrics["bleu_by_length"] = bleu_by_length(out.hypotheses, [data.references], src_words,
+                                                   tuple(ev.length_buckets))
         results[row] = metrics
-        write_lines(translations_dir / f"{row}.{split}.txt", out.hypotheses)
+        write_lines(Path(ev.translations_dir) / f"{row}.{ev.split}.txt", out.hypotheses)
         print(f"evaluate: {row:22s} window {metrics['window']:7.2f}  BLEU {metrics['bleu']:6.2f}  "
               f"chrF {metrics['chrf']:6.2f}  RIBES {metrics['ribes']:.4f}  AER {metrics['aer']}  "
               f"{metrics['decode_ms']:.1f} ms/sentence", flush=True)
-
     global_window = results["global"]["window"]
     for metrics in results.values():
         metrics["reduction"] = round(1.0 - metrics["window"] / global_window, 4)
+    return results, outputs, histograms
+
+
+def add_significance(results: dict[str, dict], outputs: dict[str, Translation], data: EvalSet, n_samples: int,
+                     seed: int) -> dict:
+    """Each row's 95% BLEU interval and, against its reference row (:func:`reference_row`), the
+    paired bootstrap p-value, Holm-adjusted over the table (added to ``results``); returns what
+    the test was. A τ row decoded at τ = ∞ (no τ selected) is its reference row again: no test,
+    no place in the Holm family, only its interval."""
     started = time.perf_counter()
-    # a τ row decoded at τ = ∞ (no τ selected) is its reference row again: no test, no place in
-    # the Holm family, only its confidence interval
     against = {row: None if not_selected(row, results) else reference_row(row, outputs) for row in outputs}
     significance = bleu_significance({row: out.hypotheses for row, out in outputs.items()},
                                      [data.references], against, n_samples=n_samples, seed=seed)
@@ -288,32 +299,32 @@ def run(cfg: DictConfig | schema.Params) -> dict:
         results[row]["p_value_holm"] = round(p_holm, 4)
     print(f"evaluate: BLEU confidence intervals and p-values ({len(outputs)} rows, {n_samples} "
           f"resamples) in {time.perf_counter() - started:.1f} s", flush=True)
-    bootstrap = {"test": "paired bootstrap resampling (sacrebleu.significance.PairedTest, test_type='bs')",
-                 "metric": "bleu", "n_samples": n_samples, "seed": seed, "level": SIGNIFICANCE_LEVEL}
-    effect = finetuning_effect(results, {row: out.hypotheses for row, out in outputs.items()}, data.references,
-                               n_samples, seed)
-    report = {"split": split, "beam_size": settings["beam_size"], "selected_tau": selected,
-              "significance": bootstrap, "finetuning_effect": effect,
-              "models": {row: {k: v for k, v in m.items() if k != "bleu_by_length"} for row, m in results.items()}}
-    write_json(out_file, report)
-    table = render_table(results, p, split, settings["beam_size"], bootstrap, effect)
-    with atomic_path(table_file) as tmp:
+    return {"test": "paired bootstrap resampling (sacrebleu.significance.PairedTest, test_type='bs')",
+            "metric": "bleu", "n_samples": n_samples, "seed": seed, "level": SIGNIFICANCE_LEVEL}
+
+
+def publish(p: schema.Params, report: dict, table: str, results: dict[str, dict], outputs: dict[str, Translation],
+            histograms: dict[str, np.ndarray], data: EvalSet, src_text: list[str], tracker) -> None:
+    """The report as files (``evaluate.out``, Table 1, BLEU by length, the figures) and on the
+    run's dashboard (Table 1, BLEU by length of the rows the claims compare, samples, histograms,
+    figures)."""
+    ev = p.evaluate
+    write_json(ev.out, report)
+    with atomic_path(ev.table) as tmp:
         Path(tmp).write_text(table, encoding="utf-8")
     by_length = [{"model": row, **b} for row, m in results.items() for b in m["bleu_by_length"]]
-    with atomic_path(by_length_file) as tmp, open(tmp, "w", newline="") as out_csv:
-        writer = csv.DictWriter(out_csv, fieldnames=["model", "bucket", "sentences", "bleu"])
-        writer.writeheader()
-        writer.writerows(by_length)
+    write_csv(ev.by_length_file, by_length, ["model", "bucket", "sentences", "bleu"])
+    samples = [s for s in ev.samples if 0 <= s < len(data.split)]
     paths = draw_figures(p, results, outputs, data, samples)
-
     tracker.config({"decoded_by": {row: m["decoded_by"] for row, m in results.items()}})
-    tracker.table("evaluate/table1", ["row", "tau", "window", "window_step_weighted", "reduction", "bleu",
-                                      "bleu_ci_low", "bleu_ci_high", "p_value", "p_value_against", "chrf",
-                                      "bleu_tok", "ribes", "aer", "decode_ms", "backend"],
-                  [[r, m["tau"], m["window"], m["window_step_weighted"], m["reduction"], m["bleu"],
-                    m["bleu_ci"][0], m["bleu_ci"][1], m["p_value"], m["p_value_against"], m["chrf"],
-                    m["bleu_tok"], m["ribes"], m["aer"], m["decode_ms"], m["decoded_by"]["backend"]]
-                   for r, m in results.items()])
+    tracker.records("evaluate/table1", [{"row": r, **m, "bleu_ci_low": m["bleu_ci"][0], "bleu_ci_high": m["bleu_ci"][1],
+                                         "backend": m["decoded_by"]["backend"]} for r, m in results.items()],
+                    ["row", "tau", "window", "window_step_weighted", "reduction", "bleu", "bleu_ci_low",
+                     "bleu_ci_high", "p_value", "p_value_against", "chrf", "bleu_tok", "ribes", "aer", "decode_ms",
+                     "backend"])
+    claimed = set(claim_rows())
+    tracker.records("evaluate/bleu_by_length", [b for b in by_length if b["model"] in claimed],
+                    ["model", "bucket", "sentences", "bleu"])
     best_tau_row = next((r for r in ("flexible_ft_tau", "flexible_tau") if r in outputs), None)
     if best_tau_row:
         out = outputs[best_tau_row]
@@ -327,8 +338,6 @@ def run(cfg: DictConfig | schema.Params) -> dict:
     tracker.summary({f"{row}/{k}": v for row, m in report["models"].items() for k, v in m.items()
                      if isinstance(v, (int, float))})
     tracker.finish()
-    print(table)
-    return report
 
 
 def _timing(m: dict) -> str:
@@ -352,7 +361,7 @@ def _row_label(row: str, m: dict, model: schema.Model, variants: dict[str, schem
     own = variants.get(row, model)
     label = TABLE_LABELS.get(row) or LOCAL_LABELS.get(own.attention if row in variants else row, row)
     return label.format(D=own.local_D, lam=own.sact_lambda,
-                        tau="∞ (none selected*)" if m["tau"] is None else f"{m['tau']:g}")
+                        tau="∞ (none selected*)" if math.isinf(m["tau"]) else tau_label(m["tau"]))
 
 
 def _training(m: dict) -> str:
@@ -441,8 +450,7 @@ def render_table(results: dict[str, dict], cfg: DictConfig | schema.Params, spli
                   "| fine-tuned row | τ | Δ BLEU | p (unadjusted) | Δ mean g_t | Δ window |", "|---|---|---|---|---|---|"]
         fmt = lambda v, spec: "–" if v is None else format(v, spec)  # noqa: E731
         for row, e in effect.items():
-            tau = "∞" if e["tau"] is None else f"{e['tau']:g}"
-            lines.append(f"| {labels.get(row, row)} | {tau} | {fmt(e['bleu'], '+.2f')} | {fmt(e['p_value'], '.3f')} "
+            lines.append(f"| {labels.get(row, row)} | {tau_label(e['tau'])} | {fmt(e['bleu'], '+.2f')} | {fmt(e['p_value'], '.3f')} "
                          f"| {fmt(e['g_mean'], '+.4f')} | {fmt(e['window'], '+.2f')} |")
     return "\n".join(lines) + "\n"
 
@@ -454,7 +462,7 @@ def draw_figures(cfg: DictConfig | schema.Params, results: dict, outputs: dict[s
     paths = {"bleu_by_length": figures.bleu_by_length(
         {r: m["bleu_by_length"] for r, m in results.items()}, fig_dir / "bleu_by_length.png")}
     span_row = next((r for r in ("flexible_ft_tau", "flexible_tau", "flexible_sact_ft_tau", "flexible_sact_tau")
-                     if r in outputs and results[r]["tau"] is not None),
+                     if r in outputs and not math.isinf(results[r]["tau"])),
                     next((r for r in ("flexible_ft", "flexible") if r in outputs), None))
     if span_row and samples:
         traces = []

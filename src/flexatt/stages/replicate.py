@@ -47,8 +47,9 @@ from flexatt import config as C
 from flexatt import schema
 from flexatt.errors import ConfigError
 from flexatt.data.evalset import EvalSet
-from flexatt.points import decode_settings
+from flexatt.points import decode_options
 from flexatt.checkpoints import load_model
+from flexatt.tau import INF, label, to_json
 from flexatt.tau_search import search_points, select_tau
 from flexatt.decoding.translate import translate_split
 from flexatt.io import write_json
@@ -103,7 +104,7 @@ def run(cfg: DictConfig | schema.Params) -> dict:
     seed, models_dir, job_dir, ft_dir = p.train.seed, Path(p.train.out_dir), Path(p.train.metrics_dir), Path(p.finetune.out_dir)
     grid, tolerance, steps = p.sweep_tau.grid, p.sweep_tau.tolerance, p.sweep_tau.search_steps
     add_log_mean_len, tok_dir = p.sweep_tau.add_log_mean_len, p.train.data_dir
-    settings = decode_settings(p)
+    options = decode_options(p)
     sets = {name: EvalSet.load(tok_dir, name) for name in ("dev", "test")}
 
     local = local_variant(p)
@@ -134,9 +135,9 @@ def run(cfg: DictConfig | schema.Params) -> dict:
     if local:
         models["local"] = load_model(models_dir / local / "best.ckpt")
 
-    def score(name: str, split: str, tau: float | None) -> dict:
+    def score(name: str, split: str, tau: float) -> dict:
         data = sets[split]
-        out = translate_split(models[name], data.split, data.tgt_vocab, tau=tau, **settings)
+        out = translate_split(models[name], data.split, data.tgt_vocab, options.at(tau))
         return {"tau": tau, "bleu": round(corpus_bleu(out.hypotheses, [data.references])[0], 2),
                 "chrf": round(corpus_chrf(out.hypotheses, [data.references])[0], 2),
                 "window": round(out.mean_window, 3), "ms_per_sentence": round(out.ms_per_sentence, 2)}
@@ -144,35 +145,35 @@ def run(cfg: DictConfig | schema.Params) -> dict:
     log_mean = round(math.log(sets["dev"].mean_src_len), 3)
     if add_log_mean_len and log_mean not in grid:
         grid = sorted([*grid, log_mean])
-    reference = score("flexible_ft", "dev", None)
+    reference = score("flexible_ft", "dev", INF)
     points = search_points(lambda tau: score("flexible_ft", "dev", tau), grid, reference["bleu"],
                            tolerance, steps)
     chosen = select_tau(points, reference["bleu"], tolerance)
-    tau = chosen["tau"] if chosen else None
-    if tau is None:
+    tau = chosen["tau"] if chosen else INF
+    if chosen is None:
         print(f"replicate: seed {seed}: no tau within {tolerance} dev BLEU of tau = inf "
               f"({reference['bleu']}): flexible_ft_tau is decoded at tau = inf", flush=True)
 
-    rows = {name: score(name, "test", None) for name in models}
+    rows = {name: score(name, "test", INF) for name in models}
     rows["flexible_ft_tau"] = score("flexible_ft", "test", tau)
     rows["flexible_ctl_tau"] = score("flexible_ctl", "test", tau)  # the control at the fine-tuned model's tau
     for name, row in rows.items():
         row["reduction"] = round(1.0 - row["window"] / rows["global"]["window"], 4)
     result = {"seed": seed, "local_variant": local, "dev_bleu": dev_bleu, "selected_tau": tau,
-              "tau_selected": tau is not None,
+              "tau_selected": chosen is not None,
               "dev_points": [reference, *points], "rows": rows}
     write_json(job_dir / "replicate.json", result)
 
     tracker = start_run(p, "replicate", f"seed{seed}", tags=["seeds", p.profile])
-    tracker.table("replicate/rows", ["row", "tau", "bleu", "chrf", "window", "reduction"],
-                  [[name, r["tau"], r["bleu"], r["chrf"], r["window"], r["reduction"]] for name, r in rows.items()])
-    summary = {"seed": seed, "selected_tau": tau, **{f"dev_bleu/{k}": v for k, v in dev_bleu.items()},
-               **{f"{name}/{k}": v for name, r in rows.items() for k, v in r.items()}}
+    tracker.records("replicate/rows", [{"row": name, **r} for name, r in rows.items()],
+                    ["row", "tau", "bleu", "chrf", "window", "reduction"])
+    summary = {"seed": seed, "selected_tau": to_json(tau), **{f"dev_bleu/{k}": v for k, v in dev_bleu.items()},
+               **{f"{name}/{k}": v for name, r in to_json(rows).items() for k, v in r.items()}}
     tracker.summary({k: v for k, v in summary.items() if v is not None})
     tracker.finish()
     print(f"replicate: seed {seed}: " + ", ".join(
         f"{name} BLEU {r['bleu']} chrF {r['chrf']} window {r['window']}" for name, r in rows.items())
-        + (f" (selected tau {tau})" if tau is not None else " (no tau selected: tau = inf)"), flush=True)
+        + (f" (selected tau {label(tau)})" if chosen else " (no tau selected: tau = inf)"), flush=True)
     return result
 
 

@@ -29,8 +29,6 @@ the runs' checkpoints go to ``<out_dir>/beta<β>/<variant>/`` (and resume after 
 from __future__ import annotations
 
 import contextlib
-import csv
-import math
 import shutil
 from pathlib import Path
 
@@ -42,11 +40,12 @@ from flexatt import figures, parallel, schema
 from flexatt.data.batching import LengthGroupedBatches, ParallelData, collate
 from flexatt.data.subwords import PAD_ID
 from flexatt.data.evalset import EvalSet
-from flexatt.points import decode_settings
+from flexatt.points import decode_options
 from flexatt.checkpoints import load_model
 from flexatt.decoding.translate import translate_split
+from flexatt.tau import label
 from flexatt.tau_search import within_tolerance
-from flexatt.io import atomic_path, write_json
+from flexatt.io import write_csv, write_json
 from flexatt.metrics import corpus_bleu
 from flexatt.parallel import intra_op_threads, run_each
 from flexatt.tracking import default_group, start_run
@@ -88,25 +87,24 @@ def _point(job: tuple[dict, float]) -> tuple[dict, dict]:
     sb, ft = p.sweep_beta, p.finetune
     variant = p.flexible_variant("sweep_beta.variant")
     init, out_dir, name = Path(ft.init_dir) / variant / "best.ckpt", Path(sb.out_dir), f"beta{beta:g}"
-    tau = None if math.isinf(sb.tau) else sb.tau
     print(f"sweep_beta: beta = {beta:g}: fine-tuning {variant} from {init}", flush=True)
     metrics, _ = train(p, variant, out_dir=str(out_dir / name), epochs=ft.epochs, lr=ft.lr, beta=beta,
                        init_from=init, metrics_file=out_dir / name / "metrics.json",
                        job_type="sweep_beta", run_name=f"{variant}-{name}")
-    dev, settings = EvalSet.load(p.train.data_dir, "dev"), decode_settings(p)
+    dev, options = EvalSet.load(p.train.data_dir, "dev"), decode_options(p)
     with intra_op_threads(p.train.threads):  # as the worker beside it: one training's cores
         model = load_model(out_dir / name / variant / "best.ckpt")
-        full = translate_split(model, dev.split, dev.tgt_vocab, tau=None, **settings)
-        windowed = translate_split(model, dev.split, dev.tgt_vocab, tau=tau, **settings)
+        full = translate_split(model, dev.split, dev.tgt_vocab, options)
+        windowed = translate_split(model, dev.split, dev.tgt_vocab, options.at(sb.tau))
         result = {
             "beta": beta, "epochs": metrics["epochs"], "best_epoch": metrics["best_epoch"],
             "dev_bleu": round(corpus_bleu(full.hypotheses, [dev.references])[0], 2),
-            "g_mean": round(mean_g(model, dev, settings["batch_size"]), 4),
+            "g_mean": round(mean_g(model, dev, options.batch_size), 4),
             "window": round(windowed.mean_window, 3),
             "dev_bleu_tau": round(corpus_bleu(windowed.hypotheses, [dev.references])[0], 2),
         }
     print(f"sweep_beta: beta = {beta:g}: dev BLEU {result['dev_bleu']}, mean g {result['g_mean']}, window "
-          f"{result['window']} at tau = {sb.tau:g} ({result['epochs']} epochs, best {result['best_epoch']})",
+          f"{result['window']} at tau = {label(sb.tau)} ({result['epochs']} epochs, best {result['best_epoch']})",
           flush=True)
     return result, dict(full.decoded_by)
 
@@ -144,15 +142,12 @@ def run(cfg: DictConfig | schema.Params) -> dict:
               "selected_beta": selected["beta"] if selected else None, "decoded_by": decoded_by}
     write_json(sb.out, result)
     rows = [reference, *points]
-    with atomic_path(sb.curve_file) as tmp, open(tmp, "w", newline="") as out:
-        writer = csv.DictWriter(out, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    write_csv(sb.curve_file, rows)
     figure = figures.beta_curve(points, reference, sb.tau, sb.figure)
 
     tracker = start_run(p, "sweep_beta", "beta", tags=[variant, p.profile])
     table = tracker.table("sweep_beta/points", list(rows[0]), [list(r.values()) for r in rows])
-    tracker.line_plot("sweep_beta/window_plot", table, "beta", "window", f"mean dev window at tau = {sb.tau:g}")
+    tracker.line_plot("sweep_beta/window_plot", table, "beta", "window", f"mean dev window at tau = {label(sb.tau)}")
     tracker.image("figures/beta", figure)
     tracker.summary({"selected_beta": result["selected_beta"], "reference_dev_bleu": reference["dev_bleu"]})
     tracker.config({"decoded_by": decoded_by})

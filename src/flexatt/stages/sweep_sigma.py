@@ -16,7 +16,6 @@ Writes ``sweep_sigma.out`` (JSON), ``curve_file`` (CSV for ``dvc plots``) and ``
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -24,21 +23,20 @@ from omegaconf import DictConfig
 from flexatt import config as C
 from flexatt import figures, parallel, schema
 from flexatt.data.evalset import EvalSet
-from flexatt.points import decode_settings
+from flexatt.points import decode_options
 from flexatt.checkpoints import load_model
-from flexatt.decoding.translate import translate_split
-from flexatt.io import atomic_path, write_json
+from flexatt.decoding.translate import DecodeOptions, translate_split
+from flexatt.io import write_csv, write_json
 from flexatt.metrics import corpus_bleu
 from flexatt.parallel import intra_op_threads, run_each
 from flexatt.tracking import default_group, start_run
 from flexatt.trainer import train
 
 
-def _dev_point(model, dev: EvalSet, tau: float | None, settings: dict,
-               decoded_by: dict) -> tuple[float, float]:
-    """(dev BLEU, mean window) of ``model`` at threshold ``tau``; what decoded it goes into
+def _dev_point(model, dev: EvalSet, options: DecodeOptions, decoded_by: dict) -> tuple[float, float]:
+    """(dev BLEU, mean window) of ``model`` decoded as ``options`` say; what decoded it goes into
     ``decoded_by``."""
-    out = translate_split(model, dev.split, dev.tgt_vocab, tau=tau, **settings)
+    out = translate_split(model, dev.split, dev.tgt_vocab, options)
     decoded_by.update(out.decoded_by)
     bleu, _ = corpus_bleu(out.hypotheses, [dev.references])
     return round(bleu, 2), round(out.mean_window, 3)
@@ -59,12 +57,12 @@ def _point(job: tuple[dict, float]) -> tuple[dict, dict]:
     metrics, _ = train(p, base, out_dir=str(out_dir / name), epochs=epochs, lr=sg.lr, init_from=init,
                        metrics_file=out_dir / name / "metrics.json", job_type="sweep_sigma",
                        run_name=f"{base}-{name}")
-    dev, settings, decoded_by = EvalSet.load(p.train.data_dir, "dev"), decode_settings(p), {}
+    dev, options, decoded_by = EvalSet.load(p.train.data_dir, "dev"), decode_options(p), {}
     with intra_op_threads(p.train.threads):  # as the worker beside it: one training's cores
         model = load_model(out_dir / name / base / "best.ckpt")
         point = {"sigma": sigma, "train_dev_bleu_greedy": metrics["dev_bleu"]}
-        point["dev_bleu"], point["window_inf"] = _dev_point(model, dev, None, settings, decoded_by)
-        point["dev_bleu_ref"], point["window"] = _dev_point(model, dev, ref_tau, settings, decoded_by)
+        point["dev_bleu"], point["window_inf"] = _dev_point(model, dev, options, decoded_by)
+        point["dev_bleu_ref"], point["window"] = _dev_point(model, dev, options.at(ref_tau), decoded_by)
     print(f"sweep_sigma: sigma = {sigma:g}: dev BLEU {point['dev_bleu']} (tau = inf), "
           f"window {point['window']} at tau = {ref_tau:g}", flush=True)
     return point, decoded_by
@@ -95,10 +93,7 @@ def run(cfg: DictConfig | schema.Params) -> dict:
     result = {"base_variant": base, "warm_start_epochs": epochs, "reference_tau": ref_tau,
               "points": points, "selected_sigma": best["sigma"], "decoded_by": decoded_by}
     write_json(out_file, result)
-    with atomic_path(curve_file) as tmp, open(tmp, "w", newline="") as out:
-        writer = csv.DictWriter(out, fieldnames=list(points[0]))
-        writer.writeheader()
-        writer.writerows(points)
+    write_csv(curve_file, points)
     figure = figures.sigma_curve(points, figure_file)
 
     tracker = start_run(p, "sweep_sigma", "sigma", tags=[base, p.profile])

@@ -21,7 +21,6 @@ Usage::
 
 from __future__ import annotations
 
-import csv
 import math
 from pathlib import Path
 
@@ -30,8 +29,9 @@ from omegaconf import DictConfig
 from flexatt import config as C
 from flexatt import figures, schema
 from flexatt.data.evalset import EvalSet
-from flexatt.io import atomic_path, write_json
+from flexatt.io import write_csv, write_json
 from flexatt.points import Decoder, checkpoint_of
+from flexatt.tau import INF, label, to_json
 from flexatt.tau_search import search_points, select_tau
 from flexatt.tracking import start_run
 
@@ -56,52 +56,49 @@ def run(cfg: DictConfig | schema.Params) -> dict:
     tracker = start_run(p, "sweep_tau", "tau", tags=["flexible", p.profile])
 
     print(f"sweep_tau: dev mean source length {sets['dev'].mean_src_len:.2f} (log = {log_mean}); "
-          f"grid {grid}; beam {decoder.settings['beam_size']}", flush=True)
+          f"grid {grid}; beam {decoder.options.beam_size}", flush=True)
     selection: dict[str, dict] = {}
     for name in models:
-        reference = decoder.point(name, "dev", math.inf)
+        reference = decoder.point(name, "dev", INF)
         points = search_points(lambda tau, name=name: decoder.point(name, "dev", tau), grid,
                                reference["bleu"], tolerance, search_steps)
         chosen = select_tau(points, reference["bleu"], tolerance)
         selection[name] = {
             "inf": reference,
             "points": points,
-            "selected_tau": chosen["tau"] if chosen else None,
+            "selected_tau": chosen["tau"] if chosen else INF,
             "selected": chosen,
         }
-        print(f"sweep_tau: {name}: selected tau = {selection[name]['selected_tau']}", flush=True)
+        print(f"sweep_tau: {name}: selected tau = {label(selection[name]['selected_tau'])}"
+              + ("" if chosen else " (none kept the dev BLEU)"), flush=True)
 
     curve_rows = []
     for split in curve_splits:
         for tau in curve_taus:
             p = decoder.point(curve_model, split, tau)
             curve_rows.append({"model": curve_model, "split": split, **p})
-        g = decoder.point("global", split, math.inf)
+        g = decoder.point("global", split, INF)
         curve_rows.append({"model": "global", "split": split, **g})
 
     result = {"log_mean_src_len": log_mean, "tolerance": tolerance, "grid": grid, "search_steps": search_steps,
-              "beam_size": decoder.settings["beam_size"], "models": selection, "curve": curve_rows,
+              "beam_size": decoder.options.beam_size, "models": selection, "curve": curve_rows,
               "decoded_by": decoder.decoded_by}
     write_json(out_file, result)
-    with atomic_path(curve_file) as tmp, open(tmp, "w", newline="") as out:
-        writer = csv.DictWriter(out, fieldnames=["model", "split", "tau", "window", "bleu", "ms_per_sentence"])
-        writer.writeheader()
-        writer.writerows(curve_rows)
-    curves = {f"{curve_model} ({split})": [(r["tau"] if r["tau"] is not None else math.inf, r["window"], r["bleu"])
+    write_csv(curve_file, curve_rows, ["model", "split", "tau", "window", "bleu", "ms_per_sentence"])
+    curves = {f"{curve_model} ({split})": [(r["tau"], r["window"], r["bleu"])
                                           for r in curve_rows
                                           if r["split"] == split and r["model"] == curve_model]
               for split in curve_splits}
     reference = {f"global ({r['split']})": (r["window"], r["bleu"]) for r in curve_rows if r["model"] == "global"}
     figure = figures.tradeoff(curves, figure_file, reference)
 
-    tracker.table("sweep_tau/points", ["model", "tau", "source", "window", "bleu"],
-                  [[name, p["tau"], p.get("source", "reference"), p["window"], p["bleu"]]
-                   for name, sel in selection.items() for p in [sel["inf"], *sel["points"]]])
-    curve_table = tracker.table("sweep_tau/curve", ["model", "split", "tau", "window", "bleu"],
-                                [[r["model"], r["split"], r["tau"], r["window"], r["bleu"]] for r in curve_rows])
+    tracker.records("sweep_tau/points", [{"model": name, "source": "reference", **p}
+                                         for name, sel in selection.items() for p in [sel["inf"], *sel["points"]]],
+                    ["model", "tau", "source", "window", "bleu"])
+    curve_table = tracker.records("sweep_tau/curve", curve_rows, ["model", "split", "tau", "window", "bleu"])
     tracker.line_plot("sweep_tau/tradeoff_plot", curve_table, "window", "bleu", "BLEU vs mean window")
     tracker.image("figures/tradeoff", figure, "Figure 3: BLEU against mean window")
-    tracker.summary({f"selected_tau/{k}": v["selected_tau"] for k, v in selection.items()})
+    tracker.summary({f"selected_tau/{k}": to_json(v["selected_tau"]) for k, v in selection.items()})
     tracker.config({"decoded_by": decoder.decoded_by})
     tracker.finish()
     return result
