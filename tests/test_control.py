@@ -54,6 +54,8 @@ def test_the_control_replays_the_finetunings_epochs_and_learning_rates(smoke_tra
     assert run["beta"] == 0.0 and run["epochs"] == 3 and run["lr_epochs"] == rates
     assert run["init_from"] == json.loads((path / "ft/flexible/run.json").read_text())["init_from"]  # same parent
     assert run_summary(path / "ctl/flexible/best.ckpt")["stopped"] == BUDGET
+    # each stage dropped its runs' resume state once trained; the model folders keep the weights
+    assert not (path / ".resume/ft").exists() and not (path / ".resume/ctl").exists()
 
 
 def _rates(curve) -> list[float]:

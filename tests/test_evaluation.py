@@ -4,6 +4,8 @@ from __future__ import annotations
 
 
 import numpy as np
+import math
+
 import pytest
 import torch
 
@@ -139,6 +141,31 @@ def test_tau_search_goes_below_the_grid_when_its_smallest_tau_passes():
     # a curve that never fails: at most BELOW_GRID_STEPS halvings, no bisection
     flat = search_points(lambda tau: {"tau": tau, "window": tau, "bleu": 20.0}, [1.0], 20.0, 0.5, steps=4)
     assert [p["tau"] for p in flat] == sorted(round(2.0 ** -k, 4) for k in range(BELOW_GRID_STEPS + 1))
+
+
+@pytest.mark.parametrize("known, upward, expected, decoded", [
+    ([0.8, 1.6, 3.2], False, (1.6, 3.2), []),            # the grid brackets the knee
+    ([3.2, 6.4], False, (1.6, 3.2), [1.6]),              # halved below the smallest τ until one fails
+    ([0.5, 1.0], False, (None, None), []),               # no τ passes and no search upward
+    ([0.5, 1.0], True, (1.0, 2.0), [2.0]),               # multiplied until one passes
+    ([math.inf, 0.5], True, (1.0, 2.0), [1.0, 2.0]),     # τ = ∞ brackets nothing
+])
+def test_the_bracket_is_shared_by_the_tau_search_and_the_window_match(known, upward, expected, decoded):
+    """:func:`flexatt.tau_search.bracket` for a property that holds from τ = 2 on: the largest
+    failing and smallest passing finite τ, widened by the factor where the known points do not
+    bracket (×2 here), decoding each new τ once."""
+    from flexatt.tau_search import bracket
+
+    points = [{"tau": t} for t in known]
+    new = []
+
+    def decode(tau):
+        new.append(tau)
+        points.append({"tau": tau})
+        return points[-1]
+
+    assert bracket(points, lambda p: p["tau"] >= 2.0, decode, factor=2.0, max_expand=6, upward=upward) == expected
+    assert new == decoded
 
 
 @pytest.mark.parametrize("bleu, reference, tolerance, within", [

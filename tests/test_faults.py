@@ -444,11 +444,11 @@ def test_truncated_encoded_data_through_train(trained):
 def test_truncated_last_checkpoint_is_not_resumed(trained):
     """A last.ckpt that its run.json says to resume, but truncated: refused by name."""
     shutil.copytree(trained / "m", trained / "m_trunc")
-    _truncate(trained / "m_trunc/flexible/last.ckpt", trained / "m_trunc/flexible/last.ckpt")
+    _truncate(trained / "m_trunc/flexible/best.ckpt", trained / ".resume/m_trunc/flexible/last.ckpt")
     result = _train(trained, "train.out_dir=m_trunc", "train.metrics_dir=r_trunc")
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert _error_lines(result.stderr)[0].startswith(
-        "error: m_trunc/flexible/last.ckpt: cannot resume: not a readable checkpoint (corrupt or truncated?)")
+        "error: .resume/m_trunc/flexible/last.ckpt: cannot resume: not a readable checkpoint (corrupt or truncated?)")
     assert not (trained / "r_trunc").exists()
 
 
@@ -484,7 +484,7 @@ def _live_group_members(pgid: int, wait: float = 10.0) -> list[int]:
 def test_dvc_repro_killed_mid_training_resumes_to_the_same_result(root, tmp_path):
     """`dvc repro train@flexible` killed with SIGKILL (the whole process group: dvc and the stage)
     after an epoch's checkpoint, then `dvc repro` again: DVC drops the dead process from its
-    stale rwlock (with a warning), the stage resumes from last.ckpt (persist: true keeps it), and
+    stale rwlock (with a warning), the stage resumes from its last.ckpt in .resume/ (persist: true keeps best.ckpt and run.json), and
     the metrics equal those of an uninterrupted run of the same stage."""
     sys.path.insert(0, str(root / "scripts"))
     from smoke import make_copy
@@ -502,7 +502,7 @@ def test_dvc_repro_killed_mid_training_resumes_to_the_same_result(root, tmp_path
     env = {**ENV, "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""), "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([os.path.join(bin_dir, "dvc"), "repro", "train@flexible"], cwd=copy, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    last = copy / "artifacts/models/flexible/last.ckpt"
+    last = copy / ".resume/artifacts/models/flexible/last.ckpt"
     deadline = time.time() + 600
     while not last.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
@@ -518,7 +518,8 @@ def test_dvc_repro_killed_mid_training_resumes_to_the_same_result(root, tmp_path
     again = _dvc(copy, "repro", "train@flexible")
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "had been killed. Auto removed it from the lock file" in again.stderr
-    assert "resuming from artifacts/models/flexible/last.ckpt" in again.stdout + again.stderr
+    assert "resuming from .resume/artifacts/models/flexible/last.ckpt" in again.stdout + again.stderr
+    assert not last.parent.exists()  # dropped once the stage had trained
     a = json.loads((copy / "whole_metrics/flexible.json").read_text())
     b = json.loads((copy / "results/train/flexible.json").read_text())
     assert 1 <= b["resumed_from_epoch"] < b["epochs"]

@@ -47,3 +47,13 @@ def test_a_checkpoint_without_its_training_folder_has_no_summary(smoke_trained, 
     (tmp_path / "bad" / "run.json").write_text("{}")
     with pytest.raises(DataError, match="run.json"):
         run_summary(tmp_path / "bad" / "best.ckpt")
+
+
+def test_a_run_still_under_way_has_no_summary(smoke_trained, tmp_path):
+    """``run.json`` gets ``epochs_done`` when the run ends: before, there is nothing to summarise."""
+    folder = tmp_path / "flexible"
+    shutil.copytree(smoke_trained / "m" / "flexible", folder)
+    run = json.loads((folder / "run.json").read_text())
+    assert run["epochs_done"] == run_summary(folder / "best.ckpt")["epochs"]
+    (folder / "run.json").write_text(json.dumps({k: v for k, v in run.items() if k != "epochs_done"}))
+    assert run_summary(folder / "best.ckpt") is None

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -48,7 +49,16 @@ def test_train_learns_and_writes_checkpoints_and_metrics(in_dir):
     assert losses[-1] < losses[0], "dev loss must fall on the synthetic task"
     assert json.loads((in_dir / "r/global.json").read_text()) == metrics
     ckpt = in_dir / "m/global/best.ckpt"
-    assert (in_dir / "m/global/last.ckpt").is_file()
+    # the model folder holds what is shared: weights, vocabularies, the run's record; the resume
+    # state (optimiser and all) lies apart, under .resume/, until a stage drops it
+    assert sorted(p.name for p in (in_dir / "m/global").iterdir()) == ["best.ckpt", "run.json", "src.model", "tgt.model"]
+    assert objects["resume_dir"] == Path(".resume/m/global") and (in_dir / ".resume/m/global/last.ckpt").is_file()
+    from flexatt.checkpoints import read_checkpoint
+
+    best = read_checkpoint(ckpt)
+    assert "optimizer_states" not in best and "callbacks" not in best and best["epoch"] == metrics["best_epoch"] - 1
+    assert "optimizer_states" in read_checkpoint(in_dir / ".resume/m/global/last.ckpt")
+    assert json.loads((in_dir / "m/global/run.json").read_text())["epochs_done"] == 3
     # weights load with weights_only=True into a fresh model, and decode as the trained one does
     weights = load_checkpoint_state(ckpt)
     hparams = checkpoint_hparams(ckpt)
@@ -134,7 +144,7 @@ def test_killed_run_resumes_and_ends_where_an_uninterrupted_one_ends(tokenized):
 
     proc = subprocess.Popen(_train_cmd("killed", DROPOUT), cwd=tokenized, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    last = tokenized / "killed/flexible/last.ckpt"
+    last = tokenized / ".resume/killed/flexible/last.ckpt"
     deadline = time.time() + 300
     while not last.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.05)
@@ -150,9 +160,10 @@ def test_killed_run_resumes_and_ends_where_an_uninterrupted_one_ends(tokenized):
     assert 1 <= b["resumed_from_epoch"] < 6
     for key in ("dev_bleu", "best_epoch", "final_train_loss", "epochs"):
         assert a[key] == b[key], key
-    wa = load_checkpoint_state(tokenized / "whole/flexible/last.ckpt")
-    wb = load_checkpoint_state(tokenized / "killed/flexible/last.ckpt")
+    wa = load_checkpoint_state(tokenized / "whole/flexible/best.ckpt")
+    wb = load_checkpoint_state(tokenized / "killed/flexible/best.ckpt")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert not last.parent.exists()  # the stage dropped its resume state once trained
 
 
 def test_changed_config_does_not_resume_a_stale_checkpoint(in_dir):
@@ -278,7 +289,7 @@ def test_a_run_that_had_ended_is_not_trained_further_when_started_again(in_dir, 
         overrides.append("train.early_stopping_patience=2")
     cfg = load_params("params.yaml", overrides)
     first, _ = train(cfg, "global", epochs=3 if how == "cap" else 5)
-    last = in_dir / "ended/global/last.ckpt"
+    last = in_dir / ".resume/ended/global/last.ckpt"
     saved = last.read_bytes()
     again, _ = train(cfg, "global", epochs=3 if how == "cap" else 5)
     assert first["epochs"] == 3 and again["resumed_from_epoch"] == 3
@@ -320,10 +331,10 @@ def test_plateau_run_resumed_after_a_crash_ends_where_an_uninterrupted_one_ends(
         assert [float(r["lr"]) for r in rows] == pytest.approx([lr, lr, lr / 2, lr / 4, lr / 8]), name
     for key in ("dev_bleu", "best_epoch", "final_train_loss", "epochs", "precision"):
         assert whole[key] == killed[key], key
-    wa = load_checkpoint_state(in_dir / "p_whole/flexible/last.ckpt")
-    wb = load_checkpoint_state(in_dir / "p_killed/flexible/last.ckpt")
+    wa = load_checkpoint_state(in_dir / ".resume/p_whole/flexible/last.ckpt")
+    wb = load_checkpoint_state(in_dir / ".resume/p_killed/flexible/last.ckpt")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
-    state = torch.load(in_dir / "p_killed/flexible/last.ckpt", map_location="cpu", weights_only=True)
+    state = torch.load(in_dir / ".resume/p_killed/flexible/last.ckpt", map_location="cpu", weights_only=True)
     assert state["plateau_scheduler"]["best"] == 7.0
 
 

@@ -247,7 +247,7 @@ def test_the_script_runs_a_profiles_next_unit_in_a_kept_copy_and_resumes_the_pla
     products = load_products(results / "global-s1")
     m = products["manifest"]
     assert m["profile"] == "smoke" and m["source"]["commit"] and m["training"]["epochs"] == 10
-    assert (copy / "units/global-s1/model/global/last.ckpt").is_file()  # the checkpoints stay in the copy
+    assert (copy / ".resume/units/global-s1/model/global/last.ckpt").is_file()  # the resume state stays in the copy
     listed = subprocess.run([*cmd, "--list"], capture_output=True, text=True, env=stage_env(), timeout=600)
     assert listed.stdout.splitlines()[0].startswith("done     global-s1")
     assert listed.stdout.splitlines()[1].split() == ["pending", "local_m-s1"]

@@ -21,6 +21,8 @@ from flexatt.errors import DataError
 from flexatt.io import file_digest
 
 SIDES = ("src", "tgt")
+#: the entry of a model folder's ``run.json`` written when its run has ended: the epochs it trained
+EPOCHS_DONE = "epochs_done"
 
 
 def check_vocabulary(checkpoint: str | Path, hparams: dict[str, Any], side: str, model_path: str | Path,

@@ -69,15 +69,11 @@ class Seq2Seq(nn.Module):
         with full_precision(src.device.type):
             return self.decoder.init_state(self.encoder(src, src_len))
 
-    def decode_step(
-        self,
-        prev_tokens: Tensor,
-        state: DecoderState,
-        cache: AttentionCache,
-        tau: float = INF,
-    ) -> tuple[Tensor, DecoderState, Tensor, AttentionStats]:
-        """One decoding step: prev_tokens (batch) -> logits batch x V, new state,
-        attention weights batch x S, stats (``stats.window``: positions scored per row)."""
+    def decode_step(self, prev_tokens: Tensor, state: DecoderState, cache: AttentionCache,
+                    tau: float = INF) -> tuple[Tensor, DecoderState, Tensor, AttentionStats]:
+        """One decoding step, the decoder's (:meth:`RecurrentDecoder.step`): prev_tokens (batch)
+        -> logits batch x V, new state, attention weights batch x S, stats (``stats.window``:
+        positions scored per row)."""
         return self.decoder.step(prev_tokens, state, cache, tau)
 
     def forward(

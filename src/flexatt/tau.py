@@ -61,5 +61,6 @@ def from_json(value: Any, tau_valued: Optional[bool] = None) -> Any:
 
 
 def label(tau: float) -> str:
-    """τ for people: "∞", or the shortest decimal that reads back as τ (``format(τ, "g")``)."""
+    """τ for people: "∞", or τ to 6 significant digits (``format(τ, "g")``, trailing zeros
+    dropped): exact for the τs of the grids and searches, which are rounded to 4 decimals."""
     return "∞" if math.isinf(tau) else format(tau, "g")

@@ -53,25 +53,52 @@ def search_points(point, grid: list[float], reference_bleu: float, tolerance: fl
     def passes(p: dict) -> bool:
         return within_tolerance(p["bleu"], reference_bleu, tolerance)
 
-    passing = [p["tau"] for p in points if passes(p)]
-    if passing:
-        hi = min(passing)
-        failing = [p["tau"] for p in points if not passes(p) and 0 < p["tau"] < hi]
-        lo = max(failing) if failing else None
-        tau = hi
-        for _ in range(BELOW_GRID_STEPS if lo is None else 0):
-            tau = round(tau / 2, 4)
-            if tau <= 0:
-                break
-            p = {**point(tau), "source": "below grid"}
-            points.append(p)
-            if not passes(p):
-                lo = tau
-                break
-            hi = tau
-        if lo is not None:
-            points += bisect_log_tau(point, lo, hi, passes, steps)
+    def below_grid(tau: float) -> dict:
+        p = {**point(tau), "source": "below grid"}
+        points.append(p)
+        return p
+
+    lo, hi = bracket(points, passes, below_grid, factor=2.0, max_expand=BELOW_GRID_STEPS, upward=False)
+    if lo is not None:
+        points += bisect_log_tau(point, lo, hi, passes, steps)
     return sorted(points, key=lambda p: p["tau"])
+
+
+def bracket(points: list[dict], passes: Callable[[dict], bool], decode: Callable[[float], dict], *,
+            factor: float, max_expand: int, upward: bool) -> tuple[float | None, float | None]:
+    """``(lo, hi)``: the bracket on τ of a property that holds from some τ on, for
+    :func:`bisect_log_tau`. ``hi`` is the smallest finite τ > 0 of ``points`` that ``passes``,
+    ``lo`` the largest one below it that fails. Where no τ passes and ``upward``, τ is multiplied
+    by ``factor`` from the largest known (1.0 with none), up to ``max_expand`` times, until one
+    passes; where no τ below ``hi`` fails, τ is divided by ``factor`` up to ``max_expand`` times
+    until one fails (each new τ rounded to 4 decimals). ``decode(tau)`` decodes a new point and
+    adds it to ``points``. ``lo`` (or both) is ``None`` where no bracket was found.
+    Used by :func:`search_points` (×2, downward only) and :func:`match_window` (×4, both ways)."""
+    def finite() -> list[tuple[float, bool]]:
+        return [(float(p["tau"]), passes(p)) for p in points if 0 < float(p["tau"]) < math.inf]
+
+    hi = min((tau for tau, ok in finite() if ok), default=None)
+    if hi is None and upward:
+        tau = max((tau for tau, _ in finite()), default=1.0)
+        for _ in range(max_expand):
+            tau = round(tau * factor, 4)
+            if passes(decode(tau)):
+                hi = tau
+                break
+    if hi is None:
+        return None, None
+    lo = max((tau for tau, ok in finite() if tau < hi and not ok), default=None)
+    tau = hi
+    for _ in range(max_expand if lo is None else 0):
+        tau = round(tau / factor, 4)
+        if tau <= 0:
+            break
+        if passes(decode(tau)):
+            hi = tau
+        else:
+            lo = tau
+            break
+    return lo, hi
 
 
 def bisect_log_tau(point, lo: float, hi: float, passes, steps: int) -> list[dict]:
@@ -108,16 +135,14 @@ def match_window(point: Callable[[float], dict], known: Sequence[dict], target: 
     decoded (the sweep_tau stage's, ``tau`` ``inf`` for τ = ∞), used to bracket first. The
     bracket is the largest τ whose window is below ``target`` and the smallest τ above it whose
     window reaches it; where no known τ reaches (or stays below) the target, τ is multiplied
-    (divided) by ``factor`` up to ``max_expand`` times. Then ``steps`` bisections. The match is
+    (divided) by ``factor`` up to ``max_expand`` times (:func:`bracket`). Then ``steps``
+    bisections. The match is
     the point with the window nearest ``target`` among all known and new points (ties: the
     smaller window, then the smaller τ), τ = ∞ included.
 
     Returns:
         ``(match, new)``: the matched point and the points decoded here, in order.
     """
-    def tau_of(p: dict) -> float:
-        return float(p["tau"])
-
     def reaches(p: dict) -> bool:
         return p["window"] >= target
 
@@ -129,31 +154,10 @@ def match_window(point: Callable[[float], dict], known: Sequence[dict], target: 
         new.append(p)
         return p
 
-    finite = lambda: [p for p in points if 0 < tau_of(p) < math.inf]  # noqa: E731
-    hi = min((tau_of(p) for p in finite() if reaches(p)), default=None)
-    if hi is None:
-        tau = max((tau_of(p) for p in finite()), default=1.0)
-        for _ in range(max_expand):
-            tau = round(tau * factor, 4)
-            if reaches(decode(tau)):
-                hi = tau
-                break
-    lo = None
-    if hi is not None:
-        lo = max((tau_of(p) for p in finite() if not reaches(p) and tau_of(p) < hi), default=None)
-        tau = hi
-        for _ in range(max_expand if lo is None else 0):
-            tau = round(tau / factor, 4)
-            if tau <= 0:
-                break
-            if reaches(decode(tau)):
-                hi = tau
-            else:
-                lo = tau
-                break
+    lo, hi = bracket(points, reaches, decode, factor=factor, max_expand=max_expand, upward=True)
     if lo is not None and hi is not None:
         for p in bisect_log_tau(lambda t: dict(point(t)), lo, hi, reaches, steps):
             points.append(p)
             new.append(p)
-    match = min(points, key=lambda p: (abs(p["window"] - target), p["window"], tau_of(p)))
+    match = min(points, key=lambda p: (abs(p["window"] - target), p["window"], float(p["tau"])))
     return match, new

@@ -2,10 +2,15 @@
 
 Callable from tests and notebooks; the ``train`` and ``finetune`` stages are thin wrappers.
 
-Checkpoints go to ``<out_dir>/<variant>/``: ``best.ckpt`` (best dev BLEU), ``last.ckpt`` (end of
-the latest epoch) and ``run.json`` (a fingerprint of everything that determines the run). When
-the stage is started again after a crash or ``kill -9``, a ``last.ckpt`` whose fingerprint
-matches is resumed; since every epoch reseeds torch with ``seed + epoch`` (the dropout masks'
+A run's model folder ``<out_dir>/<variant>/`` holds what evaluation, translation and a
+teammate need: ``best.ckpt`` (the weights of the best dev BLEU, with the hyperparameters and the
+epoch: no optimiser state), the vocabularies ``src.model`` and ``tgt.model``, and ``run.json`` (a
+fingerprint of everything that determines the run, and ``epochs_done`` once it has ended). The
+resume state, ``last.ckpt`` (weights, optimiser, schedule and callbacks at the end of the latest
+epoch), lives apart in :func:`resume_folder` (``.resume/<model folder>``), which DVC does not
+track; a stage deletes it (:func:`drop_resume_state`) once its runs have finished. When a stage is
+started again after a crash or ``kill -9``, a ``last.ckpt`` whose run's fingerprint matches is
+resumed; since every epoch reseeds torch with ``seed + epoch`` (the dropout masks'
 stream; the DataLoaders draw nothing from it, :class:`flexatt.data.datamodule.TranslationData`)
 and the batch order is a function of ``seed + epoch``, the resumed run ends exactly where an
 uninterrupted one ends.
@@ -32,6 +37,7 @@ import logging
 import os
 import shutil
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Mapping
@@ -45,7 +51,7 @@ from pytorch_lightning.callbacks import Callback, EarlyStopping, ModelCheckpoint
 
 from flexatt import schema
 from flexatt.attention import set_length_ratio
-from flexatt.checkpoints import SIDES, load_checkpoint_state, read_checkpoint
+from flexatt.checkpoints import EPOCHS_DONE, SIDES, load_checkpoint_state, read_checkpoint
 from flexatt.data.datamodule import TranslationData
 from flexatt.data.subwords import Vocab
 from flexatt.errors import ConfigError, DataError
@@ -147,10 +153,14 @@ def warn_slow_bf16(trainer_cfg: dict) -> None:
 
 
 def build_trainer(cfg: DictConfig | schema.Params, ckpt_dir: Path, max_epochs: int, extra_callbacks: list,
-                  logger: Any = False, precision: str | int | None = None) -> pl.Trainer:
+                  logger: Any = False, precision: str | int | None = None,
+                  resume_dir: Path | None = None) -> pl.Trainer:
     """A Lightning Trainer from ``cfg.trainer`` (:class:`flexatt.schema.Trainer`: the keys it
-    gives, extra ones passed on) with our checkpointing and callbacks; ``precision`` replaces
-    ``trainer.precision`` (default: :func:`flexatt.runtime.resolve_precision` of it)."""
+    gives, extra ones passed on) with our checkpointing and callbacks: the best weights to
+    ``ckpt_dir/best.ckpt``, the resume state to ``resume_dir/last.ckpt`` (default:
+    :func:`resume_folder` of ``ckpt_dir``); ``precision`` replaces ``trainer.precision``
+    (default: :func:`flexatt.runtime.resolve_precision` of it)."""
+    resume_dir = resume_folder(ckpt_dir) if resume_dir is None else resume_dir
     trainer_cfg = schema.group(cfg, "trainer").model_dump(exclude_unset=True)
     if precision is None and "precision" in trainer_cfg:
         precision, _ = resolve_precision(trainer_cfg["precision"], trainer_cfg.get("accelerator", "auto"))
@@ -163,16 +173,16 @@ def build_trainer(cfg: DictConfig | schema.Params, ckpt_dir: Path, max_epochs: i
     # for a resume to start from it (and to find the plateau schedule's state of that epoch)
     callbacks = [
         ModelCheckpoint(dirpath=ckpt_dir, filename="best", monitor="val/bleu", mode="max",
-                        save_top_k=1, enable_version_counter=False),
+                        save_top_k=1, save_weights_only=True, enable_version_counter=False),
         *extra_callbacks,
-        ModelCheckpoint(dirpath=ckpt_dir, filename="last", monitor=None, save_top_k=1,
+        ModelCheckpoint(dirpath=resume_dir, filename="last", monitor=None, save_top_k=1,
                         enable_version_counter=False),
     ]
     if patience is not None:
         callbacks.append(EarlyStopping(monitor="val/bleu", mode="max", patience=patience))
     try:
         return pl.Trainer(**trainer_cfg, max_epochs=max_epochs, callbacks=callbacks, logger=logger,
-                          default_root_dir=str(ckpt_dir), use_distributed_sampler=False,
+                          default_root_dir=str(resume_dir), use_distributed_sampler=False,
                           plugins=[AtomicCheckpointIO()], num_sanity_val_steps=0)
     except (TypeError, ValueError, pl.utilities.exceptions.MisconfigurationException) as exc:
         raise ConfigError("trainer", str(exc)) from exc
@@ -197,7 +207,8 @@ def train(cfg: DictConfig | schema.Params, variant: str, *, out_dir: str | None 
     Returns:
         ``(metrics, objects)``: the metrics written to ``metrics_file`` (by rank 0 only, under
         DDP; ``tokens_per_second`` counts every rank's tokens), and ``task``, ``trainer``,
-        ``data``, ``ckpt_dir`` and ``is_global_zero``.
+        ``data``, ``ckpt_dir`` (the model folder), ``resume_dir`` (its resume state, kept until
+        :func:`drop_resume_state`) and ``is_global_zero``.
     """
     p = schema.params(cfg)
     t = p.train
@@ -247,7 +258,8 @@ def _train(p: schema.Params, variant: str, *, out_dir: str | None, epochs: int |
         "trainer": schema.as_dict(p).get("trainer", {}), **_input_digests(tok_dir), "code": _code_digest(),
         "threads": t.threads, "init_from": file_digest(init_from) if init_from else None,
     }
-    resume, recorded = _resume_point(ckpt_dir, fingerprint)
+    resume_dir = resume_folder(ckpt_dir)
+    resume, recorded = _resume_point(ckpt_dir, resume_dir, fingerprint)
     resumed_from_epoch = _epoch_of(resume)
     precision, precision_reason = _run_precision(trainer_cfg, recorded)
     history = History()
@@ -256,12 +268,14 @@ def _train(p: schema.Params, variant: str, *, out_dir: str | None, epochs: int |
     # the W&B group is the pipeline run's, named from the params before the precision was added
     run_cfg["logger"] = {**run_cfg.get("logger", {}), "group": p.logger.group or default_group(p)}
     tracker = start_run(run_cfg, job, run_name or variant, tags=[variant, model_cfg["attention"], p.profile])
-    trainer = build_trainer(p, ckpt_dir, epochs, [history], lightning_logger(tracker), precision=precision)
+    trainer = build_trainer(p, ckpt_dir, epochs, [history], lightning_logger(tracker), precision=precision,
+                            resume_dir=resume_dir)
+    run_record = {**fingerprint, "precision": precision, "precision_reason": precision_reason}
     if trainer.is_global_zero and resume is None:
-        shutil.rmtree(ckpt_dir, ignore_errors=True)
-        ckpt_dir.mkdir(parents=True)
-        write_json(ckpt_dir / "run.json", {**fingerprint, "precision": precision,
-                                           "precision_reason": precision_reason})
+        for folder in (ckpt_dir, resume_dir):
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True)
+        write_json(ckpt_dir / "run.json", run_record)
     started = time.perf_counter()
     ended = _ended_run(resume, trainer, epochs)
     if ended is not None:  # nothing left to train: its learning curve, as the run left it
@@ -280,12 +294,13 @@ def _train(p: schema.Params, variant: str, *, out_dir: str | None, epochs: int |
         finally:
             gc.unfreeze()
     wall = time.perf_counter() - started
+    rows = history.rows
     if trainer.is_global_zero:  # the checkpoints' vocabularies: a checkpoint's folder is self-contained
         for side in SIDES:
             with atomic_path(ckpt_dir / f"{side}.model") as tmp:
                 shutil.copyfile(tok_dir / f"{side}.model", tmp)
+        write_json(ckpt_dir / "run.json", {**run_record, EPOCHS_DONE: len(rows)})
 
-    rows = history.rows
     metrics = {"variant": variant, "attention": model_cfg["attention"], "parameters": count_parameters(task.model),
                "world_size": trainer.world_size, "threads": t.threads, "side_by_side": side_by_side(),
                "precision": precision, "precision_reason": precision_reason,
@@ -297,7 +312,7 @@ def _train(p: schema.Params, variant: str, *, out_dir: str | None, epochs: int |
         write_csv(metrics_file.with_suffix(".csv"), rows)
     _finish_run(tracker, metrics, ckpt_dir, f"{job}-{variant}", log_checkpoint)
     return metrics, {"task": task, "trainer": trainer, "data": data, "ckpt_dir": ckpt_dir,
-                     "is_global_zero": trainer.is_global_zero}
+                     "resume_dir": resume_dir, "is_global_zero": trainer.is_global_zero}
 
 
 def _dev_references(tok_dir: Path, n: int) -> list[str]:
@@ -343,19 +358,52 @@ def _curve_summary(rows: list[dict], world_size: int) -> dict:
 _DECIDED = ("precision", "precision_reason")
 #: rank 0's resolved ``trainer.precision`` (``<precision>\t<reason>``), for the ranks it starts
 PRECISION_ENV = "FLEXATT_RUN_PRECISION"
+#: the folder, under the working directory, of the runs' resume state: outside every model
+#: folder, so that DVC neither tracks nor shares it (git-ignored)
+RESUME_DIR = ".resume"
 
 
-def _resume_point(ckpt_dir: Path, fingerprint: dict) -> tuple[Path | None, dict]:
-    """``(last.ckpt, what its run decided)`` if it belongs to a run with exactly this
-    fingerprint, else ``(None, {})``; the decisions are the :data:`_DECIDED` entries of
-    ``run.json``."""
-    last, run = ckpt_dir / "last.ckpt", ckpt_dir / "run.json"
+def resume_folder(model_dir: str | Path) -> Path:
+    """The folder of the resume state (``last.ckpt``) of the run whose model folder is
+    ``model_dir``: ``.resume/<model_dir>`` for a folder under the working directory (a stage's),
+    else ``<temp dir>/flexatt-resume/<absolute path of model_dir>``. The mapping keeps the
+    folders' nesting, so the resume folder of a sweep's ``out_dir`` holds its runs'."""
+    model_dir = Path(os.path.abspath(model_dir))
+    cwd = Path.cwd()
+    if model_dir == cwd or cwd in model_dir.parents:
+        return Path(RESUME_DIR) / model_dir.relative_to(cwd)
+    return Path(tempfile.gettempdir()) / "flexatt-resume" / model_dir.relative_to(model_dir.anchor)
+
+
+def drop_resume_state(model_dir: str | Path) -> None:
+    """Delete the resume state of ``model_dir``'s runs (:func:`resume_folder`; a sweep's
+    ``out_dir`` drops all of its runs'): a stage calls it once its runs have finished, since
+    what it keeps (``best.ckpt``, the vocabularies, ``run.json``) is all that is used later.
+    Folders left empty above it go too, up to ``.resume`` itself."""
+    folder = resume_folder(model_dir)
+    shutil.rmtree(folder, ignore_errors=True)
+    for parent in folder.parents:
+        try:
+            parent.rmdir()  # only an empty one
+        except OSError:
+            break
+        if parent.name in (RESUME_DIR, "flexatt-resume"):
+            break
+
+
+def _resume_point(ckpt_dir: Path, resume_dir: Path, fingerprint: dict) -> tuple[Path | None, dict]:
+    """``(last.ckpt, what its run decided)`` if ``resume_dir`` holds the resume state of the run
+    in ``ckpt_dir`` and that run has exactly this fingerprint (its ``run.json``), else
+    ``(None, {})``; the decisions are the :data:`_DECIDED` entries of ``run.json``. A run that
+    had ended keeps its state until its stage drops it (:func:`_ended_run` then trains no more)."""
+    last, run = resume_dir / "last.ckpt", ckpt_dir / "run.json"
     if not (last.is_file() and run.is_file()):
         return None, {}
     try:
         recorded = json.loads(run.read_text())
         same = isinstance(recorded, dict) and (
-            {k: v for k, v in recorded.items() if k not in _DECIDED} == json.loads(json.dumps(fingerprint)))
+            {k: v for k, v in recorded.items() if k not in (*_DECIDED, EPOCHS_DONE)}
+            == json.loads(json.dumps(fingerprint)))
     except json.JSONDecodeError:
         same = False
     if not same:

@@ -529,8 +529,8 @@ def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str =
              overrides: tuple[str, ...] = (), source: dict | None = None, parent: Path | None = None,
              targets: dict[str, float] | None = None) -> dict:
     """Train ``unit`` in the current folder (its ``params.yaml``, tokenized data) and write its
-    products to ``out``. Training checkpoints go to ``work/<unit>/`` (resumed when a run is
-    started again). ``source``: the commit the code came from (default: this folder's git).
+    products to ``out``. Training goes to ``work/<unit>/`` (resumed from its state in ``.resume/``
+    when a run is started again). ``source``: the commit the code came from (default: this folder's git).
     A fine-tuning or control starts from ``parent`` (its parent unit's ``weights.fp16.pt``);
     ``targets``: the fixed windows a flexible model is matched to (:func:`decode_products`).
     Returns the manifest. (One long function: a unit's steps in the order they run, each a call.)"""
@@ -557,7 +557,7 @@ def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str =
         if unit.budget != 1.0:
             extra += budget_overrides(t.epochs, t.lr_halve_from_epoch, unit.budget)
         p = schema.validate(C.load_params(params, [*overrides, *extra]))
-        metrics, _ = train(p, unit.variant, job_type="unit", **common)
+        metrics, objects = train(p, unit.variant, job_type="unit", **common)
     else:
         p = schema.validate(C.load_params(params, [*overrides, f"train.seed={unit.run}"]))
         spec = read_plan(Path("conf/units") / f"{p.profile}.yaml").finetuning
@@ -571,12 +571,12 @@ def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str =
         save_torch({"state_dict": {f"model.{k}": v.float() if v.is_floating_point() else v
                                    for k, v in saved["state_dict"].items()}}, init)
         rates = [p.finetune.lr] * spec.epochs  # the fine-tuning's sequence; its control replays it
-        metrics, _ = train(p, unit.variant, epochs=spec.epochs, lr=p.finetune.lr, beta=unit.beta, init_from=init,
-                           lr_epochs=rates, job_type=unit.kind, **common)
+        metrics, objects = train(p, unit.variant, epochs=spec.epochs, lr=p.finetune.lr, beta=unit.beta,
+                                 init_from=init, lr_epochs=rates, job_type=unit.kind, **common)
         finetuning = {"parent": unit.parent, "parent_sha256": _sha256(Path(parent)), "beta": unit.beta,
                       "run": unit.run}
     trained = time.perf_counter()
-    checkpoint = folder / "model" / unit.variant / "last.ckpt"
+    checkpoint = objects["resume_dir"] / "last.ckpt"  # the budget's last epoch: the unit's checkpoint rule
     files: dict[str, bytes] = {"curve.csv": (folder / f"{unit.variant}.csv").read_bytes()}
     with torch.inference_mode(False):
         if unit.keep_weights:

@@ -16,7 +16,7 @@ Usage::
 
     python -m flexatt.stages.control finetune.variant=flexible
 
-Writes ``<finetune.control_out_dir>/<variant>/{best,last}.ckpt`` and
+Writes the model folder ``<finetune.control_out_dir>/<variant>/`` and
 ``<finetune.control_metrics_dir>/<variant>.json`` (with ``budget``: the epochs, their learning
 rates, their source file, and the fine-tuning's β), as ``finetune`` does.
 """
@@ -32,7 +32,7 @@ from flexatt import config as C
 from flexatt import schema
 from flexatt.errors import DataError
 from flexatt.io import write_json
-from flexatt.trainer import train
+from flexatt.trainer import drop_resume_state, train
 
 
 def budget(curve_file: Path) -> list[float]:
@@ -78,6 +78,7 @@ def run(cfg: DictConfig | schema.Params) -> dict:
                              beta=0.0, init_from=Path(ft.init_dir) / variant / "best.ckpt",
                              metrics_file=metrics_file, job_type="control", lr_epochs=rates)
     if objects["is_global_zero"]:
+        drop_resume_state(objects["ckpt_dir"])
         metrics["budget"] = {"epochs": len(rates), "lr": rates, "from": str(source), "finetune_beta": ft.beta}
         write_json(metrics_file, metrics)
         print(f"control@{variant} (beta 0, {len(rates)} epochs at the learning rates of finetune@{variant}): "

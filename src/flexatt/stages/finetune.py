@@ -11,7 +11,7 @@ Usage::
     python -m flexatt.stages.finetune finetune.variant=flexible finetune.beta=0.001
 
 Starts from ``<finetune.init_dir>/<variant>/best.ckpt``; writes
-``<finetune.out_dir>/<variant>/{best,last}.ckpt`` and ``<finetune.metrics_dir>/<variant>.json``.
+the model folder ``<finetune.out_dir>/<variant>/`` and ``<finetune.metrics_dir>/<variant>.json``.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from omegaconf import DictConfig
 
 from flexatt import config as C
 from flexatt import schema
-from flexatt.trainer import train
+from flexatt.trainer import drop_resume_state, train
 
 
 def run(cfg: DictConfig | schema.Params) -> dict:
@@ -32,6 +32,7 @@ def run(cfg: DictConfig | schema.Params) -> dict:
                              init_from=Path(ft.init_dir) / variant / "best.ckpt",
                              metrics_file=Path(ft.metrics_dir) / f"{variant}.json")
     if objects["is_global_zero"]:  # one report under DDP
+        drop_resume_state(objects["ckpt_dir"])
         print(f"finetune@{variant} (beta {ft.beta}): dev BLEU {metrics['dev_bleu']}, "
               f"{metrics['tokens_per_second']} target tokens/s")
     return metrics

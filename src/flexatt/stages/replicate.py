@@ -56,7 +56,7 @@ from flexatt.io import write_json
 from flexatt.metrics import corpus_bleu, corpus_chrf
 from flexatt.tracking import start_run
 from flexatt.stages.control import budget, control_params
-from flexatt.trainer import train
+from flexatt.trainer import drop_resume_state, train
 
 #: the variants a job trains, and the one it fine-tunes
 VARIANTS = ("global", "flexible")
@@ -127,6 +127,8 @@ def run(cfg: DictConfig | schema.Params) -> dict:
     dev_bleu[f"{FINETUNED}_ctl"] = metrics["dev_bleu"]
     if not objects["is_global_zero"]:  # under DDP, rank 0 alone decodes and reports
         return {}
+    for trained in (models_dir, ft_dir, ctl_dir):
+        drop_resume_state(trained)
 
     models = {"global": load_model(models_dir / "global" / "best.ckpt"),
               "flexible": load_model(models_dir / "flexible" / "best.ckpt"),

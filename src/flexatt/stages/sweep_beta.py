@@ -23,7 +23,8 @@ Selected: the β with the smallest window at ``tau`` whose dev BLEU (τ = ∞) i
 the stopping rule; ``epochs`` and ``best_epoch`` are recorded per point.
 
 Writes ``sweep_beta.out`` (JSON), ``curve_file`` (CSV for ``dvc plots``) and ``figure`` (PNG);
-the runs' checkpoints go to ``<out_dir>/beta<β>/<variant>/`` (and resume after an interruption).
+the runs' model folders go to ``<out_dir>/beta<β>/<variant>/`` (an interrupted sweep resumes from
+their state in ``.resume/``, deleted when the sweep ends).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from flexatt.io import write_csv, write_json
 from flexatt.metrics import corpus_bleu
 from flexatt.parallel import intra_op_threads, run_each
 from flexatt.tracking import default_group, start_run
-from flexatt.trainer import train
+from flexatt.trainer import drop_resume_state, train
 
 
 def mean_g(model, data: EvalSet, batch_size: int) -> float:
@@ -136,6 +137,7 @@ def run(cfg: DictConfig | schema.Params) -> dict:
                 break
     for beta in betas[1 + len(points):]:
         shutil.rmtree(out_dir / f"beta{beta:g}", ignore_errors=True)
+    drop_resume_state(out_dir)
     selected = select_beta(points, reference["dev_bleu"], sb.tolerance)
     result = {"variant": variant, "tau": sb.tau, "max_drop": sb.max_drop, "tolerance": sb.tolerance,
               "reference": reference, "points": points,

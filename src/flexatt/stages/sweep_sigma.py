@@ -30,7 +30,7 @@ from flexatt.io import write_csv, write_json
 from flexatt.metrics import corpus_bleu
 from flexatt.parallel import intra_op_threads, run_each
 from flexatt.tracking import default_group, start_run
-from flexatt.trainer import train
+from flexatt.trainer import drop_resume_state, train
 
 
 def _dev_point(model, dev: EvalSet, options: DecodeOptions, decoded_by: dict) -> tuple[float, float]:
@@ -88,6 +88,7 @@ def run(cfg: DictConfig | schema.Params) -> dict:
     for point, decoded in run_each(_point, jobs, parallel.jobs(p.train.threads)):
         points.append(point)
         decoded_by.update(decoded)
+    drop_resume_state(sg.out_dir)
 
     best = max(points, key=lambda p: (p["dev_bleu"], -p["window"]))
     result = {"base_variant": base, "warm_start_epochs": epochs, "reference_tau": ref_tau,
