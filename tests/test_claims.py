@@ -79,7 +79,8 @@ def test_bleu_difference_is_the_difference_of_corpus_bleu_with_a_seeded_interval
 
 def test_bleu_difference_uses_the_resamples_of_sacrebleus_paired_bootstrap():
     """The same indices as sacrebleu's paired bootstrap for the same seed: A's resampled scores
-    (recomputed from the same draw) give sacrebleu's interval of A."""
+    (recomputed from the same draw) give sacrebleu's half-width of A's interval, which is centred
+    on A's observed BLEU, not on the resamples' mean."""
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import estimate_ci
 
@@ -88,7 +89,9 @@ def test_bleu_difference_uses_the_resamples_of_sacrebleus_paired_bootstrap():
     idx = np.random.default_rng(11).choice(len(REFS), size=(300, len(REFS)), replace=True)
     mean, ci = estimate_ci(np.array([metric._compute_score_from_stats(list(stats[i].sum(0))).score for i in idx]))
     sig = bleu_significance({"A": GOOD, "B": BAD}, REFS, {"A": "B", "B": None}, n_samples=300, seed=11)
-    assert sig["A"]["bleu_ci"] == [round(mean - ci, 2), round(mean + ci, 2)]
+    observed = corpus_bleu(GOOD, [REFS])[0]
+    assert sig["A"]["bleu_ci"] == [round(observed - ci, 2), round(observed + ci, 2)]
+    assert round(mean - ci, 2) != sig["A"]["bleu_ci"][0]  # sacrebleu's own centre, the resamples' mean
 
 
 def test_bleu_difference_names_a_length_mismatch():
