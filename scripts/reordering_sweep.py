@@ -60,7 +60,7 @@ FIGURE = ROOT / "results" / "figures" / "window_vs_reordering.png"
 # BLEU tolerance, 99.1 -> 96.7, so none was selected and nothing was bisected)
 OVERRIDES = ("train.epochs=30", "train.lr_halve_from_epoch=25", "sweep_tau.grid=[0.8,1.0,1.2,1.4,1.6,2.0,2.5,3.0,4.0,6.0]",
              "variants=global_local_flexible", "evaluate/checkpoints=global_local_flexible",
-             "finetune.variants=[flexible]", "sweep_tau.models=[flexible,flexible_ft]",
+             "finetune.variants=[flexible]", "sweep_tau.models=[flexible,flexible_ft,flexible_ctl]",
              "sweep_tau.curve_model=flexible_ft", "evaluate.tau_rows=[flexible,flexible_ft,flexible_ctl]")
 # the real corpora: label -> folder of its results (relative to the repository); local-m's D is
 # read from the dvc.lock that made them (results/<profile>/dvc.lock, the pipeline's own for results/,

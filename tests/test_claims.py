@@ -16,9 +16,9 @@ import torch
 
 from flexatt import claims
 from flexatt.tau_search import match_window
-from flexatt.claims import (adjust, bleu_difference, claims_table, compare_pair, holm, not_selected, outcome,
-                            verdict_better, verdict_effect, verdict_not_worse, verdict_within,
-                            windows_match)
+from flexatt.claims import (adjust, against_paper, bleu_difference, claims_table, compare_pair, holm, not_selected,
+                            outcome, repeats_inf, verdict_better, verdict_cut, verdict_effect, verdict_narrowing,
+                            verdict_not_worse, verdict_within, windows_match)
 from flexatt.metrics import bleu_significance, corpus_bleu
 
 REFS = ["the cat sat on the mat", "a dog ran in the park", "she reads a book at night",
@@ -79,7 +79,8 @@ def test_bleu_difference_is_the_difference_of_corpus_bleu_with_a_seeded_interval
 
 def test_bleu_difference_uses_the_resamples_of_sacrebleus_paired_bootstrap():
     """The same indices as sacrebleu's paired bootstrap for the same seed: A's resampled scores
-    (recomputed from the same draw) give sacrebleu's interval of A."""
+    (recomputed from the same draw) give sacrebleu's half-width of A's interval, which is centred
+    on A's observed BLEU, not on the resamples' mean."""
     from sacrebleu.metrics import BLEU
     from sacrebleu.significance import estimate_ci
 
@@ -88,7 +89,9 @@ def test_bleu_difference_uses_the_resamples_of_sacrebleus_paired_bootstrap():
     idx = np.random.default_rng(11).choice(len(REFS), size=(300, len(REFS)), replace=True)
     mean, ci = estimate_ci(np.array([metric._compute_score_from_stats(list(stats[i].sum(0))).score for i in idx]))
     sig = bleu_significance({"A": GOOD, "B": BAD}, REFS, {"A": "B", "B": None}, n_samples=300, seed=11)
-    assert sig["A"]["bleu_ci"] == [round(mean - ci, 2), round(mean + ci, 2)]
+    observed = corpus_bleu(GOOD, [REFS])[0]
+    assert sig["A"]["bleu_ci"] == [round(observed - ci, 2), round(observed + ci, 2)]
+    assert round(mean - ci, 2) != sig["A"]["bleu_ci"][0]  # sacrebleu's own centre, the resamples' mean
 
 
 def test_bleu_difference_names_a_length_mismatch():
@@ -197,7 +200,7 @@ def _comp(a, b, delta, ci, p, family="table1"):
 ROWS = {"global": _row(35.0, 17.0), "flexible": _row(35.0, 18.3), "local_p": _row(17.0, 12.1),
         "sact": _row(35.0, 17.6), "flexible_ft": _row(35.0, 19.1, g=0.30),
         "flexible_ft_tau": _row(10.5, 18.6, tau=2.4, g=0.31), "flexible_ctl": _row(35.0, 19.0, g=0.20),
-        "flexible_ctl_tau": _row(16.0, 18.9, tau=2.4, g=0.21)}
+        "flexible_ctl_tau": _row(16.0, 18.9, tau=1.8, g=0.21)}  # the control at its own selected τ
 COMPS = [_comp("flexible", "global", 1.3, [0.6, 2.0], 0.004),
          _comp("flexible_ft_tau", "flexible_ft", -0.5, [-0.9, -0.1], 0.02),
          _comp("local_p", "global", -5.1, [-5.9, -4.3], 0.004),
@@ -205,18 +208,23 @@ COMPS = [_comp("flexible", "global", 1.3, [0.6, 2.0], 0.004),
          _comp("flexible_ft_tau", "flexible_ctl_tau", -0.3, [-0.45, -0.1], 0.04, "compare"),
          _comp("flexible_ft", "flexible_ctl", 0.1, [-0.2, 0.4], 0.6, "compare"),
          _comp("flexible@local_m", "local_m", 1.0, [0.2, 1.8], 0.01, "compare")]
-MATCHED = [{"model": "flexible", "local": "local_m", "outcome": "better"},
-           {"model": "flexible_ft", "local": "local_m", "outcome": "equal"}]
+MATCHED = [{"model": "flexible", "local": "local_m", "D": 10, "outcome": "better"},
+           {"model": "flexible_ft", "local": "local_m", "D": 10, "outcome": "equal"}]
 
 
 def test_the_claims_table_on_synthetic_results():
     table = {c["id"]: c for c in claims_table(ROWS, COMPS, MATCHED, alpha=0.05, margin=0.5)}
     assert [c["id"] for c in claims.CLAIMS] == list(table)
     assert table["a"]["verdict"] == "holds" and table["a"]["effect"] == 1.3 and table["a"]["p"] == 0.004
-    # 70% fewer positions, but the loss's interval reaches past 0.5 BLEU
-    assert table["b"]["verdict"] == "inconclusive" and table["b"]["reduction"] == pytest.approx(0.7)
-    assert table["c"]["verdict"] == "holds"  # narrower than its control, within 0.5 BLEU
-    assert table["c"]["at_inf"]["effect"] == 0.1 and "mean g_t 0.310 vs 0.210" in table["c"]["detail"]
+    # 70% fewer positions, but the loss's interval reaches past 0.5 BLEU; the paper's 56–64% lies below 70%
+    b = table["b"]
+    assert b["verdict"] == "inconclusive" and b["rule"] == "within+cut" and b["cut"] == pytest.approx(0.7)
+    assert b["paper_cut"] == "below" and "70% of positions cut" in b["detail"] and "56–64% below ours" in b["detail"]
+    assert "56" not in b["claim"].split("(")[0]  # the paper's figure is reported, not claimed
+    c = table["c"]  # each at its own τ: 10.5 against 16.0 positions (−34%), within 0.5 BLEU
+    assert c["verdict"] == "holds" and c["tau"] == [2.4, 1.8] and c["window_change"] == pytest.approx(-0.3438)
+    assert "each at its own τ, 2.4 vs 1.8" in c["detail"] and "(-34.4%, narrower: ≤ −5%)" in c["detail"]
+    assert c["at_inf"]["effect"] == 0.1 and "mean g_t 0.310 vs 0.210" in c["detail"]
     assert table["c+sact"]["verdict"] == "not measured"
     assert set(table["c+sact"]["missing"]) == {"flexible_sact_ft_tau", "flexible_sact_ctl_tau"}
     assert table["d"]["verdict"] == "fails"  # local-p significantly below Global
@@ -233,20 +241,20 @@ def test_claim_verdicts_move_with_the_evidence():
              _comp("flexible_ft_tau", "flexible_ctl_tau", -0.3, [-0.4, -0.1], 0.04, "compare")]
     table = {c["id"]: c for c in claims_table(rows, comps, [], alpha=0.05, margin=0.5)}
     assert table["a"]["verdict"] == "fails"  # flexible significantly below Global
-    assert table["b"]["verdict"] == "fails"  # only 43% fewer positions
+    assert table["b"]["verdict"] == "holds"  # 43% fewer positions within the margin: no 56% threshold
     assert table["c"]["verdict"] == "fails"  # wider than the control
     assert table["d"]["verdict"] == "not measured"  # no comparison of local_p
     assert table["e"]["verdict"] == "holds"
     assert table["e2"]["verdict"] == "holds" and "inside the CI" in table["e2"]["detail"]
     assert table["f"]["verdict"] == "not measured"
-    worse = [*MATCHED, {"model": "flexible", "local": "local_p", "outcome": "worse"}]
+    worse = [*MATCHED, {"model": "flexible", "local": "local_p", "D": 10, "outcome": "worse"}]
     assert {c["id"]: c for c in claims_table(rows, comps, worse)}["f"]["verdict"] == "fails"
     better = [{**m, "outcome": "better"} for m in MATCHED]
     assert {c["id"]: c for c in claims_table(rows, comps, better)}["f"]["verdict"] == "holds"
 
 
 def test_pairs_whose_windows_did_not_match_are_left_out_of_claim_f():
-    pairs = [*MATCHED, {"model": "flexible", "local": "local_p", "outcome": "not matched"}]
+    pairs = [*MATCHED, {"model": "flexible", "local": "local_p", "D": 10, "outcome": "not matched"}]
     f = {c["id"]: c for c in claims_table(ROWS, COMPS, pairs)}["f"]
     assert f["verdict"] == "inconclusive" and f["outcomes"]["not matched"] == 1 and "1 not matched" in f["detail"]
     better = [{**m, "outcome": "better"} for m in MATCHED] + [pairs[-1]]
@@ -256,14 +264,29 @@ def test_pairs_whose_windows_did_not_match_are_left_out_of_claim_f():
 
 
 def test_fine_tuning_is_not_judged_where_no_tau_was_selected():
-    """Without a selected τ both _tau rows decode at τ = ∞, where the windows are equal by
-    construction: claims b and c are not measured, not failed."""
+    """Without a selected τ for either model both _tau rows decode at τ = ∞, where the windows are
+    equal by construction: claims b and c are not measured, not failed."""
     rows = {**ROWS, "flexible_ft_tau": _row(35.0, 19.1, tau=math.inf), "flexible_ctl_tau": _row(35.0, 19.0, tau=math.inf)}
     table = {c["id"]: c for c in claims_table(rows, COMPS, MATCHED)}
-    for claim in ("b", "c"):  # b: the τ row is the τ = ∞ row again, a cut of 0% judged against itself
-        assert table[claim]["verdict"] == "not measured", claim
-        assert table[claim]["missing"] == ["a selected τ for flexible_ft (sweep_tau kept none within its tolerance)"]
+    # b: the τ row is the τ = ∞ row again, a cut of 0% judged against itself
+    assert table["b"]["verdict"] == "not measured"
+    assert table["b"]["missing"] == ["a selected τ for flexible_ft (sweep_tau kept none within its tolerance)"]
+    assert table["c"]["verdict"] == "not measured"
+    assert table["c"]["missing"] == ["a selected τ for flexible_ft or flexible_ctl (sweep_tau kept none within its "
+                                     "tolerance)"]
     assert table["a"]["verdict"] != "not measured"
+
+
+def test_c_compares_a_model_without_a_selected_tau_at_tau_inf_its_own_operating_point():
+    """Only the control kept a τ: the fine-tuned model scores every position at its own operating
+    point, a wider window than the control's, so fine-tuning did not narrow it."""
+    rows = {**ROWS, "flexible_ft_tau": _row(35.0, 19.1, tau=math.inf)}
+    c = {c["id"]: c for c in claims_table(rows, COMPS, MATCHED)}["c"]
+    assert c["verdict"] == "fails" and c["tau"] == [math.inf, 1.8] and "each at its own τ, ∞ vs 1.8" in c["detail"]
+    assert repeats_inf("flexible_ft_tau", "flexible_ft", rows)  # b: a system against itself
+    assert not repeats_inf("flexible_ft_tau", "flexible_ctl_tau", rows)  # c: two operating points
+    rows["flexible_ctl_tau"] = _row(35.0, 19.0, tau=math.inf)
+    assert repeats_inf("flexible_ft_tau", "flexible_ctl_tau", rows)  # the τ = ∞ pair again
 
 
 def test_a_tau_row_without_a_selected_tau_is_the_tau_inf_row_again():
@@ -427,6 +450,111 @@ def test_a_window_a_hair_smaller_than_the_controls_is_not_a_narrowing():
     comps = [c for c in COMPS if (c["a"], c["b"]) != ("flexible_ft_tau", "flexible_ctl_tau")] + \
         [_comp("flexible_ft_tau", "flexible_ctl_tau", -0.1, [-0.3, 0.1], 0.5, "compare")]
     table = {c["id"]: c for c in claims_table(rows, comps, [])}
-    assert table["c"]["verdict"] == "fails" and "(-0.2%, narrower: ≥ 5% fewer)" in table["c"]["detail"]
+    assert table["c"]["verdict"] == "fails" and "(-0.2%, narrower: ≤ −5%)" in table["c"]["detail"]
     rows["flexible_ft_tau"] = _row(9.829 * (1 - MIN_NARROWING), 18.6, tau=2.3)
     assert {c["id"]: c for c in claims_table(rows, comps, [])}["c"]["verdict"] == "holds"
+
+
+# --------------------------------------------------------------------------------------------
+# The rules the default pipeline shares with the units' claims (flexatt.unit_claims)
+
+
+@pytest.mark.parametrize("within, cut, verdict", [
+    ("holds", (0.4, 0.4), "holds"),  # 40% cut within the margin: no 56% threshold
+    ("inconclusive", (0.7, 0.7), "inconclusive"),  # a wide BLEU interval decides, whatever the cut
+    ("fails", (0.7, 0.7), "fails"),
+    ("holds", (0.0, 0.0), "fails"),  # nothing cut
+    ("holds", (-0.1, 0.3), "fails"),  # an interval over seeds that reaches 0: not shown to cut
+])
+def test_verdict_cut(within, cut, verdict):
+    assert verdict_cut(within, cut) == verdict
+
+
+@pytest.mark.parametrize("within, change, verdict", [
+    ("holds", (-0.10, -0.10), "holds"),
+    ("holds", (-0.05, -0.05), "holds"),  # exactly 5% fewer positions counts
+    ("holds", (-0.03, -0.03), "fails"),  # narrowed 3%: not by 5%
+    ("holds", (0.02, 0.02), "fails"),
+    ("holds", (-0.12, -0.02), "inconclusive"),  # an interval over seeds across −5%
+    ("inconclusive", (-0.10, -0.10), "inconclusive"),
+    ("fails", (-0.10, -0.10), "fails"),
+])
+def test_verdict_narrowing(within, change, verdict):
+    assert verdict_narrowing(within, change) == verdict
+
+
+@pytest.mark.parametrize("figure, where", [(0.7, "below"), (0.6, "inside"), (0.4, "above"), (0.64, "inside"),
+                                           ((0.5, 0.57), "inside"), ((0.65, 0.8), "below"), ((0.2, 0.5), "above")])
+def test_against_paper_says_where_the_papers_range_lies(figure, where):
+    assert against_paper(figure, (0.56, 0.64)) == where
+
+
+def test_b_with_a_wide_interval_is_inconclusive_and_a_40_percent_cut_within_the_margin_holds():
+    rows = {**ROWS, "flexible_ft_tau": _row(21.0, 18.9, tau=2.4)}  # 40% of 35 positions cut
+    others = [c for c in COMPS if c["b"] != "flexible_ft"]
+    wide = [*others, _comp("flexible_ft_tau", "flexible_ft", -0.2, [-0.9, 0.5], 0.6)]
+    b = {c["id"]: c for c in claims_table(rows, wide, MATCHED)}["b"]
+    assert b["cut"] == pytest.approx(0.4) and b["verdict"] == "inconclusive"  # the margin inside the interval
+    narrow = [*others, _comp("flexible_ft_tau", "flexible_ft", -0.2, [-0.4, 0.1], 0.3)]
+    b = {c["id"]: c for c in claims_table(rows, narrow, MATCHED)}["b"]
+    assert b["verdict"] == "holds" and b["paper_cut"] == "above"  # the paper's 56–64% above our 40%, reported only
+    rows["flexible_ft_tau"] = _row(35.0, 18.9, tau=9.0)  # a selected τ that cuts nothing
+    assert {c["id"]: c for c in claims_table(rows, narrow, MATCHED)}["b"]["verdict"] == "fails"
+
+
+def test_c_reads_each_model_at_its_own_tau_and_fails_a_3_percent_narrowing():
+    """The control's _tau row is decoded at the control's own τ (its window at that τ); the
+    fine-tuned curve shifted so that its own τ gives 3% fewer positions fails, 10% holds."""
+    comps = [c for c in COMPS if c["b"] != "flexible_ctl_tau"] + \
+        [_comp("flexible_ft_tau", "flexible_ctl_tau", -0.1, [-0.3, 0.1], 0.5, "compare")]
+    for window, verdict in ((0.97 * 16.0, "fails"), (0.90 * 16.0, "holds")):
+        rows = {**ROWS, "flexible_ft_tau": _row(window, 18.8, tau=2.6, g=0.31)}
+        c = {c["id"]: c for c in claims_table(rows, comps, MATCHED)}["c"]
+        assert c["verdict"] == verdict, window
+        assert c["tau"] == [2.6, 1.8] and c["window"] == [window, 16.0]
+
+
+def test_f_counts_only_the_fixed_windows_of_the_verdict():
+    """A D = 2 window that beats flexible is reported, outside the verdict; D = 5 and 10 decide."""
+    from flexatt.claims import VERDICT_WINDOWS
+
+    assert VERDICT_WINDOWS == (5, 10)
+    pairs = [{"model": "flexible", "local": "local_m_d5", "D": 5, "outcome": "better"},
+             {"model": "flexible", "local": "local_m", "D": 10, "outcome": "better"},
+             {"model": "flexible", "local": "local_m_d2", "D": 2, "outcome": "worse"}]
+    f = {c["id"]: c for c in claims_table(ROWS, COMPS, pairs)}["f"]
+    assert f["verdict"] == "holds" and f["outcomes"] == {"better": 2, "equal": 0, "worse": 0, "not matched": 0}
+    assert f["pairs"] == 3 and f["outside_verdict"] == 1
+    assert "outside the verdict: flexible vs local_m_d2 (D=2): worse" in f["detail"]
+    only = {c["id"]: c for c in claims_table(ROWS, COMPS, pairs[2:])}["f"]
+    assert only["verdict"] == "not measured"
+    assert only["missing"] == ["a matched pair with a fixed window of D = 5 or 10"]
+
+
+def test_the_report_marks_matched_pairs_outside_the_verdict():
+    from flexatt.stages.compare import render
+
+    pair = {"model": "flexible", "tau": 0.5, "dev": {"window": 5.1, "target": 5.0},
+            "test": {"window": 5.2, "window_local": 5.0, "bleu": 18.0, "bleu_local": 19.0}, "delta": -1.0,
+            "ci": [-1.5, -0.5], "p": 0.01, "p_ar": 0.01, "outcome": "worse"}
+    report = {"split": "test", "alpha": 0.05, "margin": 0.5, "bootstrap": {"n_samples": 1000, "seed": 1},
+              "ar": {"n_trials": 100}, "claims": claims_table(ROWS, COMPS, []), "table1": {},
+              "matched": [{**pair, "local": "local_m_d2", "D": 2}, {**pair, "local": "local_m", "D": 10}]}
+    lines = render(report).splitlines()
+    assert any(line.startswith("| flexible | local_m_d2 (D=2) |") and line.endswith("| worse (outside the verdict) |")
+               for line in lines)
+    assert any(line.startswith("| flexible | local_m (D=10) |") and line.endswith("| worse |") for line in lines)
+
+
+def test_paired_tests_skip_only_a_repeat_of_a_test_at_tau_inf():
+    from flexatt.stages.compare import paired_tests
+
+    rows = {"flexible_ft": _row(35.0, 19.1), "flexible_ctl": _row(35.0, 19.0),
+            "flexible_ft_tau": _row(35.0, 19.1, tau=math.inf), "flexible_ctl_tau": _row(12.0, 18.0, tau=1.8)}
+    hyps = {"flexible_ft": GOOD, "flexible_ctl": BAD, "flexible_ft_tau": GOOD, "flexible_ctl_tau": BAD}
+    done = {(c["a"], c["b"]) for c in paired_tests(rows, hyps, [], REFS, seed=1, n_samples=20, trials=20, alpha=0.05)}
+    assert ("flexible_ft_tau", "flexible_ctl_tau") in done  # c: the control at its own τ
+    assert ("flexible_ft_tau", "flexible_ft") not in done  # b: the fine-tuned model against itself
+    rows["flexible_ctl_tau"] = _row(35.0, 19.0, tau=math.inf)
+    done = {(c["a"], c["b"]) for c in paired_tests(rows, hyps, [], REFS, seed=1, n_samples=20, trials=20, alpha=0.05)}
+    assert done == {("flexible_ft", "flexible_ctl")}  # the τ = ∞ pair, once

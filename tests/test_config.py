@@ -25,6 +25,17 @@ def test_every_profile_composes(root, profile):
     assert cfg.filter.max_len == 50
 
 
+@pytest.mark.parametrize("profile", ["smoke", "default", "paper", "char", "grc", "converged"])
+def test_every_tau_row_has_its_own_models_tau_to_decode_at(root, profile):
+    """Each _tau row decodes at the τ sweep_tau selected for its own model (flexatt.rows.Row.tau_source),
+    a control's too: every model of evaluate.tau_rows is swept, so evaluate never borrows a τ."""
+    from flexatt.rows import Row
+
+    cfg = C.compose([f"profile={profile}"], root / "conf")
+    assert {Row.of(f"{row}_tau").tau_source for row in cfg.evaluate.tau_rows} <= set(cfg.sweep_tau.models)
+    assert any(row.endswith("_ctl") for row in cfg.sweep_tau.models)  # the controls are swept
+
+
 def test_paper_profile_decodes_with_the_papers_beam(root):
     """The papers decode with a beam of 20 (2017 paper, §5); the default profile's CPU budget uses 5."""
     assert C.compose(["profile=paper"], root / "conf").decode.beam_size == 20
@@ -45,7 +56,8 @@ def test_char_profile_trains_global_and_flexible_on_characters(root):
     assert dict(char.evaluate.checkpoints) == {
         "global": "artifacts/models/global/best.ckpt", "flexible": "artifacts/models/flexible/best.ckpt",
         "flexible_ft": "artifacts/models_ft/flexible/best.ckpt", "flexible_ctl": "artifacts/models_ctl/flexible/best.ckpt"}
-    assert list(char.sweep_tau.models) == ["flexible", "flexible_ft"]
+    # every model of a _tau row has its own selected τ: the control's too
+    assert list(char.sweep_tau.models) == ["flexible", "flexible_ft", "flexible_ctl"]
     assert list(char.evaluate.tau_rows) == ["flexible", "flexible_ft", "flexible_ctl"]
     assert params.model == validate(default).model
     assert char.train.epochs == 2 * default.train.epochs

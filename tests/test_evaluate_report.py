@@ -64,13 +64,13 @@ def test_reference_rows():
     assert reference_row("flexible_ft", {"global", "flexible_ft"}) == "global"
 
 
-def test_a_control_decodes_at_its_finetuned_models_tau(tmp_path):
-    selected = {"flexible": 1.5, "flexible_ft": 2.25}
+def test_a_control_decodes_at_its_own_selected_tau(tmp_path):
+    selected = {"flexible": 1.5, "flexible_ft": 2.25, "flexible_ctl": 1.75, "flexible_sact_ft": 2.0}
     assert tau_of("flexible", selected, tmp_path) == 1.5
     assert tau_of("flexible_ft", selected, tmp_path) == 2.25
-    assert tau_of("flexible_ctl", selected, tmp_path) == 2.25  # the same tau as the fine-tuned model
-    with pytest.raises(DataError, match="no selected tau for flexible_sact_ft"):
-        tau_of("flexible_sact_ctl", selected, tmp_path)
+    assert tau_of("flexible_ctl", selected, tmp_path) == 1.75  # its own, not the fine-tuned model's 2.25
+    with pytest.raises(DataError, match=r"no selected tau for flexible_sact_ctl \(add it to sweep_tau.models\)"):
+        tau_of("flexible_sact_ctl", selected, tmp_path)  # the fine-tuned model's τ is not borrowed
 
 
 def test_finetuning_effect_is_finetuned_minus_control():
@@ -79,30 +79,38 @@ def test_finetuning_effect_is_finetuned_minus_control():
     results = {"flexible_ft": _row(30.0, None, None, None, g_mean=0.5, window=20.0),
                "flexible_ctl": _row(29.0, None, None, None, g_mean=0.4, window=20.0),
                "flexible_ft_tau": _row(28.0, None, None, None, tau=2.0, g_mean=0.5, window=8.0),
-               "flexible_ctl_tau": _row(27.5, None, None, None, tau=2.0, g_mean=0.4, window=9.5),
+               "flexible_ctl_tau": _row(27.5, None, None, None, tau=1.5, g_mean=0.4, window=9.5),  # its own τ
                "flexible_sact_ft": _row(1.0, None, None, None, window=5.0)}  # no control
     hyps = {"flexible_ft": good, "flexible_ctl": bad, "flexible_ft_tau": good, "flexible_ctl_tau": good,
             "flexible_sact_ft": good}
     effect = finetuning_effect(results, hyps, refs, n_samples=200, seed=7)
     assert set(effect) == {"flexible_ft", "flexible_ft_tau"}
-    assert effect["flexible_ft"] == {"control": "flexible_ctl", "tau": math.inf, "bleu": 1.0, "g_mean": 0.1,
-                                     "window": 0.0, "p_value": effect["flexible_ft"]["p_value"]}
+    assert effect["flexible_ft"] == {"control": "flexible_ctl", "tau": math.inf, "tau_control": math.inf, "bleu": 1.0,
+                                     "g_mean": 0.1, "window": 0.0, "p_value": effect["flexible_ft"]["p_value"]}
     assert effect["flexible_ft"]["p_value"] < 0.05  # whole sentences against fragments
-    assert effect["flexible_ft_tau"]["window"] == -1.5 and effect["flexible_ft_tau"]["tau"] == 2.0
+    assert effect["flexible_ft_tau"]["window"] == -1.5
+    assert (effect["flexible_ft_tau"]["tau"], effect["flexible_ft_tau"]["tau_control"]) == (2.0, 1.5)
     assert effect["flexible_ft_tau"]["p_value"] == 1.0  # identical hypotheses
     table = render_table({**results, "global": _row(20.0, None, None, None)}, _cfg(), "test", 5, None, effect)
     assert "## Fine-tuning against its control" in table
-    assert "| Flexible + fine-tuning τ=2 | 2 | +0.50 | 1.000 | +0.1000 | -1.50 |" in table
+    assert "| fine-tuned row | τ (fine-tuned / control) | Δ BLEU |" in table
+    assert "| Flexible + fine-tuning τ=2 | 2 / 1.5 | +0.50 | 1.000 | +0.1000 | -1.50 |" in table
+    assert "| Flexible + fine-tuning τ=∞ | ∞ / ∞ | +1.00 |" in table
 
 
 def test_no_tau_selected_adds_no_second_comparison_at_tau_inf():
-    """Where sweep_tau selected no τ, the _tau rows decode at τ = ∞: the fine-tuned model and its
-    control are compared once, at τ = ∞, not a second time under the τ rows' names."""
+    """Where sweep_tau selected no τ for either model, the _tau rows decode at τ = ∞: the fine-tuned
+    model and its control are compared once, at τ = ∞, not a second time under the τ rows' names.
+    Where only the control has one, the τ rows are two operating points: compared."""
     refs = ["the cat sat on the mat today", "a dog ran in the park at noon"] * 4
     results = {"flexible_ft": _row(30.0, None, None, None), "flexible_ctl": _row(29.0, None, None, None),
                "flexible_ft_tau": _row(30.0, None, None, None), "flexible_ctl_tau": _row(29.0, None, None, None)}
     hyps = {name: list(refs) for name in results}
     assert set(finetuning_effect(results, hyps, refs, n_samples=100, seed=7)) == {"flexible_ft"}
+    results["flexible_ctl_tau"] = _row(28.5, None, None, None, tau=1.5, window=9.0)
+    effect = finetuning_effect(results, hyps, refs, n_samples=100, seed=7)
+    assert set(effect) == {"flexible_ft", "flexible_ft_tau"}
+    assert (effect["flexible_ft_tau"]["tau"], effect["flexible_ft_tau"]["tau_control"]) == (math.inf, 1.5)
 
 
 def _cfg():

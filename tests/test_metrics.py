@@ -511,8 +511,10 @@ def test_bleu_significance_reproduces_sacrebleu_paired_test(monkeypatch):
                             ("close", systems["close"]), ("bad", systems["bad"])],
                            {"BLEU": BLEU()}, [refs], test_type="bs", n_samples=1000)()
     for name, res in zip(scores["System"], scores["BLEU"]):
-        assert got[name]["bleu_ci"] == [round(res.mean - res.ci, 2), round(res.mean + res.ci, 2)]
-        assert res.mean - res.ci < corpus_bleu(systems[name], refs)[0] < res.mean + res.ci
+        # centred on the observed corpus BLEU, with sacrebleu's half-width (not on the resamples' mean)
+        observed = corpus_bleu(systems[name], refs)[0]
+        assert res.score == pytest.approx(observed) and res.mean != pytest.approx(observed, abs=1e-6)
+        assert got[name]["bleu_ci"] == [round(observed - res.ci, 2), round(observed + res.ci, 2)]
         if name == "global":
             assert got[name]["p_value"] is None and got[name]["p_value_against"] is None
         else:

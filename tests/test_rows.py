@@ -1,5 +1,5 @@
 """The typed rows of Table 1 (flexatt.rows): what a row id says is read once, and the relations
-the evaluation and the claims use — the reference of a row's p-value, the τ a control decodes at,
+the evaluation and the claims use — the reference of a row's p-value, the τ a row decodes at,
 the siblings of a fine-tuning — follow from it."""
 
 from __future__ import annotations
@@ -21,9 +21,11 @@ def test_an_id_names_its_model_kind_and_tau(row_id, model, base, kind, at_tau):
     assert (row.id, row.model, row.base, row.kind, row.at_tau) == (row_id, model, base, kind, at_tau)
 
 
-def test_a_control_decodes_at_its_fine_tunings_tau_and_siblings_keep_their_tau():
-    assert Row.of("flexible_ctl_tau").tau_source == "flexible_ft"
+def test_every_row_decodes_at_its_own_models_tau_and_siblings_keep_their_tau():
+    assert Row.of("flexible_ctl_tau").tau_source == "flexible_ctl"  # a control's own, not its fine-tuning's
+    assert Row.of("flexible_sact_ctl_tau").tau_source == "flexible_sact_ctl"
     assert Row.of("flexible_ft_tau").tau_source == "flexible_ft"
+    assert Row.of("flexible_tau").tau_source == "flexible"
     assert Row.of("flexible_ft").sibling("control").id == "flexible_ctl"
     assert Row.of("flexible_ft").sibling("control", True).id == "flexible_ctl_tau"
     assert Row.of("flexible_ctl_tau").sibling("trained", False).id == "flexible"

@@ -32,8 +32,8 @@ def workdir(smoke_tokenized, tmp_path_factory) -> Path:
                    "artifacts/models_ctl/flexible_sact"]:
         (path / folder).mkdir(parents=True)
         (path / folder / "best.ckpt").write_bytes(b"placeholder")
-    tau = {"models": {m: {"selected_tau": 1.0} for m in ("flexible", "flexible_ft", "flexible_sact",
-                                                           "flexible_sact_ft")}}
+    tau = {"models": {m: {"selected_tau": 1.0} for m in ("flexible", "flexible_ft", "flexible_ctl", "flexible_sact",
+                                                           "flexible_sact_ft", "flexible_sact_ctl")}}
     (path / "results/sweep_tau.json").write_text(json.dumps(tau))
     (path / "my.src").write_text("a b\nc d\n")
     (path / "my.tgt").write_text("A B\nC D\n")

@@ -284,9 +284,13 @@ def bleu_significance(hypotheses: Mapping[str, Sequence[str]],
     BLEU of :func:`corpus_bleu` (sacrebleu defaults). Systems are grouped by their reference,
     and each group is one ``PairedTest`` with the reference first (its baseline).
 
-    * ``bleu_ci``: sacrebleu's interval ``mean ± ci``, where ``mean`` is the mean BLEU over the
-      ``n_samples`` resampled test sets and ``ci`` half the distance between the 2.5th and
-      97.5th percentiles of those scores (``sacrebleu.significance.estimate_ci``); 2 decimals.
+    * ``bleu_ci``: ``score ± ci``, centred on the observed corpus BLEU (sacrebleu's ``score``, the
+      BLEU of the whole test set), where ``ci`` is sacrebleu's half-width, half the distance
+      between the 2.5th and 97.5th percentiles of the BLEU of the ``n_samples`` resampled test
+      sets (``sacrebleu.significance.estimate_ci``); 2 decimals. sacrebleu's own interval is
+      centred on the resamples' mean (its ``mean``), which is not the observed score (corpus BLEU
+      is not linear in the sentences); Table 1 reads "score ± half-width", so the interval is
+      centred where the score is.
     * ``p_value``: sacrebleu's p-value of the difference between the system and its reference
       (4 decimals); ``None`` for a system without a reference. One exception to sacrebleu:
       a system whose BLEU equals its reference's exactly (identical hypotheses, e.g. a τ row
@@ -368,7 +372,7 @@ def bleu_significance(hypotheses: Mapping[str, Sequence[str]],
     def interval(result: Any) -> list[float] | None:
         if result.mean is None:  # approximate randomisation: no interval
             return None
-        return [round(float(result.mean - result.ci), 2), round(float(result.mean + result.ci), 2)]
+        return [round(float(result.score - result.ci), 2), round(float(result.score + result.ci), 2)]
 
     with _sacrebleu_seed(seed):
         for baseline, systems in groups.items():

@@ -6,8 +6,8 @@ row.
 
 Naming (``conf/evaluate/checkpoints``): ``<x>`` a trained variant, ``<x>_ft`` its fine-tuning
 (eq. 9), ``<x>_ctl`` its control (β = 0, the fine-tuning's epochs and learning rates); a row id
-ending in ``_tau`` is that model at the τ ``sweep_tau`` selected (a control at its fine-tuned
-model's τ, so that the two are compared at the same τ).
+ending in ``_tau`` is that model at the τ ``sweep_tau`` selected for it (a control too at its own:
+at one shared τ, a fine-tuning that raises g_t narrows the window by construction).
 """
 
 from __future__ import annotations
@@ -50,8 +50,9 @@ class Row:
 
     @property
     def tau_source(self) -> str:
-        """The model whose selected τ this row decodes at: its own, a control its fine-tuning's."""
-        return self.sibling("finetuned").model if self.kind == "control" else self.model
+        """The model whose selected τ this row decodes at: its own, a control's too (claim c
+        compares a fine-tuning and its control each at its own selected τ)."""
+        return self.model
 
     def reference(self, present: Collection[str]) -> str | None:
         """The row whose BLEU this row is tested against (Table 1's p-value), among the ids

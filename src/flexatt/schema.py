@@ -316,8 +316,8 @@ class Decode(Group):
 
 
 class SweepTau(Group):
-    models: list[Text] = Field(default_factory=lambda: ["flexible", "flexible_ft", "flexible_sact",
-                                                        "flexible_sact_ft"])
+    models: list[Text] = Field(default_factory=lambda: ["flexible", "flexible_ft", "flexible_ctl", "flexible_sact",
+                                                        "flexible_sact_ft", "flexible_sact_ctl"])
     # the τ search brackets and bisects on log τ: positive, finite (τ = ∞ is decoded as the reference)
     grid: Annotated[list[PositiveFloat], Field(min_length=1)] = Field(default_factory=lambda: [0.8, 1.0, 1.2, 1.4, 1.6])
     add_log_mean_len: bool = True

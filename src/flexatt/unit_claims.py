@@ -17,18 +17,20 @@ the pooled verdict decides alone and the claim says so. The rules (α 0.05, marg
 
 * **a** Flexible τ = ∞ ≥ Global: non-inferiority within the margin
   (:func:`flexatt.claims.verdict_not_worse`; over seeds :func:`flexatt.claims.verdict_within`).
-* **b** the dev-selected τ cuts positions at ≤ 0.5 BLEU: the BLEU of flexible at its selected τ
-  against τ = ∞ within the margin, and the share of positions cut, 1 − window(τ)/window(∞), with
-  its t-interval over seeds above 0. The papers' 56–64% is reported against that interval (below,
-  inside, above), never used as a threshold on a point estimate.
-* **c** fine-tuning narrows the window: each fine-tuning against its control of the same seed,
-  **each at its own dev-selected τ** (never at one shared τ, where a larger g_t narrows the window
-  by construction): holds when the relative change of the test window has a t-interval below
-  −5% and the BLEU difference is within the margin; fails when that interval lies above −5% or
-  the BLEU difference fails the margin.
+* **b** the dev-selected τ cuts positions at ≤ 0.5 BLEU (:func:`flexatt.claims.verdict_cut`): the
+  BLEU of flexible at its selected τ against τ = ∞ within the margin, and the share of positions
+  cut, 1 − window(τ)/window(∞), with its t-interval over seeds above 0. The papers' 56–64% is
+  reported against that interval (below, inside, above: :func:`flexatt.claims.against_paper`),
+  never used as a threshold on a point estimate.
+* **c** fine-tuning narrows the window (:func:`flexatt.claims.verdict_narrowing`): each
+  fine-tuning against its control of the same seed, **each at its own dev-selected τ** (never at
+  one shared τ, where a larger g_t narrows the window by construction): holds when the relative
+  change of the test window has a t-interval at or below −5% and the BLEU difference is within
+  the margin; fails when that interval lies above −5% or the BLEU difference fails the margin.
 * **d** Local-p > Global, **e** SACT > Global: :func:`flexatt.claims.verdict_better`; **e2** SACT
   gains +2 BLEU: :func:`flexatt.claims.verdict_effect`.
-* **f** Flexible beats a fixed window of the same size, at D = 5 and 10: flexible decoded on test
+* **f** Flexible beats a fixed window of the same size, at D = 5 and 10
+  (:data:`flexatt.claims.VERDICT_WINDOWS`; the plan's ``fixed`` windows): flexible decoded on test
   at the τ whose dev window equals the fixed model's (a pair whose dev windows differ by more
   than 10% is not matched), one verdict per fixed window (:func:`flexatt.claims.verdict_better`);
   f holds when every fixed window's holds, fails when any fails.
@@ -44,8 +46,8 @@ from typing import Any
 import numpy as np
 
 from flexatt.claims import (ALPHA, FAILS, HOLDS, INCONCLUSIVE, MARGIN, MATCH_TOLERANCE, MIN_NARROWING, NOT_MEASURED,
-                            PAPER_REDUCTION, compare_pair, holm, verdict_better, verdict_effect, verdict_not_worse,
-                            verdict_within, windows_match)
+                            PAPER_CUT, VERDICT_WINDOWS, against_paper, compare_pair, holm, verdict_better, verdict_cut,
+                            verdict_effect, verdict_narrowing, verdict_not_worse, verdict_within, windows_match)
 from flexatt.tau import INF
 from flexatt.units import Plan, Unit, done_units, load_products, select_beta, tau_key
 
@@ -168,8 +170,8 @@ CLAIM_TEXT = {
     "d": ("Local-p > Global", "Luong et al. 2015, Table 1", "better"),
     "e": ("SACT > Global", "Lin et al. 2018", "better"),
     "e2": ("SACT gains +2 BLEU over Global", "Lin et al. 2018", "effect"),
-    "f": ("Flexible beats a fixed window of equal size (D = 5, 10; matched on dev)", "Shu & Nakayama 2017, §5",
-          "matched"),
+    "f": (f"Flexible beats a fixed window of equal size (D = {', '.join(map(str, VERDICT_WINDOWS))}; matched on dev)",
+          "Shu & Nakayama 2017, §5", "matched"),
 }
 
 
@@ -223,29 +225,21 @@ def decide(units: Units, references: dict[str, list[str]], *, alpha: float = ALP
         elif rule == "within+cut":
             cut = t_interval([1 - a["window"] / b["window"] for a, b in pairs["b"]])
             within = combine(verdict_within(ci, margin), _seed_verdict(s, "within", margin))
-            cuts = cut["mean"] > 0 if cut["ci"] is None else cut["ci"][0] > 0
             entry["cut"] = cut
-            entry["paper_cut"] = _against(cut, PAPER_REDUCTION)
-            entry["verdict"] = FAILS if within == FAILS or not cuts else within
+            entry["paper_cut"] = against_paper(_bounds(cut), PAPER_CUT)
+            entry["verdict"] = verdict_cut(within, _bounds(cut))
         elif rule == "narrower+within":
             change = t_interval([a["window"] / b["window"] - 1 for a, b in pairs["c"]])
             within = combine(verdict_within(ci, margin), _seed_verdict(s, "within", margin))
-            bounds = change["ci"] or [change["mean"], change["mean"]]
-            narrower = HOLDS if bounds[1] < -MIN_NARROWING else FAILS if bounds[0] > -MIN_NARROWING else INCONCLUSIVE
             entry["window_change"] = change
-            entry["verdict"] = FAILS if FAILS in (within, narrower) else HOLDS if within == narrower == HOLDS else INCONCLUSIVE
+            entry["verdict"] = verdict_narrowing(within, _bounds(change))
         out.append(entry)
     return out
 
 
-def _against(interval: dict, paper: tuple[float, float]) -> str:
-    """Where the papers' range lies against an interval of ours: ``below``, ``inside``, ``above``."""
-    low, high = interval["ci"] or [interval["mean"], interval["mean"]]
-    if paper[1] < low:
-        return "below"
-    if paper[0] > high:
-        return "above"
-    return "inside"
+def _bounds(stat: dict) -> list[float]:
+    """The interval of a :func:`t_interval` over seeds; with one seed, its value twice."""
+    return stat["ci"] or [stat["mean"], stat["mean"]]
 
 
 def model_table(units: Units) -> list[dict]:
@@ -342,11 +336,12 @@ def render(table: list[dict], claims: list[dict], units: Units, budget: dict | N
             if "cut" in c:
                 cut = c["cut"]
                 detail = (f"positions cut {100 * cut['mean']:.0f}%" + (f" [{100 * cut['ci'][0]:.0f}, "
-                          f"{100 * cut['ci'][1]:.0f}]" if cut["ci"] else "") + f"; paper 56–64% {c['paper_cut']}")
+                          f"{100 * cut['ci'][1]:.0f}]" if cut["ci"] else "")
+                          + f"; paper {100 * PAPER_CUT[0]:.0f}–{100 * PAPER_CUT[1]:.0f}% {c['paper_cut']}")
             if "window_change" in c:
                 w = c["window_change"]
                 detail = (f"window {100 * w['mean']:+.1f}%" + (f" [{100 * w['ci'][0]:+.1f}, {100 * w['ci'][1]:+.1f}]"
-                          if w["ci"] else "") + f"; narrower: < −{100 * MIN_NARROWING:.0f}%")
+                          if w["ci"] else "") + f"; narrower: ≤ −{100 * MIN_NARROWING:.0f}%")
             lines.append(f"| {label} | {c['rule']} | {e['verdict'] if 'fixed' in e else c['verdict']} | "
                          f"{', '.join(f'{d:+.2f}' for d in e['per_seed'])} | {over_text} | "
                          f"{pooled['delta']:+.2f} [{pooled['ci'][0]:+.2f}, {pooled['ci'][1]:+.2f}] | {e['p']:.4f} | "

@@ -60,7 +60,7 @@ from flexatt.metrics import (
     tokenized_bleu,
 )
 from flexatt.decoding import forced_decode
-from flexatt.claims import claim_rows, holm, not_selected
+from flexatt.claims import claim_rows, holm, not_selected, repeats_inf
 from flexatt.stopping import BUDGET, CAP, run_summary
 from flexatt.tracking import start_run
 
@@ -162,9 +162,9 @@ def reference_row(row: str, rows: Collection[str]) -> str | None:
 
 
 def tau_of(row: str, selected: dict[str, float], sweep_file: Path) -> float:
-    """The τ of the row ``<row>_tau``: the one ``sweep_tau`` selected for ``row``; a control
-    ``<x>_ctl`` takes its fine-tuned model's (``<x>_ft``), so that the two are compared at the
-    same τ.
+    """The τ of the row ``<row>_tau``: the one ``sweep_tau`` selected for ``row``
+    (:attr:`flexatt.rows.Row.tau_source`), a control's own too: a fine-tuning and its control
+    are compared each at its own selected τ.
 
     Raises:
         DataError: ``sweep_file`` has no selected τ for that model.
@@ -178,10 +178,11 @@ def tau_of(row: str, selected: dict[str, float], sweep_file: Path) -> float:
 def finetuning_effect(results: dict[str, dict], hypotheses: dict[str, list[str]], references: list[str],
                       n_samples: int, seed: int) -> dict[str, dict]:
     """Fine-tuned minus control, per fine-tuned model ``<x>_ft`` whose control ``<x>_ctl`` is
-    evaluated: at τ = ∞ and, where both have a ``_tau`` row, at the fine-tuned model's selected τ
-    (the control decodes at that same τ, :func:`tau_of`; where no τ was selected the ``_tau``
-    rows are the τ = ∞ rows again and are not compared twice). Per comparison: ``bleu``, ``g_mean``
-    and ``window`` differences and the paired bootstrap p-value of the BLEU difference
+    evaluated: at τ = ∞ and, where both have a ``_tau`` row, each at its own selected τ
+    (:func:`tau_of`; a model without one at τ = ∞; where neither has one, the ``_tau`` rows are
+    the τ = ∞ rows again and are not compared twice, :func:`flexatt.claims.repeats_inf`). Per
+    comparison: ``tau`` and ``tau_control`` (each model's τ), ``bleu``, ``g_mean`` and ``window``
+    differences and the paired bootstrap p-value of the BLEU difference
     (:func:`flexatt.metrics.bleu_significance`, the resamples of Table 1)."""
     pairs = {}
     for row in map(Row.of, results):
@@ -190,7 +191,7 @@ def finetuning_effect(results: dict[str, dict], hypotheses: dict[str, list[str]]
             continue
         pairs[row.id] = control.id
         at_tau, control_at_tau = row.sibling("finetuned", True), control.sibling("control", True)
-        if {at_tau.id, control_at_tau.id} <= set(results) and not not_selected(at_tau.id, results):
+        if {at_tau.id, control_at_tau.id} <= set(results) and not repeats_inf(at_tau.id, control_at_tau.id, results):
             pairs[at_tau.id] = control_at_tau.id
     if not pairs:
         return {}
@@ -202,8 +203,8 @@ def finetuning_effect(results: dict[str, dict], hypotheses: dict[str, list[str]]
     for ft, ctl in pairs.items():
         a, b = results[ft], results[ctl]
         diff = lambda k: None if a.get(k) is None or b.get(k) is None else round(a[k] - b[k], 4)  # noqa: E731
-        effect[ft] = {"control": ctl, "tau": a["tau"], "bleu": diff("bleu"), "g_mean": diff("g_mean"),
-                      "window": diff("window"), "p_value": tests[ft]["p_value"]}
+        effect[ft] = {"control": ctl, "tau": a["tau"], "tau_control": b["tau"], "bleu": diff("bleu"),
+                      "g_mean": diff("g_mean"), "window": diff("window"), "p_value": tests[ft]["p_value"]}
     return effect
 
 
@@ -417,7 +418,7 @@ def render_table(results: dict[str, dict], cfg: DictConfig | schema.Params, spli
               "dev BLEU stays within the tolerance of the same model at τ = ∞. *None selected: no τ of "
               "the grid kept dev BLEU within the tolerance, so the row decodes at τ = ∞. A control "
               "(β=0: the fine-tuning's parent, epochs and learning rate without the g-term) decodes at its "
-              "fine-tuned model's τ.",
+              "own selected τ, as every model does.",
               "Epochs (best): epochs trained (the epoch of the best dev BLEU, the checkpoint evaluated); for a "
               "fine-tuned model or a control, the extra epochs. ‡ stopped at the cap on epochs, not by the "
               "stopping rule: the model may still have been improving. A control trains as many epochs as "
@@ -444,13 +445,16 @@ def render_table(results: dict[str, dict], cfg: DictConfig | schema.Params, spli
                      + (f"Marked: {refs}." if refs else "No row is marked."))
     if effect:
         lines += ["", "## Fine-tuning against its control", "",
-                  "Fine-tuned minus control (the same parent, extra epochs and learning rate, β = 0) at the "
-                  "same τ: what the g-term of eq. 9 does beyond the extra training. p: paired bootstrap p of the BLEU "
-                  "difference, not adjusted for the number of tests (results/compare.md gives it Holm-adjusted).", "",
-                  "| fine-tuned row | τ | Δ BLEU | p (unadjusted) | Δ mean g_t | Δ window |", "|---|---|---|---|---|---|"]
+                  "Fine-tuned minus control (the same parent, extra epochs and learning rate, β = 0), at τ = ∞ "
+                  "and each at its own selected τ: what the g-term of eq. 9 does beyond the extra training. p: "
+                  "paired bootstrap p of the BLEU difference, not adjusted for the number of tests "
+                  "(results/compare.md gives it Holm-adjusted).", "",
+                  "| fine-tuned row | τ (fine-tuned / control) | Δ BLEU | p (unadjusted) | Δ mean g_t | Δ window |",
+                  "|---|---|---|---|---|---|"]
         fmt = lambda v, spec: "–" if v is None else format(v, spec)  # noqa: E731
         for row, e in effect.items():
-            lines.append(f"| {labels.get(row, row)} | {tau_label(e['tau'])} | {fmt(e['bleu'], '+.2f')} | {fmt(e['p_value'], '.3f')} "
+            taus = f"{tau_label(e['tau'])} / {tau_label(e['tau_control'])}"
+            lines.append(f"| {labels.get(row, row)} | {taus} | {fmt(e['bleu'], '+.2f')} | {fmt(e['p_value'], '.3f')} "
                          f"| {fmt(e['g_mean'], '+.4f')} | {fmt(e['window'], '+.2f')} |")
     return "\n".join(lines) + "\n"
 
