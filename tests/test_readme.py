@@ -117,8 +117,8 @@ def test_a_converged_run_whose_sweep_selected_no_tau_says_so(tmp_path):
             f"({ft['window']:.1f} per step, as global attention's {glob['window']:.1f}) at {ft['bleu']:.2f} BLEU**"
             in blocks["headline"])
     assert "−0%" not in blocks["headline"] and "τ = ∞ (no τ" not in blocks["headline"]
-    assert (f"`sweep_tau` selected no τ for the model fine-tuned at β = {_selected_beta():g}, so it and its control decode every "
-            "position (τ = ∞;" in blocks["converged"])
+    assert (f"`sweep_tau` selected no τ for the model fine-tuned at β = {_selected_beta():g} nor for its control, so both "
+            "decode every position (τ = ∞;" in blocks["converged"])
     assert "whether fine-tuning narrows the window is not measured on this run" in blocks["converged"]
     assert "does not narrow the window" not in blocks["converged"]
 
