@@ -194,6 +194,24 @@ def test_no_space_left_on_device_names_the_file(tmp_path, monkeypatch):
     assert os.listdir(tmp_path) == ["metrics.json"]
 
 
+def test_json_outputs_hold_no_nan_or_infinity(tmp_path):
+    """τ = ∞ under a τ key (the fine-tuning effect's ``tau_control`` too) is written ``null`` and
+    read back as ∞; any other NaN or infinity is refused, naming the file, and nothing is written."""
+    import math
+
+    from flexatt.tau import from_json
+
+    target = tmp_path / "metrics.json"
+    record = {"flexible_ft": {"control": "flexible_ctl", "tau": math.inf, "tau_control": math.inf, "bleu": 0.1}}
+    write_json(target, record)
+    assert "Infinity" not in target.read_text() and json.loads(target.read_text())["flexible_ft"]["tau_control"] is None
+    assert from_json(json.loads(target.read_text())) == record
+    for bad in (math.nan, math.inf):
+        with pytest.raises(OutputError, match=r"metrics2\.json: not written: .*NaN or an infinity"):
+            write_json(tmp_path / "metrics2.json", {"bleu": bad})
+    assert not (tmp_path / "metrics2.json").exists()
+
+
 def test_kill_during_a_write_leaves_the_old_file_and_only_a_hidden_temporary(tmp_path):
     target = tmp_path / "translations.txt"
     write_lines(target, ["old"])

@@ -263,8 +263,16 @@ def write_lines(path: str | os.PathLike, lines: Iterable[str]) -> None:
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:
     """Write ``obj`` as indented JSON (atomically), ending with a newline; τ = ∞ in its records
-    is written ``null`` (:func:`flexatt.tau.to_json`)."""
-    text = json.dumps(tau.to_json(obj), indent=2, ensure_ascii=False) + "\n"
+    is written ``null`` (:func:`flexatt.tau.to_json`).
+
+    Raises:
+        OutputError: ``obj`` holds a NaN or an infinity that is not a τ (JSON has neither; Python's
+            ``Infinity`` would be refused by other readers): nothing is written.
+    """
+    try:
+        text = json.dumps(tau.to_json(obj), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    except ValueError as exc:
+        raise OutputError(path, f"not written: {exc} (a NaN or an infinity outside a τ key)") from None
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8", newline="\n") as out:
         out.write(text)
 
