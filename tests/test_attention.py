@@ -13,6 +13,7 @@ from flexatt.attention import (
     SCORE_TYPES,
     AttentionSizes,
     AttentionState,
+    ConcatScore,
     FlexibleAttention,
     build_attention,
     masked_softmax,
@@ -247,9 +248,9 @@ def test_score_functions_match_their_formulas(score):
 
 @pytest.mark.parametrize("shape", ["dense", "flat"])
 def test_concat_score_gradients_match_autograd_of_tanh(shape):
-    """The fused concat score (tanh via 2σ(2x) - 1, hand-written backward) against autograd
-    through torch.tanh: values and gradients wrt query, keys and v_a, in float64 (gradcheck)
-    and float32 (golden reference)."""
+    """The fused concat score (v_a · tanh(x / 2) via 2σ(x) - 1 for x = q + k, hand-written
+    backward) against autograd through torch.tanh: values and gradients wrt query, keys and v_a,
+    in float64 (gradcheck) and float32 (golden reference)."""
     from flexatt.attention import _AdditiveScore
 
     g = torch.Generator().manual_seed(3)
@@ -262,11 +263,39 @@ def test_concat_score_gradients_match_autograd_of_tanh(shape):
     out = _AdditiveScore.apply(q32, k32, v32)
     weight = torch.randn(out.shape, generator=g)
     grads = torch.autograd.grad((out * weight).sum(), (q32, k32, v32))
-    ref = torch.tanh(q32 + k32) @ v32
+    ref = torch.tanh((q32 + k32) / 2) @ v32
     ref_grads = torch.autograd.grad((ref * weight).sum(), (q32, k32, v32))
     torch.testing.assert_close(out, ref, atol=2e-6, rtol=1e-5)
     for got, want in zip(grads, ref_grads):
         torch.testing.assert_close(got, want, atol=2e-6, rtol=1e-5)
+
+
+def test_concat_score_gradients_match_autograd_of_the_equation():
+    """ConcatScore (halves kept doubled) against autograd of v_aᵀ tanh(W_q h + U_k h̄), eq. 3, in
+    float64: the scores and the gradients wrt the query, the encoder states and every weight."""
+    sc = ConcatScore(Q, K, A).double()
+    g = torch.Generator().manual_seed(5)
+    h = torch.randn(3, Q, generator=g, dtype=torch.float64, requires_grad=True)
+    values = torch.randn(3, 4, K, generator=g, dtype=torch.float64, requires_grad=True)
+    weight = torch.randn(3, 4, generator=g, dtype=torch.float64)
+    inputs_ = (h, values, sc.W_q.weight, sc.U_k.weight, sc.v_a.weight)
+    got = sc(sc.project_query(h).unsqueeze(1), sc.precompute(values), None)  # 3 x 4
+    grads = torch.autograd.grad((got * weight).sum(), inputs_)
+    ref = (torch.tanh(sc.W_q(h).unsqueeze(1) + sc.U_k(values)) @ sc.v_a.weight.T).squeeze(-1)
+    ref_grads = torch.autograd.grad((ref * weight).sum(), inputs_)
+    torch.testing.assert_close(got, ref)
+    for have, want in zip(grads, ref_grads):
+        torch.testing.assert_close(have, want)
+
+
+def test_doubled_halves_are_bit_for_bit_the_doubled_sum():
+    """Keeping both halves doubled changes no bit: 2k + 2q rounds as 2 (k + q) (scaling by 2 is
+    exact in binary floating point), so σ(2k + 2q) is σ(2 (k + q)) exactly, in float32 and bf16."""
+    g = torch.Generator().manual_seed(11)
+    for dtype in (torch.float32, torch.bfloat16):
+        k = (10 * torch.randn(64, 32, generator=g)).to(dtype)
+        q = (10 * torch.randn(1, 32, generator=g)).to(dtype)
+        assert torch.equal(torch.add(k * 2.0, q * 2.0).sigmoid(), torch.add(k, q).mul(2.0).sigmoid())
 
 
 def test_location_score_rejects_too_long_sources():

@@ -27,12 +27,12 @@ def test_every_profile_composes(root, profile):
 
 @pytest.mark.parametrize("profile", ["smoke", "default", "paper", "char", "grc", "converged"])
 def test_every_tau_row_has_its_own_models_tau_to_decode_at(root, profile):
-    """Each _tau row decodes at the τ sweep_tau selected for its own model (flexatt.rows.Row.tau_source),
+    """Each _tau row decodes at the τ sweep_tau selected for its own model (flexatt.stages.evaluate.tau_of),
     a control's too: every model of evaluate.tau_rows is swept, so evaluate never borrows a τ."""
     from flexatt.rows import Row
 
     cfg = C.compose([f"profile={profile}"], root / "conf")
-    assert {Row.of(f"{row}_tau").tau_source for row in cfg.evaluate.tau_rows} <= set(cfg.sweep_tau.models)
+    assert {Row.of(f"{row}_tau").model for row in cfg.evaluate.tau_rows} <= set(cfg.sweep_tau.models)
     assert any(row.endswith("_ctl") for row in cfg.sweep_tau.models)  # the controls are swept
 
 

@@ -4,9 +4,12 @@ the siblings of a fine-tuning — follow from it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from flexatt.rows import Row
+from flexatt.stages.evaluate import tau_of
 
 
 @pytest.mark.parametrize("row_id,model,base,kind,at_tau", [
@@ -22,10 +25,9 @@ def test_an_id_names_its_model_kind_and_tau(row_id, model, base, kind, at_tau):
 
 
 def test_every_row_decodes_at_its_own_models_tau_and_siblings_keep_their_tau():
-    assert Row.of("flexible_ctl_tau").tau_source == "flexible_ctl"  # a control's own, not its fine-tuning's
-    assert Row.of("flexible_sact_ctl_tau").tau_source == "flexible_sact_ctl"
-    assert Row.of("flexible_ft_tau").tau_source == "flexible_ft"
-    assert Row.of("flexible_tau").tau_source == "flexible"
+    selected = {"flexible": 1.5, "flexible_ft": 2.5, "flexible_ctl": 3.5, "flexible_sact_ctl": 4.5}
+    for model, tau in selected.items():  # a control decodes at its own τ, not its fine-tuning's
+        assert tau_of(model, selected, Path("sweep_tau.json")) == tau
     assert Row.of("flexible_ft").sibling("control").id == "flexible_ctl"
     assert Row.of("flexible_ft").sibling("control", True).id == "flexible_ctl_tau"
     assert Row.of("flexible_ctl_tau").sibling("trained", False).id == "flexible"

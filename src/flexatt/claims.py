@@ -351,7 +351,7 @@ def claims_table(rows: Mapping[str, dict], comparisons: Sequence[dict], matched:
       difference fails the margin or no position is cut, else the verdict of the margin; the
       papers' 56–64% is reported against the cut (``paper_cut``, :func:`against_paper`);
     * c (``narrower+within``), per flexible model with a control, the fine-tuned model and the
-      control **each at its own selected τ** (:attr:`flexatt.rows.Row.tau_source`):
+      control **each at its own selected τ** (:func:`flexatt.stages.evaluate.tau_of`):
       :func:`verdict_narrowing` of :func:`verdict_within` and the relative change of the window
       window(A)/window(B) − 1 (one pair: the interval is the point). Each model's τ, the means of
       g_t and the pair at τ = ∞ (fine-tuned vs control) are reported in ``detail``;
@@ -410,7 +410,7 @@ def claims_table(rows: Mapping[str, dict], comparisons: Sequence[dict], matched:
             entry["verdict"] = verdict_cut(verdict_within(c["ci"], margin), (cut, cut))
             entry["detail"] = (f"τ={label(ra['tau'])}: window {ra['window']:.1f} vs {rb['window']:.1f}, "
                                f"{100 * cut:.0f}% of positions cut (cut: > 0; the paper's "
-                               f"{_percent(PAPER_CUT)} {entry['paper_cut']} ours); BLEU {ra['bleu']:.2f} vs "
+                               f"{percent_range(PAPER_CUT)} {entry['paper_cut']} ours); BLEU {ra['bleu']:.2f} vs "
                                f"{rb['bleu']:.2f}, margin {margin:g}")
         elif rule == "narrower+within":
             change = round(ra["window"] / rb["window"] - 1.0, 4)
@@ -450,7 +450,8 @@ def repeats_inf(a: str, b: str, rows: Mapping[str, Mapping]) -> bool:
     return (na and nb) or (na and Row.of(a).model == b) or (nb and Row.of(b).model == a)
 
 
-def _percent(bounds: Sequence[float]) -> str:
+def percent_range(bounds: Sequence[float]) -> str:
+    """``(0.56, 0.64)`` as "56–64%"."""
     return f"{100 * bounds[0]:.0f}–{100 * bounds[1]:.0f}%"
 
 

@@ -48,12 +48,6 @@ class Row:
         at = self.at_tau if at_tau is None else at_tau
         return Row.of(model + ("_tau" if at else ""))
 
-    @property
-    def tau_source(self) -> str:
-        """The model whose selected τ this row decodes at: its own, a control's too (claim c
-        compares a fine-tuning and its control each at its own selected τ)."""
-        return self.model
-
     def reference(self, present: Collection[str]) -> str | None:
         """The row whose BLEU this row is tested against (Table 1's p-value), among the ids
         ``present``: ``global`` none; a τ row the same model at τ = ∞; a fine-tuning its control

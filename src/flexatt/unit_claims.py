@@ -46,8 +46,9 @@ from typing import Any
 import numpy as np
 
 from flexatt.claims import (ALPHA, FAILS, HOLDS, INCONCLUSIVE, MARGIN, MATCH_TOLERANCE, MIN_NARROWING, NOT_MEASURED,
-                            PAPER_CUT, VERDICT_WINDOWS, against_paper, compare_pair, holm, verdict_better, verdict_cut,
-                            verdict_effect, verdict_narrowing, verdict_not_worse, verdict_within, windows_match)
+                            PAPER_CUT, VERDICT_WINDOWS, against_paper, compare_pair, holm, percent_range,
+                            verdict_better, verdict_cut, verdict_effect, verdict_narrowing, verdict_not_worse,
+                            verdict_within, windows_match)
 from flexatt.tau import INF
 from flexatt.units import Plan, Unit, done_units, load_products, select_beta, tau_key
 
@@ -337,7 +338,7 @@ def render(table: list[dict], claims: list[dict], units: Units, budget: dict | N
                 cut = c["cut"]
                 detail = (f"positions cut {100 * cut['mean']:.0f}%" + (f" [{100 * cut['ci'][0]:.0f}, "
                           f"{100 * cut['ci'][1]:.0f}]" if cut["ci"] else "")
-                          + f"; paper {100 * PAPER_CUT[0]:.0f}–{100 * PAPER_CUT[1]:.0f}% {c['paper_cut']}")
+                          + f"; paper {percent_range(PAPER_CUT)} {c['paper_cut']}")
             if "window_change" in c:
                 w = c["window_change"]
                 detail = (f"window {100 * w['mean']:+.1f}%" + (f" [{100 * w['ci'][0]:+.1f}, {100 * w['ci'][1]:+.1f}]"

@@ -35,21 +35,23 @@ class Scorer(nn.Module):
 
 
 class _AdditiveScore(torch.autograd.Function):
-    """e = v_aᵀ tanh(q + k) over the last dim, forward and backward fused by hand.
+    """e = v_aᵀ tanh(x / 2) over the last dim for x = q + k, forward and backward fused by hand.
 
-    tanh is evaluated through the identity tanh(x) = 2 σ(2x) - 1: PyTorch's CPU tanh is slower
+    The caller passes both halves doubled (:class:`ConcatScore` keeps 2 U_k h̄ and 2 W_q h), and
+    tanh is evaluated through the identity tanh(x / 2) = 2 σ(x) - 1: PyTorch's CPU tanh is slower
     than its sigmoid (benchmarks/README.md), and this tensor (batch x S x att, every decoding
-    step) is the largest one of the recurrence. The forward keeps only s = σ(2(q + k)):
+    step) is the largest one of the recurrence, so each step costs one add and one sigmoid per
+    element. The forward keeps only s = σ(q + k):
 
-        e = 2 (s · v_a) - Σ v_a,    ∂e/∂(q + k) = v_a · (1 - tanh²) = v_a · 4 s (1 - s).
+        e = 2 (s · v_a) - Σ v_a,    ∂e/∂(q + k) = v_a · (1 - tanh²) / 2 = v_a · 2 s (1 - s).
 
-    Float32 results agree with ``v_a(torch.tanh(q + k))`` to ~1e-6 (tests check both values and
-    gradients).
+    Float32 results agree with ``v_a(torch.tanh((q + k) / 2))`` to ~1e-6 (tests check both values
+    and gradients).
     """
 
     @staticmethod
     def forward(ctx, q: Tensor, keys: Tensor, v: Tensor) -> Tensor:
-        s = torch.add(keys, q).mul_(2.0).sigmoid_()  # ... x att (q broadcasts over keys)
+        s = torch.add(keys, q).sigmoid_()  # ... x att (q broadcasts over keys)
         ctx.save_for_backward(s, v)
         ctx.q_shape, ctx.k_shape = q.shape, keys.shape
         return torch.matmul(s, v).mul_(2.0).sub_(v.sum())  # ...
@@ -63,7 +65,7 @@ class _AdditiveScore(torch.autograd.Function):
             flat = s.reshape(-1, s.size(-1))
             grad_v = torch.matmul(grad.reshape(1, -1), flat).squeeze(0).mul_(2.0).sub_(grad.sum())
         if ctx.needs_input_grad[0] or ctx.needs_input_grad[1]:
-            pre = torch.sub(1.0, s).mul_(s).mul_(grad.unsqueeze(-1) * (4.0 * v))  # ... x att
+            pre = torch.sub(1.0, s).mul_(s).mul_(grad.unsqueeze(-1) * (2.0 * v))  # ... x att
             if ctx.needs_input_grad[1]:
                 grad_k = pre.sum_to_size(ctx.k_shape)
             if ctx.needs_input_grad[0]:
@@ -77,8 +79,10 @@ class ConcatScore(Scorer):
     """``concat``: v_aᵀ tanh(W_a [h_{t-1}; h̄_s]) = v_aᵀ tanh(W_q h_{t-1} + U_k h̄_s).
 
     Flexible Attention 2017, eq. 3 (Bahdanau et al.'s additive score written as a
-    concatenation, as in Luong et al. 2015). U_k h̄ is cached per sentence; the tanh and the
-    product with v_a run in one fused step (:class:`_AdditiveScore`).
+    concatenation, as in Luong et al. 2015). Both halves are kept doubled, keys 2 U_k h̄ (cached
+    per sentence) and queries 2 W_q h_{t-1}, for :class:`_AdditiveScore`, which fuses the tanh
+    and the product with v_a. Doubling is exact in binary floating point, so 2 U_k h̄ + 2 W_q h
+    is bit for bit 2 (U_k h̄ + W_q h), and so are the gradients.
     """
 
     def __init__(self, query_size: int, key_size: int, att_size: int):
@@ -88,10 +92,10 @@ class ConcatScore(Scorer):
         self.v_a = nn.Linear(att_size, 1, bias=False)
 
     def precompute(self, values: Tensor) -> Tensor:
-        return self.U_k(values)  # batch x S x att
+        return self.U_k(values).mul_(2.0)  # batch x S x att: 2 U_k h̄
 
     def project_query(self, query: Tensor) -> Tensor:
-        return self.W_q(query)  # batch x att
+        return self.W_q(query).mul_(2.0)  # batch x att: 2 W_q h
 
     def forward(self, q: Tensor, keys: Tensor, positions: Tensor) -> Tensor:
         return _AdditiveScore.apply(q, keys, self.v_a.weight.view(-1))

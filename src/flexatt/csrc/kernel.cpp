@@ -6,10 +6,12 @@
 // One call decodes a whole batch, its rows longest first (the rows still running at step t are
 // a prefix, and the products cover just them). Per step t, for every sentence b still inside
 // its reference:
-//   [q_t; gh_t] = [W_q; W_gh] h_{t-1}                  one matrix product for the batch
+//   [q_t; gh_t] = [2 W_q; W_gh] h_{t-1}                one matrix product for the batch
 //   g_t = sigmoid(v_g . tanh(gh_t + gi_t) + b_g)       (2017 eq. 8; gi_t = W_ge i_t, looked up)
 //   span [lo, hi] of the positions with penalty < tau  (2017 sec. 3.1; [1, S_b] when dense)
-//   e_s = v_a . tanh(q_t + k_s),  s in the span only   (2017 eq. 3; k_s = U_k hbar_s, precomputed)
+//   e_s = v_a . tanh((q_t + k_s) / 2), s in the span    (2017 eq. 3; k_s = 2 U_k hbar_s, precomputed;
+//                                                        both halves doubled as flexatt.attention's
+//                                                        ConcatScore keeps them)
 //   a_t = softmax_s(e_s - g_t (s - p_{t-1})^2 / (2 sigma^2))     (eqs. 5-7)
 //   c_t = sum_s a_t(s) hbar_s,  p_t = sum_s a_t(s) s              (eqs. 1 and 4)
 //   h_t, cell_t = LSTM([i_t; c_t], h_{t-1})             (gates: W_ie i_t + b looked up,
@@ -52,17 +54,17 @@ inline float hsum(const Vec& v) {
 
 inline float sigmoid(float x) { return 1.f / (1.f + std::exp(-x)); }
 
-// sum_a v[a] * sigmoid(2 (q[a] + k[a])); v . tanh(q + k) = 2 * this - sum(v)
+// sum_a v[a] * sigmoid(q[a] + k[a]); v . tanh((q + k) / 2) = 2 * this - sum(v)
 inline float additive_half(const float* q, const float* k, const float* v, int64_t A) {
-  const Vec one(1.f), minus_two(-2.f);
+  const Vec one(1.f);
   Vec acc(0.f);
   int64_t a = 0;
   for (; a + VL <= A; a += VL) {
-    Vec x = (Vec::loadu(q + a) + Vec::loadu(k + a)) * minus_two;
-    acc = at::vec::fmadd(Vec::loadu(v + a), one / (one + x.exp()), acc);
+    Vec x = Vec::loadu(q + a) + Vec::loadu(k + a);
+    acc = at::vec::fmadd(Vec::loadu(v + a), one / (one + x.neg().exp()), acc);
   }
   float r = hsum(acc);
-  for (; a < A; ++a) r += v[a] * sigmoid(2.f * (q[a] + k[a]));
+  for (; a < A; ++a) r += v[a] * sigmoid(q[a] + k[a]);
   return r;
 }
 
@@ -235,8 +237,8 @@ struct Span {
   float p_t, g;
 };
 
-// One row's attention at one step (2017 paper): qg = [W_q h_{t-1} (A); W_gh h_{t-1} (G)], fed_g
-// = W_ge i_t (G; flexible only), p = p_{t-1}, keys S x A (U_k hbar) and values S x C (hbar) of
+// One row's attention at one step (2017 paper): qg = [2 W_q h_{t-1} (A); W_gh h_{t-1} (G)], fed_g
+// = W_ge i_t (G; flexible only), p = p_{t-1}, keys S x A (2 U_k hbar) and values S x C (hbar) of
 // the row's sentence, length S_i. g_t = sigmoid(v_g . tanh(W_gh h + W_ge i) + b_g) (eq. 8); the
 // vision span (section 3.1; [1, S_i] when dense); for each position of the span the concat score
 // (eq. 3) minus the penalty g_t (s - p)^2 / (2 sigma^2) (eqs. 5-6), then the softmax over the span
@@ -513,11 +515,11 @@ std::vector<torch::Tensor> beam_candidates(torch::Tensor logits, torch::Tensor s
   return {top_score, top_index};
 }
 
-// keys B x S x A (U_k hbar), values B x S x C (hbar), src_len B (long), steps B (long: forced
+// keys B x S x A (2 U_k hbar), values B x S x C (hbar), src_len B (long), steps B (long: forced
 // steps per sentence), hidden / cell B x H (the state before step 1), tokens B x T' (long, T' >=
 // every steps[b]: the fed-back tokens, row b step t at [b, t]), table V x F (per token, the terms
 // of its embedding i: [W_ie i + b_ih + b_hh (4H); g_t's W_ge i (G; flexible only); anything after
-// is ignored]), w_x ([W_ic W_hh] transposed, (C + H) x 4H) and w_qg ([W_q; W_gh] transposed, H x
+// is ignored]), w_x ([W_ic W_hh] transposed, (C + H) x 4H) and w_qg ([2 W_q; W_gh] transposed, H x
 // (A + G); G = 0 for global) packed by pack(), v_a A, v_g G, b_g, sigma, tau (inf: dense),
 // flexible, ctx_gates B x S x 4H (hbar W_icT: the context's gate share as a sum over the span)
 // or empty (one product for it), timed (also measure the phases).

@@ -73,8 +73,8 @@ SOURCE = Path(__file__).resolve().parent.parent / "csrc" / "kernel.cpp"
 #: :func:`flexatt.decoding.digests.main`
 RESTATED_DIGESTS: dict[str, str] = {
     "flexatt.attention:masked_softmax": "1eb1fe05807e",
-    "flexatt.attention:ConcatScore": "4e8a270decb3",
-    "flexatt.attention:_AdditiveScore": "ac30fbee76d9",
+    "flexatt.attention:ConcatScore": "9cfdd32c6787",
+    "flexatt.attention:_AdditiveScore": "dbad7b68aaf7",
     "flexatt.attention:Attention": "c56f3100cfd8",
     "flexatt.attention:GlobalAttention": "41f412aad37c",
     "flexatt.attention:FlexibleAttention": "636d127ba394",
@@ -225,8 +225,8 @@ def _weights(model) -> dict:
 def _arrange(model) -> dict:
     """The model's parameters as the kernel takes them. Matrices are packed (``pack``: panels of
     columns, see ``csrc/kernel.cpp``): ``w_x`` [W_ic W_hh]ᵀ (its first C rows, ``w_x[:, :C]``,
-    are W_icᵀ alone), ``w_qg`` [W_q; W_gh]ᵀ,
-    ``w_ohc`` the readout's [h; c] columns transposed, ``w_s`` W_sᵀ, ``enc_w_hh_fwd`` /
+    are W_icᵀ alone), ``w_qg`` [2 W_q; W_gh]ᵀ (the query half doubled, as :class:`ConcatScore`
+    keeps it), ``w_ohc`` the readout's [h; c] columns transposed, ``w_s`` W_sᵀ, ``enc_w_hh_fwd`` /
     ``enc_w_hh_bwd`` the encoder's W_hhᵀ. ``table``: per target vocabulary entry y, every term of
     the fed-back embedding i = E[y] that does not depend on the recurrence, [W_ie i + b_ih + b_hh
     (4H); W_ge i (G, flexible); W_oi i + b_o (the readout's share, R)], so that a step's feedback
@@ -244,7 +244,7 @@ def _arrange(model) -> dict:
            "w_ohc": ext.pack(w_o[:, :hidden + ctx].t().contiguous()), "readout": w_o.size(0),
            "w_s": ext.pack(dec.W_s.weight.t().contiguous()), "b_s": dec.W_s.bias.contiguous(),
            "vocab": dec.W_s.weight.size(0), "gates": 4 * hidden}
-    w_qg = att.scorer.W_q.weight  # A x H
+    w_qg = att.scorer.W_q.weight * 2.0  # A x H: 2 W_q, exact
     if out["flexible"]:
         w_g = att.W_g.weight  # G x (H [+ E])
         w_qg = torch.cat([w_qg, w_g[:, :hidden]], 0)  # (A + G) x H

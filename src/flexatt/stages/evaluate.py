@@ -162,14 +162,14 @@ def reference_row(row: str, rows: Collection[str]) -> str | None:
 
 
 def tau_of(row: str, selected: dict[str, float], sweep_file: Path) -> float:
-    """The τ of the row ``<row>_tau``: the one ``sweep_tau`` selected for ``row``
-    (:attr:`flexatt.rows.Row.tau_source`), a control's own too: a fine-tuning and its control
-    are compared each at its own selected τ.
+    """The τ of the row ``<row>_tau``: the one ``sweep_tau`` selected for its own model
+    (:attr:`flexatt.rows.Row.model`), a control's too: a fine-tuning and its control are
+    compared each at its own selected τ.
 
     Raises:
         DataError: ``sweep_file`` has no selected τ for that model.
     """
-    source = Row.of(row).tau_source
+    source = Row.of(row).model
     if source not in selected:
         raise DataError(sweep_file, f"has no selected tau for {source} (add it to sweep_tau.models)")
     return selected[source]
