@@ -55,11 +55,13 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=150)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--variants", nargs="+", choices=[v for v, _ in CASES], default=[v for v, _ in CASES],
+                        help="measure these variants only (more rounds where a median is close to a bound)")
     parser.add_argument("--out", type=Path, help="write the figures as JSON")
     args = parser.parse_args()
     base = worktree(args.baseline, "decode")
     cases = []
-    for variant, tau_model in CASES:
+    for variant, tau_model in (case for case in CASES if case[0] in args.variants):
         ckpt = ROOT / args.models / variant / "best.ckpt"
         if not ckpt.is_file():
             sys.exit(f"error: {ckpt}: not found (run the pipeline's train@{variant} stage)")
