@@ -166,6 +166,38 @@ def test_a_units_numbers_come_from_the_weights_it_keeps(smoke_unit):
     assert out.window_sum.tolist() == stored["window_sum"]
 
 
+def test_evaluate_and_compare_from_products_equal_them_from_the_model(smoke_unit):
+    """What the claims read from a unit's products (no checkpoint, no decoding) equals what the
+    evaluate and compare stages compute from the model: its kept weights decoded again on the
+    test split at τ = ∞ and at the selected τ give the stored window, BLEU and chrF
+    (``evaluate.score_row``), and the pooled comparison of the two decodes from their stored
+    records (``unit_claims``) is the compare stage's ``compare_pair`` of the fresh ones."""
+    from flexatt.claims import compare_pair
+    from flexatt.data.evalset import EvalSet
+    from flexatt.decoding.translate import DecodeOptions, translate_split
+    from flexatt.stages.evaluate import score_row
+    from flexatt.unit_claims import _pair_stats
+
+    products = load_products(smoke_unit / "products")
+    m = products["manifest"]
+    model = load_weights(smoke_unit / "products/weights.fp16.pt")
+    data = EvalSet.load(smoke_unit / "artifacts/tok", "test")
+    options = DecodeOptions(beam_size=m["decode"]["beam_size"], alpha=m["decode"]["alpha"], batch_size=150,
+                            backend="eager")
+    records = {(r["split"], r["tau"]): r for r in products["decodes"]["records"]}
+    taus = (math.inf, m["summary"]["dev"]["selected_tau"])
+    fresh = {tau: translate_split(model, data.split, data.tgt_vocab, options.at(tau)) for tau in taus}
+    for tau, out in fresh.items():
+        row, stored = score_row(out, data, "en"), records[("test", tau)]
+        assert {k: row[k] for k in ("window", "window_step_weighted", "bleu", "chrf")} \
+            == {k: stored[k] for k in ("window", "window_step_weighted", "bleu", "chrf")}, tau
+    options_ = {"n_samples": 200, "seed": 7, "ar_trials": 200}
+    from_products = _pair_stats([(records[("test", taus[1])], records[("test", taus[0])])],
+                                {"test": data.references}, **options_)["pooled"]
+    assert from_products == compare_pair(fresh[taus[1]].hypotheses, fresh[taus[0]].hypotheses, data.references,
+                                         **options_)
+
+
 def test_a_control_replays_its_fine_tunings_learning_rates_from_the_same_kept_weights(smoke_unit):
     parent = smoke_unit / "products" / "weights.fp16.pt"
     for name in ("flexible-s2-ft-b10-r1", "flexible-s2-ctl-r1"):
