@@ -368,9 +368,12 @@ def main(argv: list[str] | None = None, profile: str | None = None) -> int:
             table = dest / "results/table1.md"
             if table.is_file():
                 print(table.read_text(encoding="utf-8"), end="")
-            where = dest if args.keep else "the copy (removed; --keep DIR keeps it)"
-            print(f"Figures: {where}/results/figures/; metrics: results/*.json (dvc metrics show); "
-                  f"W&B runs: {where}/wandb/")
+            if args.keep:
+                print(f"Figures: {dest}/results/figures/; metrics: {dest}/results/*.json (dvc metrics show "
+                      f"there); W&B runs: {dest}/wandb/")
+            else:
+                print("Figures, metrics and W&B runs are in a scratch copy, removed when this run ends "
+                      "(--keep DIR keeps it)")
             if args.results:
                 copied = copy_results(dest, args.results, done if args.stepwise else None)
                 write_provenance(args.results, profile, overrides, done, source, clock if args.stepwise else None)

@@ -161,16 +161,20 @@ def finetuning_block(metrics: dict, beta: dict | None, lock: Path = ROOT / "dvc.
     if beta:
         ref, points = beta["reference"], beta["points"]
         chosen = next((q for q in points if q["beta"] == beta.get("selected_beta")), None)
-        if chosen and chosen["window"] <= 0.95 * ref["window"]:
+        # claim c's rule on dev: each run at its own selected τ, narrower by at least MIN_NARROWING
+        if chosen and chosen["selected_window"] / ref["selected_window"] - 1 <= -MIN_NARROWING:
             lead = ("On dev the sweep chose it" if f"{chosen['beta']:g}" == beta_used else "A larger β does")
-            text += (f" {lead} (`sweep_beta`, dev, τ = {beta['tau']:g}): at β = {chosen['beta']:g} mean "
-                     f"g_t {ref['g_mean']:.2f} → {chosen['g_mean']:.2f} and window {ref['window']:.2f} → "
-                     f"{chosen['window']:.2f} at dev BLEU {chosen['dev_bleu']:.2f} (β = 0: {ref['dev_bleu']:.2f})")
+            text += (f" {lead} (`sweep_beta`, dev, each run at its own selected τ): at β = {chosen['beta']:g} "
+                     f"mean g_t {ref['g_mean']:.2f} → {chosen['g_mean']:.2f} and window "
+                     f"{ref['selected_window']:.2f} → {chosen['selected_window']:.2f} (τ = "
+                     f"{_tau(ref['selected_tau'])} → {_tau(chosen['selected_tau'])}) at dev BLEU "
+                     f"{chosen['dev_bleu']:.2f} (β = 0: {ref['dev_bleu']:.2f})")
             last = points[-1]
             text += (f"; β = {last['beta']:g} costs {ref['dev_bleu'] - last['dev_bleu']:.2f} dev BLEU."
                      if last is not chosen else ".")
         else:
-            text += " No β of the sweep narrowed the dev window within 0.5 dev BLEU."
+            text += (f" No β of the sweep narrowed the dev window at its own τ by {MIN_NARROWING:.0%} within "
+                     f"{beta['tolerance']:g} dev BLEU.")
     return textwrap.fill(text, width=100, break_on_hyphens=False)
 
 
@@ -445,6 +449,42 @@ def earlier_run_note(run: Path, intro: str) -> str:
     return textwrap.fill(text, width=100, break_on_hyphens=False)
 
 
+#: how far below the length-proportional diagonal's test AER a Greek Global's has to be, chosen on
+#: dev, before the Greek units run: attention that aligns, so that its windows mean something
+ALIGNMENT_MARGIN = 0.1
+
+
+def probes_block(run: Path) -> str:
+    """The alignment probes of a long profile (``<run>/probes/<name>/units/global-s1``: Global
+    trained under other settings, ``scripts/units.py <profile> --only global-s1 --set ...``), each
+    with its settings (the overrides its unit records), dev and test AER beside the diagonal's and
+    its minutes; and whether one reaches the diagonal's test AER less :data:`ALIGNMENT_MARGIN`, the
+    best chosen on dev. Empty without probes."""
+    from flexatt.units import done_units
+
+    probes = {folder.parent.name: m for folder in sorted((run / "probes").glob("*/units"))
+              for m in done_units(folder).values() if m["summary"]["test"].get("aer")}
+    if not probes:
+        return ""
+    lines = ["| probe | settings | dev AER (diagonal) | test AER (diagonal) | test BLEU | min |",
+             "|---|---|---|---|---|---|"]
+    for name, m in sorted(probes.items(), key=lambda item: -item[1]["summary"]["dev"]["aer"]["inf"]):
+        dev, test = m["summary"]["dev"], m["summary"]["test"]
+        settings = " ".join(f"`{o}`" for o in m["source"].get("overrides") or []) or "the profile's"
+        lines.append(f"| {name} | {settings} | {dev['aer']['inf']:.3f} ({dev['aer_diagonal']:.3f}) | "
+                     f"{test['aer']['inf']:.3f} ({test['aer_diagonal']:.3f}) | {test['inf']['bleu']:.2f} | "
+                     f"{m['minutes']['total']:.0f} |")
+    best_name, best = min(probes.items(), key=lambda item: item[1]["summary"]["dev"]["aer"]["inf"])
+    target = best["summary"]["test"]["aer_diagonal"] - ALIGNMENT_MARGIN
+    reached = best["summary"]["test"]["aer"]["inf"] <= target
+    text = (f"Before its units run, Global has to align on this corpus: a test AER at least {ALIGNMENT_MARGIN:g} "
+            f"below the diagonal's (≤ {target:.3f}), the setting chosen by dev AER. The probes so far "
+            f"(`{_shown(run)}/probes/`, Global, seed 1, ordered by dev AER): the best on dev, {best_name}, has "
+            f"test AER {best['summary']['test']['aer']['inf']:.3f}, "
+            + ("which is aligned enough." if reached else "not yet enough."))
+    return "\n".join([textwrap.fill(text, width=100, break_on_hyphens=False), "", *lines])
+
+
 def _lr_column(curve: Path) -> list[str]:
     """The learning rate of each epoch of a learning curve (``lr`` column)."""
     with open(curve, newline="", encoding="utf-8") as f:
@@ -589,9 +629,11 @@ def blocks_of(path: Path, converged: Path = ROOT / "results" / "converged") -> d
         "converged": (units_block(converged, "converged", UNITS_INTRO["converged"])
                       if (converged / "units").is_dir() and not done
                       else long_run_block(converged, *LONG_RUNS["converged"])),
-        "grc": (units_block(ROOT / "results" / "grc", "grc", UNITS_INTRO["grc"])
-                if (ROOT / "results" / "grc" / "units").is_dir()
-                else earlier_run_note(ROOT / "results" / "grc", UNITS_INTRO["grc"])),
+        "grc": "\n\n".join(part for part in (
+            units_block(ROOT / "results" / "grc", "grc", UNITS_INTRO["grc"])
+            if (ROOT / "results" / "grc" / "units").is_dir()
+            else earlier_run_note(ROOT / "results" / "grc", UNITS_INTRO["grc"]),
+            probes_block(ROOT / "results" / "grc")) if part),
         "results": (results_pointer() if done else
                     results_block((ROOT / "results" / "table1.md").read_text(encoding="utf-8"), filt, metrics)),
         "seeds": seeds_block(converged / "seeds" / "summary.csv" if (converged / "seeds" / "summary.csv").is_file()

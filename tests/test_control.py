@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 
 import pytest
 
@@ -14,6 +15,8 @@ from conftest import copy_of, run_inprocess
 from flexatt.stages.control import budget
 from flexatt.errors import DataError
 from flexatt.stopping import BUDGET, EARLY_STOPPING, run_summary
+from flexatt.tau import from_json
+from flexatt.tau_search import select_beta, select_tau
 
 COMMON = ["logger.enabled=false", "train.out_dir=m", "trainer.enable_progress_bar=false"]
 
@@ -86,12 +89,25 @@ def test_the_beta_sweep_stops_and_selects(smoke_trained, tmp_path, capsys):
                                              "sweep_beta.curve_file=rb/beta.csv", "sweep_beta.figure=rb/beta.png",
                                              "decode.beam_size=2"], capsys, cwd=path)
     assert code == 0, err
-    result = json.loads((path / "rb/beta.json").read_text())
+    result = from_json(json.loads((path / "rb/beta.json").read_text()))
     ref, points = result["reference"], result["points"]
     assert ref["beta"] == 0.0 and [p["beta"] for p in points][:1] == [0.1]
     for p in [ref, *points]:
         assert p["epochs"] == 1 and 0 < p["g_mean"] < 1 and p["window"] > 0
+        # each run's own τ, selected on dev by sweep_tau's rule among the points it searched
+        searched = p["tau_points"]
+        chosen = select_tau(searched, p["dev_bleu"], result["tau_search"]["tolerance"])
+        if chosen:
+            assert (p["selected_tau"], p["selected_window"], p["selected_bleu"]) == (
+                chosen["tau"], chosen["window"], chosen["bleu"])
+        else:  # none kept the BLEU: the run keeps τ = ∞
+            assert p["selected_tau"] == math.inf and p["selected_bleu"] == p["dev_bleu"]
+        assert {q["source"] for q in searched} <= {"grid", "below grid", "search"} and len(searched) >= 5
     # a huge beta pushes g_t up: the window at the fixed tau narrows
     assert points[-1]["beta"] == 1000000 and points[-1]["g_mean"] > ref["g_mean"]
-    assert result["selected_beta"] in (None, 0.1, 1000000)
+    # selected: the smallest window at its own τ among the βs within the tolerance (None: none is)
+    expected = select_beta([{"beta": q["beta"], "bleu": q["dev_bleu"], "window": q["selected_window"]} for q in points],
+                           ref["dev_bleu"], result["tolerance"])
+    assert result["selected_beta"] == (expected["beta"] if expected else None)
+    assert "tau_points" not in (path / "rb/beta.csv").read_text().splitlines()[0].split(",")
     assert (path / "rb/beta.png").stat().st_size > 0 and (path / "rb/beta.csv").read_text().startswith("beta,")

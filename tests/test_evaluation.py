@@ -1,4 +1,4 @@
-"""The tau-selection rule, model loading and whole-split translation."""
+"""The tau- and beta-selection rules, model loading and whole-split translation."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from flexatt.data.subwords import EncodedSplit
 from flexatt.errors import DataError
 from flexatt.data.evalset import EvalSet
 from flexatt.checkpoints import load_model
-from flexatt.tau_search import select_tau
+from flexatt.tau_search import dev_grid, log_mean_length, select_beta, select_tau
 from flexatt.decoding.translate import DecodeOptions, translate_split
 from flexatt.model import build_model
 from flexatt.decoding import greedy
@@ -33,6 +33,30 @@ def test_select_tau_takes_the_smallest_window_within_tolerance():
 def test_select_tau_ties_prefer_higher_bleu():
     points = [{"tau": 1.0, "window": 6.0, "bleu": 19.8}, {"tau": 1.2, "window": 6.0, "bleu": 20.0}]
     assert select_tau(points, 20.0, 0.5)["tau"] == 1.2
+
+
+def test_select_beta_takes_the_smallest_window_at_its_own_tau_within_tolerance():
+    # β = 10 has the narrowest window at its own τ but costs 0.6 dev BLEU at τ = ∞
+    points = [{"beta": 0.1, "bleu": 21.3, "window": 9.1},
+              {"beta": 1.0, "bleu": 21.0, "window": 8.7},
+              {"beta": 10.0, "bleu": 20.4, "window": 6.7}]
+    assert select_beta(points, reference_bleu=21.0, tolerance=0.5)["beta"] == 1.0
+    assert select_beta(points, reference_bleu=21.0, tolerance=0.6)["beta"] == 10.0  # 20.4 ≥ 21.0 − 0.6 exactly
+    assert select_beta(points, reference_bleu=22.0, tolerance=0.5) is None
+
+
+def test_select_beta_ties_prefer_higher_bleu_then_the_smaller_beta():
+    points = [{"beta": 100.0, "bleu": 21.0, "window": 6.0}, {"beta": 10.0, "bleu": 20.8, "window": 6.0},
+              {"beta": 1000.0, "bleu": 21.0, "window": 6.0}]
+    assert select_beta(points, 21.0, 0.5)["beta"] == 100.0
+    assert select_beta(points[1:2] + [{"beta": 1.0, "bleu": 20.8, "window": 6.0}], 21.0, 0.5)["beta"] == 1.0
+
+
+def test_the_dev_grid_adds_log_mean_length_in_order_once():
+    assert log_mean_length(24.4) == 3.195
+    assert dev_grid([0.8, 1.6, 4.0], 24.4, True) == [0.8, 1.6, 3.195, 4.0]
+    assert dev_grid([0.8, 1.6], 24.4, False) == [0.8, 1.6]
+    assert dev_grid([0.8, 3.195], 24.4, True) == [0.8, 3.195]
 
 
 class _Vocab:

@@ -208,6 +208,37 @@ def test_an_earlier_grc_run_is_named_with_what_keeps_it_from_deciding_the_claims
     assert figures.earlier_run_note(run, "x") == ""  # nothing keeps it from deciding: no note
 
 
+def test_the_alignment_probes_are_listed_and_the_best_on_dev_is_held_to_the_margin(tmp_path):
+    """The grc block's probes: every probe unit with its settings, ordered by dev AER; the one
+    best on dev (not on test) is held to the diagonal's test AER less the margin."""
+    from conftest import load_script
+
+    figures = load_script("readme_figures")
+    run = tmp_path / "grc"
+    assert figures.probes_block(run) == ""
+
+    def probe(name: str, overrides: list[str], dev: float, test: float) -> None:
+        folder = run / "probes" / name / "units" / "global-s1"
+        folder.mkdir(parents=True)
+        (folder / "unit.json").write_text(json.dumps({
+            "source": {"overrides": overrides}, "minutes": {"total": 30.4},
+            "summary": {"dev": {"aer": {"inf": dev}, "aer_diagonal": 0.726},
+                        "test": {"aer": {"inf": test}, "aer_diagonal": 0.729, "inf": {"bleu": 11.3}}}}))
+
+    probe("base", [], 0.720, 0.711)
+    probe("wide", ["model.hidden_size=256"], 0.640, 0.635)
+    probe("lucky", ["model.dropout=0.5"], 0.650, 0.620)  # best on test, not on dev
+    block = figures.probes_block(run)
+    text = " ".join(block.split("\n\n")[0].split())
+    assert "(≤ 0.629)" in text and "the best on dev, wide, has test AER 0.635, not yet enough." in text
+    rows = [line for line in block.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert [r.split(" | ")[0] for r in rows] == ["| base", "| lucky", "| wide"]
+    assert rows[0].split(" | ")[1] == "the profile's" and "`model.hidden_size=256`" in rows[2]
+    probe("deep", ["model.layers=2"], 0.630, 0.629)
+    assert "the best on dev, deep, has test AER 0.629, which is aligned enough." in " ".join(
+        figures.probes_block(run).split())
+
+
 def _landed_run(tmp_path: Path) -> Path:
     """A finished converged run as large as the converged profile's: Table 1 with local-m and
     local-p at D = 2, 5 and 10, and the seeds sweep with every column of ``+sweep=seeds`` and

@@ -175,9 +175,11 @@ def matched_window(curves: dict[str, list[dict]], points: dict[str, dict], path:
     return _save(fig, path)
 
 
-def beta_curve(points: list[dict], reference: dict, tau: float, path: str | os.PathLike) -> Path:
-    """Dev BLEU (τ = ∞) and the mean window at ``tau`` against β (log axis), the β = 0 run as
-    dashed lines."""
+def beta_curve(points: list[dict], reference: dict, tau: float, path: str | os.PathLike,
+               selected: float | None = None) -> Path:
+    """Dev BLEU (τ = ∞) and the mean dev window against β (log axis): the window at the fixed
+    ``tau`` and at each run's own selected τ; the β = 0 run as dashed lines, the ``selected`` β
+    circled."""
     fig, ax = plt.subplots(figsize=(5.5, 3.5))
     betas = [p["beta"] for p in points]
     ax.plot(betas, [p["dev_bleu"] for p in points], marker="o", color="tab:blue")
@@ -186,9 +188,17 @@ def beta_curve(points: list[dict], reference: dict, tau: float, path: str | os.P
     ax.set_xlabel("beta")
     ax.set_ylabel("dev BLEU (τ = ∞)", color="tab:blue")
     twin = ax.twinx()
-    twin.plot(betas, [p["window"] for p in points], marker="s", color="tab:orange")
+    twin.plot(betas, [p["window"] for p in points], marker="s", color="tab:orange", label=f"at τ = {tau_label(tau)}")
     twin.axhline(reference["window"], color="tab:orange", linestyle="--", linewidth=1)
-    twin.set_ylabel(f"mean dev window at τ = {tau_label(tau)}", color="tab:orange")
+    twin.plot(betas, [p["selected_window"] for p in points], marker="^", color="tab:green",
+              label="at its selected τ")
+    twin.axhline(reference["selected_window"], color="tab:green", linestyle="--", linewidth=1)
+    for p in points:
+        if p["beta"] == selected:
+            twin.plot([p["beta"]], [p["selected_window"]], marker="o", markersize=12, fillstyle="none",
+                      color="black", linestyle="none", label="selected")
+    twin.set_ylabel("mean dev window")
+    twin.legend(fontsize=7, loc="upper right")
     ax.set_title("Fine-tuning weight beta (dashed: beta = 0)")
     ax.grid(alpha=0.3)
     return _save(fig, path)

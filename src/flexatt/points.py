@@ -46,6 +46,11 @@ class Decoder:
         self.hypotheses: dict[tuple[str, str, float], list[str]] = {}
         self.decoded_by: dict[str, dict] = {}  # model -> backend, simd, torch
 
+    def use(self, name: str, model) -> None:
+        """Decode ``model`` as ``name``: a model that is not a row of ``evaluate.checkpoints``
+        (a sweep's run)."""
+        self.models[name] = model
+
     def point(self, name: str, split: str, tau: float) -> dict:
         key = (name, split, tau)
         if key not in self.memo:

@@ -23,6 +23,36 @@ def select_tau(points: list[dict], reference_bleu: float, tolerance: float) -> d
     return min(eligible, key=lambda p: (p["window"], -p["bleu"], -p["tau"]))
 
 
+def select_beta(points: list[dict], reference_bleu: float, tolerance: float) -> dict | None:
+    """The β-selection rule of fine-tuning (docs/method.md, β sweep), shared by the ``sweep_beta``
+    stage and the long profiles' units.
+
+    Among ``points`` (dicts with ``beta``; ``bleu``: that fine-tuning's dev BLEU at τ = ∞;
+    ``window``: its mean dev window at its own τ, selected by :func:`select_tau`), keep those whose
+    BLEU is at most ``tolerance`` below ``reference_bleu`` (the same recipe at β = 0) and return
+    the one with the smallest window; ties go to the higher BLEU, then the smaller β. ``None``
+    when no point qualifies. The window at each β's own τ is what fine-tuning is for: at one
+    shared τ a larger g_t narrows the window by construction, whatever it costs in BLEU there.
+    """
+    eligible = [p for p in points if within_tolerance(p["bleu"], reference_bleu, tolerance)]
+    if not eligible:
+        return None
+    return min(eligible, key=lambda p: (p["window"], -p["bleu"], p["beta"]))
+
+
+def dev_grid(grid: Sequence[float], mean_src_len: float, add_log_mean_len: bool) -> list[float]:
+    """The τ grid a dev search starts from: ``grid``, with τ = log S̄ added in order where
+    ``add_log_mean_len`` (S̄: the dev set's mean source length; :func:`log_mean_length`)."""
+    log_mean = log_mean_length(mean_src_len)
+    return sorted([*grid, log_mean]) if add_log_mean_len and log_mean not in grid else list(grid)
+
+
+def log_mean_length(mean_src_len: float) -> float:
+    """τ = ln S̄ to 3 decimals: the 2016 paper's heuristic −log(1/S̄) (docs/method.md, τ search;
+    on the logarithm's base, Choices and differences)."""
+    return round(math.log(mean_src_len), 3)
+
+
 def within_tolerance(bleu: float, reference_bleu: float, tolerance: float) -> bool:
     """Whether ``bleu`` is at most ``tolerance`` below ``reference_bleu``. The difference is
     rounded (6 decimals) before the comparison: scores are kept to 2 decimals, and in binary

@@ -191,20 +191,23 @@ def plan(spec: Plan, done: dict[str, dict]) -> list[Unit]:
 
 
 def select_beta(spec: Plan, done: dict[str, dict]) -> float | None:
-    """The fine-tuning's β, chosen on dev once the sweep's units are done: among the βs whose dev
-    BLEU at τ = ∞ is at most ``tolerance`` below the control's, the one whose dev window at its
-    own selected τ is smallest (ties: the smaller β). ``None`` while a sweep unit is missing or
-    when no β keeps the control's BLEU (the pairs then wait for a decision)."""
+    """The fine-tuning's β, chosen on dev once the sweep's units are done, by the rule the
+    ``sweep_beta`` stage uses (:func:`flexatt.tau_search.select_beta`): among the βs whose dev BLEU
+    at τ = ∞ is at most ``tolerance`` below the control's, the one whose dev window at its own
+    selected τ is smallest. ``None`` while a sweep unit is missing or when no β keeps the
+    control's BLEU (the pairs then wait for a decision)."""
+    from flexatt.tau_search import select_beta as rule
+
     ft = spec.finetuning
     first = spec.seeds[0]
     control = done.get(Unit(ft.parent, first, beta=0.0, run=1).name)
     runs = {b: done.get(Unit(ft.parent, first, beta=b, run=1).name) for b in ft.betas}
     if control is None or any(m is None for m in runs.values()):
         return None
-    reference = control["summary"]["dev"]["inf"]["bleu"]
-    eligible = [(m["summary"]["dev"]["selected"]["window"], b) for b, m in runs.items()
-                if round(reference - m["summary"]["dev"]["inf"]["bleu"], 6) <= ft.tolerance]
-    return min(eligible)[1] if eligible else None
+    points = [{"beta": b, "bleu": m["summary"]["dev"]["inf"]["bleu"], "window": m["summary"]["dev"]["selected"]["window"]}
+              for b, m in runs.items()]
+    chosen = rule(points, control["summary"]["dev"]["inf"]["bleu"], ft.tolerance)
+    return chosen["beta"] if chosen else None
 
 
 def nearest_fixed(spec: Plan, seed: int, done: dict[str, dict]) -> str | None:
@@ -307,7 +310,7 @@ def decode_products(model, p, tok_dir: Path, filter_dir: Path, targets: dict[str
     """
     from flexatt.data.evalset import EvalSet
     from flexatt.points import decode_options
-    from flexatt.tau_search import search_points, select_tau
+    from flexatt.tau_search import dev_grid, search_points, select_tau
 
     st = p.sweep_tau
     options = decode_options(p)
@@ -319,10 +322,7 @@ def decode_products(model, p, tok_dir: Path, filter_dir: Path, targets: dict[str
     if not full:
         return summary, _decodes(decoder, options), None, {}
     if flexible:
-        grid = list(st.grid)
-        log_mean = round(math.log(sets["dev"].mean_src_len), 3)
-        if st.add_log_mean_len and log_mean not in grid:
-            grid = sorted([*grid, log_mean])
+        grid = dev_grid(st.grid, sets["dev"].mean_src_len, st.add_log_mean_len)
         reference = summary["dev"]["inf"]["bleu"]
         points = search_points(lambda tau: decoder.point("dev", tau), grid, reference, st.tolerance, st.search_steps)
         chosen = select_tau(points, reference, st.tolerance)

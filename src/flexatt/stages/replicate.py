@@ -37,7 +37,6 @@ every job's figures and their mean ± sample standard deviation.
 
 from __future__ import annotations
 
-import math
 import os
 from pathlib import Path
 
@@ -50,7 +49,7 @@ from flexatt.data.evalset import EvalSet
 from flexatt.points import decode_options
 from flexatt.checkpoints import load_model
 from flexatt.tau import INF, label, to_json
-from flexatt.tau_search import search_points, select_tau
+from flexatt.tau_search import dev_grid, search_points, select_tau
 from flexatt.decoding.translate import translate_split
 from flexatt.io import write_json
 from flexatt.metrics import corpus_bleu, corpus_chrf
@@ -144,9 +143,7 @@ def run(cfg: DictConfig | schema.Params) -> dict:
                 "chrf": round(corpus_chrf(out.hypotheses, [data.references])[0], 2),
                 "window": round(out.mean_window, 3), "ms_per_sentence": round(out.ms_per_sentence, 2)}
 
-    log_mean = round(math.log(sets["dev"].mean_src_len), 3)
-    if add_log_mean_len and log_mean not in grid:
-        grid = sorted([*grid, log_mean])
+    grid = dev_grid(grid, sets["dev"].mean_src_len, add_log_mean_len)
     reference = score("flexible_ft", "dev", INF)
     points = search_points(lambda tau: score("flexible_ft", "dev", tau), grid, reference["bleu"],
                            tolerance, steps)

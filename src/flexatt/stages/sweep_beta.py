@@ -11,16 +11,21 @@ what it costs, is measured here:
 2. every β of ``sweep_beta.grid`` in ascending order, the same recipe with J: the sweep stops
    after the first β whose dev BLEU falls more than ``max_drop`` below the β = 0 run's;
 3. each run's best checkpoint on dev: BLEU at τ = ∞ (beam search, ``decode``), mean g_t (teacher
-   forced over the reference tokens), and the mean window and BLEU at the fixed
-   ``sweep_beta.tau``.
+   forced over the reference tokens), the mean window and BLEU at the fixed ``sweep_beta.tau``
+   (how g_t moves the window, τ held), and the run's own τ, selected on dev by the rule and
+   search every model's τ is selected by (``sweep_tau.grid``, ``add_log_mean_len``,
+   ``tolerance``, ``search_steps``; :func:`flexatt.tau_search.select_tau`), with its window and
+   BLEU (``selected_tau``, ``selected_window``, ``selected_bleu``; the searched points in
+   ``tau_points``).
 
 The runs train side by side (:mod:`flexatt.parallel`; ``train.threads`` each, as many at once as
 ``$FLEXATT_JOBS`` or the cores allow), taken in order; a run started beside the one that stops the
 sweep is dropped with its checkpoints. Each run's weights are those it gets alone.
 
-Selected: the β with the smallest window at ``tau`` whose dev BLEU (τ = ∞) is within
-``tolerance`` of the β = 0 run's (``null`` when none is). Every run keeps its own epochs under
-the stopping rule; ``epochs`` and ``best_epoch`` are recorded per point.
+Selected (:func:`flexatt.tau_search.select_beta`, the rule the long profiles' units use): the β
+with the smallest dev window at its own selected τ whose dev BLEU (τ = ∞) is within ``tolerance``
+of the β = 0 run's (``null`` when none is). Every run keeps its own epochs under the stopping rule;
+``epochs`` and ``best_epoch`` are recorded per point.
 
 Writes ``sweep_beta.out`` (JSON), ``curve_file`` (CSV for ``dvc plots``) and ``figure`` (PNG);
 the runs' model folders go to ``<out_dir>/beta<β>/<variant>/`` (an interrupted sweep resumes from
@@ -41,13 +46,11 @@ from flexatt import figures, parallel, schema
 from flexatt.data.batching import LengthGroupedBatches, ParallelData, collate
 from flexatt.data.subwords import PAD_ID
 from flexatt.data.evalset import EvalSet
-from flexatt.points import decode_options
+from flexatt.points import Decoder
 from flexatt.checkpoints import load_model
-from flexatt.decoding.translate import translate_split
-from flexatt.tau import label
-from flexatt.tau_search import within_tolerance
+from flexatt.tau import INF, label
+from flexatt.tau_search import dev_grid, search_points, select_beta, select_tau, within_tolerance
 from flexatt.io import write_csv, write_json
-from flexatt.metrics import corpus_bleu
 from flexatt.parallel import intra_op_threads, run_each
 from flexatt.tracking import default_group, start_run
 from flexatt.trainer import drop_resume_state, train
@@ -70,44 +73,48 @@ def mean_g(model, data: EvalSet, batch_size: int) -> float:
     return total / count
 
 
-def select_beta(points: list[dict], reference_bleu: float, tolerance: float) -> dict | None:
-    """The point with the smallest window at the fixed τ among those whose dev BLEU is at least
-    ``reference_bleu − tolerance``; ties go to the higher BLEU, then the smaller β."""
-    eligible = [p for p in points if within_tolerance(p["dev_bleu"], reference_bleu, tolerance)]
-    if not eligible:
-        return None
-    return min(eligible, key=lambda p: (p["window"], -p["dev_bleu"], p["beta"]))
-
-
 def _point(job: tuple[dict, float]) -> tuple[dict, dict]:
     """One β of the sweep (run by :func:`flexatt.parallel.run_each`, in a worker process or here):
-    fine-tune, then decode dev at τ = ∞ and at ``sweep_beta.tau``. ``(params as a dict, β)`` ->
-    ``(point, decoded_by)``."""
+    fine-tune, then decode dev at τ = ∞, at ``sweep_beta.tau`` and along the τ search.
+    ``(params as a dict, β)`` -> ``(point, decoded_by)``."""
     run_cfg, beta = job
     p = schema.validate(run_cfg)
-    sb, ft = p.sweep_beta, p.finetune
+    sb, ft, st = p.sweep_beta, p.finetune, p.sweep_tau
     variant = p.flexible_variant("sweep_beta.variant")
     init, out_dir, name = Path(ft.init_dir) / variant / "best.ckpt", Path(sb.out_dir), f"beta{beta:g}"
     print(f"sweep_beta: beta = {beta:g}: fine-tuning {variant} from {init}", flush=True)
     metrics, _ = train(p, variant, out_dir=str(out_dir / name), epochs=ft.epochs, lr=ft.lr, beta=beta,
                        init_from=init, metrics_file=out_dir / name / "metrics.json",
                        job_type="sweep_beta", run_name=f"{variant}-{name}")
-    dev, options = EvalSet.load(p.train.data_dir, "dev"), decode_options(p)
+    dev = EvalSet.load(p.train.data_dir, "dev")
+    decoder = Decoder(p, {"dev": dev})
     with intra_op_threads(p.train.threads):  # as the worker beside it: one training's cores
         model = load_model(out_dir / name / variant / "best.ckpt")
-        full = translate_split(model, dev.split, dev.tgt_vocab, options)
-        windowed = translate_split(model, dev.split, dev.tgt_vocab, options.at(sb.tau))
+        decoder.use(name, model)
+        full, fixed = decoder.point(name, "dev", INF), decoder.point(name, "dev", sb.tau)
+        grid = dev_grid(st.grid, dev.mean_src_len, st.add_log_mean_len)
+        tau_points = search_points(lambda tau: decoder.point(name, "dev", tau), grid, full["bleu"],
+                                   st.tolerance, st.search_steps)
+        chosen = select_tau(tau_points, full["bleu"], st.tolerance) or full
         result = {
             "beta": beta, "epochs": metrics["epochs"], "best_epoch": metrics["best_epoch"],
-            "dev_bleu": round(corpus_bleu(full.hypotheses, [dev.references])[0], 2),
-            "g_mean": round(mean_g(model, dev, options.batch_size), 4),
-            "window": round(windowed.mean_window, 3),
-            "dev_bleu_tau": round(corpus_bleu(windowed.hypotheses, [dev.references])[0], 2),
+            "dev_bleu": full["bleu"], "g_mean": round(mean_g(model, dev, decoder.options.batch_size), 4),
+            "window": fixed["window"], "dev_bleu_tau": fixed["bleu"],
+            "selected_tau": chosen["tau"], "selected_window": chosen["window"], "selected_bleu": chosen["bleu"],
+            "tau_points": tau_points,
         }
     print(f"sweep_beta: beta = {beta:g}: dev BLEU {result['dev_bleu']}, mean g {result['g_mean']}, window "
-          f"{result['window']} at tau = {label(sb.tau)} ({result['epochs']} epochs, best {result['best_epoch']})",
-          flush=True)
-    return result, dict(full.decoded_by)
+          f"{result['window']} at tau = {label(sb.tau)}, {result['selected_window']} at its tau = "
+          f"{label(result['selected_tau'])} ({result['epochs']} epochs, best {result['best_epoch']})", flush=True)
+    return result, dict(decoder.decoded_by[name])
+
+
+def chosen_beta(points: list[dict], reference: dict, tolerance: float) -> dict | None:
+    """The sweep's point :func:`flexatt.tau_search.select_beta` chooses: the smallest dev window at
+    its own selected τ among the βs within ``tolerance`` dev BLEU (τ = ∞) of the β = 0 run."""
+    chosen = select_beta([{"beta": q["beta"], "bleu": q["dev_bleu"], "window": q["selected_window"]}
+                          for q in points], reference["dev_bleu"], tolerance)
+    return next(q for q in points if q["beta"] == chosen["beta"]) if chosen else None
 
 
 def run(cfg: DictConfig | schema.Params) -> dict:
@@ -138,24 +145,29 @@ def run(cfg: DictConfig | schema.Params) -> dict:
     for beta in betas[1 + len(points):]:
         shutil.rmtree(out_dir / f"beta{beta:g}", ignore_errors=True)
     drop_resume_state(out_dir)
-    selected = select_beta(points, reference["dev_bleu"], sb.tolerance)
+    selected = chosen_beta(points, reference, sb.tolerance)
+    st = p.sweep_tau
     result = {"variant": variant, "tau": sb.tau, "max_drop": sb.max_drop, "tolerance": sb.tolerance,
+              "tau_search": {"grid": list(st.grid), "add_log_mean_len": st.add_log_mean_len,
+                             "tolerance": st.tolerance, "search_steps": st.search_steps},
               "reference": reference, "points": points,
               "selected_beta": selected["beta"] if selected else None, "decoded_by": decoded_by}
     write_json(sb.out, result)
-    rows = [reference, *points]
+    rows = [{k: v for k, v in q.items() if k != "tau_points"} for q in (reference, *points)]
     write_csv(sb.curve_file, rows)
-    figure = figures.beta_curve(points, reference, sb.tau, sb.figure)
+    figure = figures.beta_curve(points, reference, sb.tau, sb.figure, result["selected_beta"])
 
     tracker = start_run(p, "sweep_beta", "beta", tags=[variant, p.profile])
     table = tracker.table("sweep_beta/points", list(rows[0]), [list(r.values()) for r in rows])
     tracker.line_plot("sweep_beta/window_plot", table, "beta", "window", f"mean dev window at tau = {label(sb.tau)}")
+    tracker.line_plot("sweep_beta/selected_window_plot", table, "beta", "selected_window",
+                      "mean dev window at each beta's selected tau")
     tracker.image("figures/beta", figure)
     tracker.summary({"selected_beta": result["selected_beta"], "reference_dev_bleu": reference["dev_bleu"]})
     tracker.config({"decoded_by": decoded_by})
     tracker.finish()
     print(f"sweep_beta: selected beta = {result['selected_beta']} (beta = 0: dev BLEU {reference['dev_bleu']}, "
-          f"window {reference['window']})")
+          f"window {reference['selected_window']} at its tau = {label(reference['selected_tau'])})")
     return result
 
 

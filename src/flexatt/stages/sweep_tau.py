@@ -21,7 +21,6 @@ Usage::
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 from omegaconf import DictConfig
@@ -32,7 +31,7 @@ from flexatt.data.evalset import EvalSet
 from flexatt.io import write_csv, write_json
 from flexatt.points import Decoder, checkpoint_of
 from flexatt.tau import INF, label, to_json
-from flexatt.tau_search import search_points, select_tau
+from flexatt.tau_search import dev_grid, log_mean_length, search_points, select_tau
 from flexatt.tracking import start_run
 
 
@@ -49,9 +48,8 @@ def run(cfg: DictConfig | schema.Params) -> dict:
         checkpoint_of(p, "global", "evaluate.checkpoints")  # the curve's reference point
 
     sets = {name: EvalSet.load(tok_dir, name) for name in {"dev", *curve_splits}}
-    log_mean = round(math.log(sets["dev"].mean_src_len), 3)
-    if add_log_mean_len and log_mean not in grid:
-        grid = sorted([*grid, log_mean])
+    log_mean = log_mean_length(sets["dev"].mean_src_len)
+    grid = dev_grid(grid, sets["dev"].mean_src_len, add_log_mean_len)
     decoder = Decoder(p, sets)
     tracker = start_run(p, "sweep_tau", "tau", tags=["flexible", p.profile])
 
