@@ -45,7 +45,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from flexatt.claims import MIN_NARROWING
+from flexatt.claims import MIN_NARROWING, NOT_MEASURED
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -116,7 +116,7 @@ def results_block(table_md: str, filt: dict, metrics: dict) -> str:
     splits, reordering = filt["splits"], filt.get("reordering")
     crossing = (f"; {reordering['crossing_link_pairs']:.1%} of gold link pairs cross, in "
                 f"{reordering['sentences_with_crossing']:.0%} of pairs" if reordering else "")
-    caption = (f"Default profile, `dvc repro`: {splits['train']['pairs']:,} training pairs, "
+    caption = (f"What `make repro` shows in an hour (the default profile, 3 epochs): {splits['train']['pairs']:,} training pairs, "
                f"{splits[metrics['split']]['pairs']:,} {metrics['split']} pairs, beam {metrics['beam_size']}"
                f"{crossing} (`results/table1.md`, `results/metrics.json`, `results/filter.json`).")
     return caption + "\n\n" + "\n".join(_table_lines(table_md))
@@ -297,9 +297,9 @@ LONG_RUNS = {
 }
 
 
-#: how the README introduces a long run made of units
-UNITS_INTRO = {"converged": "`make converged` (the `converged` profile as units, [long runs](#configuration))",
-               "grc": "`make grc` (Koine Greek → English as units, [long runs](#configuration))"}
+#: the corpus of each long run made of units, as the units section's columns name it
+UNITS_CORPUS = {"converged": ("Bible", "`make converged` (Spanish → English Bible)"),
+                "grc": ("Greek NT", "`make grc` (Koine Greek → English)")}
 
 
 def long_run_block(run: Path, intro: str, estimate: str = "") -> str:
@@ -336,43 +336,135 @@ def long_run_block(run: Path, intro: str, estimate: str = "") -> str:
                       finetuning_block(metrics, beta, run / "dvc.lock")])
 
 
-def units_block(run: Path, profile: str, intro: str) -> str:
-    """A long run made of units (``results/<profile>/units/``, ``scripts/units.py``): how many of
-    the plan's units are done, then each model over the seeds done (a flexible model also at its
-    dev-selected τ): test BLEU and window as mean ± sd, test AER beside the diagonal's
-    (:func:`flexatt.unit_claims.model_table`), and the minutes a unit took. Only finished units
-    count; nothing is promised for the rest (``scripts/units.py <profile> --list`` lists them)."""
+def units_section(runs: dict[str, Path]) -> str:
+    """The long runs made of units (``results/<profile>/units/``, ``scripts/units.py``), both
+    corpora side by side: how many of each plan's units are done; each model over the seeds done
+    (a flexible model also at its dev-selected τ): test BLEU, window and AER as mean ± sd
+    (:func:`flexatt.unit_claims.model_table`), the diagonal's AER once per corpus; the minutes a
+    unit took; the Greek probes' outcome once one aligns (:func:`probes_block`); then the claims
+    of each run's current report (:func:`units_claims`). Only finished units count; nothing is
+    promised for the rest (``scripts/units.py <profile> --list``)."""
     from flexatt.unit_claims import Units, model_table
     from flexatt.units import plan, read_plan
 
-    folder = run / "units"
-    spec = read_plan(ROOT / "conf" / "units" / f"{profile}.yaml")
-    units = Units(folder, spec)
-    done = units.manifests
-    names = [u.name for u in plan(spec, done)]
-    total = len(names) + len([n for n in done if n not in names])
-    lead = (f"{intro}: {len(done)} of the {total} units planned so far {'is' if len(done) == 1 else 'are'} done "
-            f"(`{_shown(folder)}/`; a unit is one model, trained for the profile's equal budget and decoded; the "
-            f"seeds of the fixed window nearest flexible's and the fine-tuning pairs join the plan once the units "
-            f"that choose them are done).")
+    found = {}
+    for profile, run in runs.items():
+        spec = read_plan(ROOT / "conf" / "units" / f"{profile}.yaml")
+        units = Units(run / "units", spec)
+        names = [u.name for u in plan(spec, units.manifests)]
+        found[profile] = (run, units, len(names) + len([n for n in units.manifests if n not in names]))
+    counts = ", ".join(f"{UNITS_CORPUS[p][1]} {len(u.manifests)} of {total}" for p, (run, u, total) in found.items())
+    lead = (f"**Equal-budget models** ([long runs](#configuration)), units done so far: {counts}; a unit is one model "
+            f"trained for its profile's budget and decoded (`results/<profile>/units/`).")
+    done = {p: v for p, v in found.items() if v[1].manifests}
     if not done:
         return textwrap.fill(lead, width=100, break_on_hyphens=False)
     ms = lambda st, d=2: "–" if st is None else (  # noqa: E731
         f"{st['mean']:.{d}f}" + ("" if st["sd"] is None else f" ± {st['sd']:.{d}f}"))
-    lines = ["| model | at | seeds | test BLEU | window | AER (diagonal) |", "|---|---|---|---|---|---|"]
-    for r in model_table(units):
-        aer = "–" if r["aer"] is None else f"{ms(r['aer'], 3)} ({ms(r['diagonal'], 3)})"
-        lines.append(f"| {r['model']} | {r['at']} | {len(r['seeds'])} | {ms(r['bleu'])} | {ms(r['window'])} | {aer} |")
-    minutes = [m["minutes"]["total"] for m in done.values()]
-    machines = sorted({m["machine"]["cpu"] for m in done.values()})
-    beam = next(iter(done.values()))["decode"]["beam_size"]
-    note = (f"Mean ± sd over the training seeds done; test BLEU is sacrebleu's (beam {beam}), the window the "
-            f"positions scored per decoding step, AER against the gold links beside that of a length-proportional "
-            f"diagonal that reads no words. A unit took "
-            f"{f'{min(minutes):.0f}' if round(min(minutes)) == round(max(minutes)) else f'{min(minutes):.0f}–{max(minutes):.0f}'} min "
-            f"({', '.join(machines)}); per unit: `python scripts/units.py {profile} --list`.")
+    tables = {p: {(r["model"], r["at"]): r for r in model_table(u)} for p, (_, u, _) in done.items()}
+    rows = list(dict.fromkeys(key for t in tables.values() for key in t))
+    rows.sort(key=lambda k: (k[0] != "global", k[0], k[1] != "τ=∞"))
+    head = " | ".join(f"{UNITS_CORPUS[p][0]}: seeds | test BLEU | window | AER" for p in done)
+    lines = [f"| model | at | {head} |", "|---|---|" + "---|---|---|---|" * len(done)]
+    for key in rows:
+        cells = []
+        for p in done:
+            r = tables[p].get(key)
+            cells += (["", "", "", ""] if r is None else
+                      [str(len(r["seeds"])), ms(r["bleu"]), ms(r["window"]), ms(r["aer"], 3)])
+        lines.append(f"| {key[0]} | {key[1]} | {' | '.join(cells)} |")
+    diagonal = ", ".join(f"{t[rows[0]]['diagonal']['mean']:.3f} {UNITS_CORPUS[p][0]}" for p, t in tables.items()
+                            if t.get(rows[0], {}).get("diagonal"))
+    took = []
+    for p, (_, u, _) in done.items():
+        minutes = [m["minutes"]["total"] for m in u.manifests.values()]
+        span = (f"{min(minutes):.0f}" if round(min(minutes)) == round(max(minutes))
+                else f"{min(minutes):.0f}–{max(minutes):.0f}")
+        took.append(f"{span} min ({UNITS_CORPUS[p][0]})")
+    machines = sorted({m["machine"]["cpu"] for _, u, _ in done.values() for m in u.manifests.values()})
+    beam = next(iter(next(iter(done.values()))[1].manifests.values()))["decode"]["beam_size"]
+    probes = probes_block(runs["grc"]) if "grc" in runs else ""
+    aligned = " ".join(probes.split()) + " " if probes and "| probe" not in probes else ""  # else: the grc block
+    note = (f"Mean ± sd over the seeds done; sacrebleu, beam {beam}; window: positions scored per step; test AER "
+            f"(a length-proportional diagonal that reads no words: {diagonal}). {aligned}A unit took "
+            f"{', '.join(took)} on {', '.join(machines)}.")
+    text, table = units_claims({p: run for p, (run, _, _) in done.items()})
     return "\n".join([textwrap.fill(lead, width=100, break_on_hyphens=False), "", *lines, "",
-                      textwrap.fill(note, width=100, break_on_hyphens=False)])
+                      textwrap.fill(f"{note} {text}", width=100, break_on_hyphens=False, break_long_words=False),
+                      *([""] + table if table else [])])
+
+
+def units_claims(runs: dict[str, Path]) -> tuple[str, list[str]]:
+    """The claims the long runs' units decide, as a sentence and a table with one column per corpus (each run's ``report.json``,
+    :mod:`flexatt.unit_claims`, used only while it covers exactly the units done): per measured
+    claim its verdict with the Δ BLEU over seeds (mean and 95% t-interval, or the one seed's) and
+    pooled (with its paired-bootstrap interval), b's share of positions cut, c's window change;
+    e2 (the paper's +2 BLEU) in e's cell; f once per fixed window; the budget check once both of
+    its units are done. The p-values
+    are in the reports. Without a measured claim, the table is empty and the sentence says why."""
+    from flexatt.unit_claims import BUDGET_GAIN
+    from flexatt.units import done_units
+
+    def delta(e: dict) -> str:
+        over, pooled = e["over_seeds"], e["pooled"]
+        seeds = (f"{_signed(over['mean'])} [{_signed(over['ci'][0])}, {_signed(over['ci'][1])}] ({over['n']} seeds)"
+                 if over["ci"] else f"{_signed(over['mean'])} (1 seed)")
+        return f"{seeds}; pooled {_signed(pooled['delta'])} [{_signed(pooled['ci'][0])}, {_signed(pooled['ci'][1])}]"
+
+    def share(stat: dict, sign: str = "") -> str:
+        fmt = lambda x: f"{100 * x:{sign}.0f}%".replace("-", "−")  # noqa: E731
+        return fmt(stat["mean"]) + (f" [{fmt(stat['ci'][0])}, {fmt(stat['ci'][1])}]" if stat["ci"] else "")
+
+    def cell(c: dict, effect: dict | None = None) -> str:
+        if c["verdict"] == NOT_MEASURED:
+            return ""
+        extra = (f"; cut {share(c['cut'])}" if "cut" in c else
+                 f"; window {share(c['window_change'], '+')}" if "window_change" in c else "")
+        e2 = f", by +2 (e2): **{effect['verdict']}**" if effect else ""
+        return f"**{c['verdict']}**{e2}" + ("" if "pairs" in c else f": {delta(c)}{extra}")
+
+    reports, stale = {}, []
+    for profile, run in runs.items():
+        path = run / "report.json"
+        if path.is_file() and _json(path).get("units") == sorted(done_units(run / "units")):
+            reports[profile] = _json(path)
+        else:
+            stale.append(f"`python scripts/units.py {profile} --report`")
+    rows: dict[str, dict[str, str]] = {}
+    for claim in dict.fromkeys(c["id"] for report in reports.values() for c in report["claims"] if c["id"] != "e2"):
+        for profile, report in reports.items():
+            c = next((c for c in report["claims"] if c["id"] == claim), None)
+            e2 = next((c for c in report["claims"] if c["id"] == "e2" and c["verdict"] != NOT_MEASURED), None)
+            if c is not None:
+                rows.setdefault(f"{claim}. {CLAIM_LABELS.get(claim, c['claim'])}", {})[profile] = \
+                    cell(c, e2 if claim == "e" else None)
+        for fixed in dict.fromkeys(e["fixed"] for report in reports.values() for c in report["claims"]
+                                   if c["id"] == claim for e in c.get("pairs", [])):
+            for profile, report in reports.items():
+                pair = next((e for c in report["claims"] if c["id"] == claim for e in c.get("pairs", [])
+                             if e["fixed"] == fixed), None)
+                if pair is not None:
+                    rows.setdefault(f"{claim}. vs {fixed}", {})[profile] = cell(pair)
+    for profile, report in reports.items():
+        budget = report.get("budget_check")
+        if budget:
+            rows.setdefault(f"budget: {budget['variant']} at ×{budget['factor']:g} epochs gains < {BUDGET_GAIN} dev "
+                            f"BLEU", {})[profile] = (f"**{'holds' if budget['enough'] else 'fails'}**: "
+                                                     f"{_signed(budget['dev_gain'])} ({budget['epochs'][0]} → "
+                                                     f"{budget['epochs'][1]} epochs)")
+    rows = {label: cells for label, cells in rows.items() if any(cells.values())}
+    text = []
+    if stale:
+        text.append(f"Claims: {' and '.join(stale)} decides them from the units done.")
+    if reports and not rows:
+        text.append("Claims (`results/<profile>/report.md`): none has its units yet.")
+    if not rows:
+        return " ".join(text), []
+    lines = [f"| claim | {' | '.join(UNITS_CORPUS[p][0] for p in reports)} |", "|---|" + "---|" * len(reports)]
+    lines += [f"| {label} | {' | '.join(cells.get(p, '') for p in reports)} |" for label, cells in rows.items()]
+    lead = (f"**Claims** (test set; Δ BLEU [95% t-interval] over seeds, pooled [95% paired bootstrap]; p-values, "
+            f"claims not yet measured: `results/<profile>/report.md`; [rules](docs/method.md#claims)):")
+    return " ".join([*text, lead]), lines
 
 
 def wall_time(prov: dict) -> str:
@@ -479,10 +571,10 @@ def probes_block(run: Path) -> str:
     target = best["summary"]["test"]["aer_diagonal"] - ALIGNMENT_MARGIN
     # AERs are kept to 4 decimals: the difference is rounded before the comparison
     if round(best["summary"]["test"]["aer_diagonal"] - best["summary"]["test"]["aer"]["inf"], 6) >= ALIGNMENT_MARGIN:
-        text = (f"Its settings are those under which Global's attention aligns: of {len(probes)} probes "
-                f"(`{_shown(run)}/probes/`, Global, seed 1), the best by dev AER, {best_name}, has test AER "
+        text = (f"The Greek settings are those under which Global aligns: of {len(probes)} probes "
+                f"(`{_shown(run)}/probes/`), the best by dev AER, {best_name}, has test AER "
                 f"{best['summary']['test']['aer']['inf']:.3f}, at least {ALIGNMENT_MARGIN:g} below the "
-                f"length-proportional diagonal's {best['summary']['test']['aer_diagonal']:.3f}.")
+                f"diagonal's {best['summary']['test']['aer_diagonal']:.3f}.")
         return textwrap.fill(text, width=100, break_on_hyphens=False)
     text = (f"Before its units run, Global has to align on this corpus: a test AER at least {ALIGNMENT_MARGIN:g} "
             f"below the diagonal's (≤ {target:.3f}), the setting chosen by dev AER. The probes so far "
@@ -510,25 +602,17 @@ CLAIM_SOURCES = {"converged": "converged run", "grc": "Greek → English run"}
 
 def claims_block(path: Path) -> str:
     """The papers' claims as the compare stage judged them (``results/compare.json``): per claim
-    its verdict and, where measured, Δ BLEU with its 95% interval and the Holm-adjusted p."""
+    its verdict; the figures behind each are in ``compare.md``, named here."""
     if not path.is_file():
         return ""
     report = _json(path)
 
     def item(c: dict) -> str:
-        text = f"{c['id']}. {CLAIM_LABELS.get(c['id'], c['claim'])}: **{c['verdict']}**"
-        if c.get("effect") is not None:
-            lo, hi = c["ci"]
-            text += f" ({_signed(c['effect'])} [{_signed(lo)}, {_signed(hi)}], p {c['p']:.3f})"
-        elif c["id"] == "f" and c.get("outcomes"):
-            o = c["outcomes"]
-            text += (f" ({o['better']} better, {o['equal']} equal, {o['worse']} worse"
-                     + (f", {o['not matched']} not matched" if o.get("not matched") else "") + ")")
-        return text
+        return f"{c['id']}. {CLAIM_LABELS.get(c['id'], c['claim'])}: **{c['verdict']}**"
 
     where = _shown(path.parent)
     source = CLAIM_SOURCES.get(where.name, "3-epoch default profile")
-    text = (f"**Claims** ({source}, {report['split']} set, `{where}/compare.md`; Δ BLEU [95% CI], Holm-adjusted p; "
+    text = (f"**Claims** ({source}, {report['split']} set; Δ BLEU, intervals and Holm-adjusted p: `{where}/compare.md`; "
             "[rules](docs/method.md#claims)): " + "; ".join(item(c) for c in report["claims"]) + ".")
     return textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False)
 
@@ -630,16 +714,17 @@ def blocks_of(path: Path, converged: Path = ROOT / "results" / "converged") -> d
     head = (headline(_json(converged / "metrics.json"), _params(), _json(converged / "filter.json"), converged=True)
             if done else headline(metrics, _params(), filt))
     claims = converged / "compare.json" if (converged / "compare.json").is_file() else ROOT / "results" / "compare.json"
+    runs = {"converged": converged, "grc": ROOT / "results" / "grc"}
+    long = {p: run for p, run in runs.items() if (run / "units").is_dir()}  # the long runs made of units
+    grc_probes = probes_block(ROOT / "results" / "grc")
     return {
         "headline": head,
-        "converged": (units_block(converged, "converged", UNITS_INTRO["converged"])
-                      if (converged / "units").is_dir() and not done
+        "converged": (units_section(long) if "converged" in long and not done
                       else long_run_block(converged, *LONG_RUNS["converged"])),
         "grc": "\n\n".join(part for part in (
-            units_block(ROOT / "results" / "grc", "grc", UNITS_INTRO["grc"])
-            if (ROOT / "results" / "grc" / "units").is_dir()
-            else earlier_run_note(ROOT / "results" / "grc", UNITS_INTRO["grc"]),
-            probes_block(ROOT / "results" / "grc")) if part),
+            units_section({"grc": long["grc"]}) if "grc" in long and ("converged" not in long or done)
+            else "" if "grc" in long else earlier_run_note(ROOT / "results" / "grc", LONG_RUNS["grc"][0]),
+            "" if "grc" in long and "| probe" not in grc_probes else grc_probes) if part),
         "results": (results_pointer() if done else
                     results_block((ROOT / "results" / "table1.md").read_text(encoding="utf-8"), filt, metrics)),
         "seeds": seeds_block(converged / "seeds" / "summary.csv" if (converged / "seeds" / "summary.csv").is_file()

@@ -84,6 +84,39 @@ def targets(unit: Unit, spec, done: dict[str, dict]) -> list[str]:
     return [f"--match={n}={done[n]['summary']['dev']['inf']['window']}" for n in names if n in done]
 
 
+def late_matches(spec, done: dict[str, dict]) -> dict[str, list[str]]:
+    """Finished flexible units (with kept weights) of the first budget and the ``--match``
+    arguments of the fixed windows of their seed that finished after them: matched by decoding
+    the kept weights (``python -m flexatt.units match``), so the order units run in leaves no
+    pair unmatched."""
+    late = {}
+    for name, m in sorted(done.items()):
+        if m.get("kind", "train") != "train" or m.get("variant") != spec.flexible or m.get("budget", 1.0) != 1.0 \
+                or WEIGHTS not in m.get("files", {}):
+            continue
+        matched = m["summary"].get("matched", {})
+        found = [arg for arg in targets(Unit(spec.flexible, m["seed"]), spec, done)
+                 if arg.split("=")[1] not in matched]
+        if found:
+            late[name] = found
+    return late
+
+
+def match_one(name: str, args: list[str], copy: Path, folder: Path, source: dict, log: Path) -> int:
+    """``python -m flexatt.units match`` in the copy for the finished unit ``name`` (products in
+    ``folder``), its output to the terminal and ``log``."""
+    _, env = dvc_env(copy)
+    cmd = [sys.executable, "-m", "flexatt.units", "match", str(folder.resolve()), "--source", json.dumps(source), *args]
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as f:
+        process = subprocess.Popen(cmd, cwd=copy, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        while chunk := process.stdout.read1(1 << 16):
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+            f.write(chunk)
+        return process.wait()
+
+
 def run_one(unit: Unit, copy: Path, out: Path, source: dict, log: Path, match: list[str] = ()) -> int:
     """``python -m flexatt.units run`` in the copy, its output to the terminal and ``log``; a
     fine-tuning or control starts from its parent's weights beside ``out``."""
@@ -102,8 +135,9 @@ def run_one(unit: Unit, copy: Path, out: Path, source: dict, log: Path, match: l
         return process.wait()
 
 
-def commit(unit: str, folder: Path) -> None:
-    """Commit the unit's folder (only it) with its figures in the message."""
+def commit(unit: str, folder: Path, also: list[Path] = ()) -> None:
+    """Commit the unit's folder and ``also`` (the run's report from its units, nothing else) with
+    its figures in the message."""
     manifest = json.loads((folder / "unit.json").read_text(encoding="utf-8"))
     test = manifest["summary"]["test"]
     figures = f"test BLEU {test['inf']['bleu']} at window {test['inf']['window']} (tau = inf)"
@@ -112,13 +146,29 @@ def commit(unit: str, folder: Path) -> None:
                     f"BLEU {test['selected']['bleu']}, window {test['selected']['window']}")
     message = (f"{manifest['profile']} unit {unit} ({_shown(folder)}): {manifest['training']['epochs']} epochs, {figures}; "
                f"{manifest['minutes']['total']} min on {manifest['machine']['cpu']}")
-    subprocess.run(["git", "add", "--", str(folder)], cwd=ROOT, check=True)
-    subprocess.run(["git", "commit", "-qm", message, "--", str(folder)], cwd=ROOT, check=True)
+    paths = [str(folder), *map(str, also)]
+    subprocess.run(["git", "add", "--", *paths], cwd=ROOT, check=True)
+    subprocess.run(["git", "commit", "-qm", message, "--", *paths], cwd=ROOT, check=True)
 
 
-def write_report(profile: str, results: Path, data: Path) -> int:
-    """``<results>/../report.{json,md}`` and ``figures/units.png`` from the finished units; the
-    references are ``data``'s, refused where their digest differs from the units' record."""
+def commit_match(name: str, folder: Path, fixed: list[str], also: list[Path] = ()) -> None:
+    """Commit a unit's folder after a late match (and ``also``: the run's report)."""
+    manifest = json.loads((folder / "unit.json").read_text(encoding="utf-8"))
+    amended = manifest["amended"][-1]
+    parts = [f"{n} at tau {label(from_json(manifest['summary']['matched'][n]['tau']))} (test BLEU "
+             f"{manifest['summary']['matched'][n]['test']['bleu']}, window {manifest['summary']['matched'][n]['test']['window']})"
+             for n in fixed]
+    message = (f"{manifest['profile']} unit {name} ({_shown(folder)}) matched to the fixed windows that finished after "
+               f"it, from its kept weights: {'; '.join(parts)}; {amended['minutes']} min on {amended['machine']['cpu']}")
+    paths = [str(folder), *map(str, also)]
+    subprocess.run(["git", "add", "--", *paths], cwd=ROOT, check=True)
+    subprocess.run(["git", "commit", "-qm", message, "--", *paths], cwd=ROOT, check=True)
+
+
+def write_report(profile: str, results: Path, data: Path, quiet: bool = False) -> list[Path]:
+    """``<results>/../report.{json,md}`` and ``figures/units.png`` from the finished units (the
+    files written); the references are ``data``'s, refused where their digest differs from the
+    units' record."""
     from flexatt.io import file_digest, write_json
     from flexatt.unit_claims import Units, figure, report
 
@@ -134,15 +184,17 @@ def write_report(profile: str, results: Path, data: Path) -> int:
         references[split] = path.read_text(encoding="utf-8").split("\n")[:-1]
     spec = read_plan(ROOT / "conf/units" / f"{profile}.yaml")
     started = time.time()
-    out = report(results, spec, references)
+    out = report(results, spec, references, shown=_shown(results))
     folder = results.parent
-    write_json(folder / "report.json", {k: v for k, v in out.items() if k != "markdown"})
-    (folder / "report.md").write_text(out["markdown"], encoding="utf-8")
-    figure(Units(results, spec), folder / "figures" / "units.png")
-    print(out["markdown"])
+    written = [folder / "report.json", folder / "report.md", folder / "figures" / "units.png"]
+    write_json(written[0], {k: v for k, v in out.items() if k != "markdown"})
+    written[1].write_text(out["markdown"], encoding="utf-8")
+    figure(Units(results, spec), written[2])
+    if not quiet:
+        print(out["markdown"])
     print(f"units: report of {len(done)} units in {time.time() - started:.0f} s: "
-          f"{_shown(folder / 'report.md')}, {_shown(folder / 'figures/units.png')}")
-    return 0
+          f"{_shown(written[1])}, {_shown(written[2])}", flush=True)
+    return written
 
 
 def _shown(path: Path) -> str:
@@ -176,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--list", action="store_true", help="print the plan and stop")
     parser.add_argument("--units", type=int, help="run at most this many units")
     parser.add_argument("--only", help="run this unit (by name) only")
-    parser.add_argument("--commit", action="store_true", help="commit each finished unit's folder")
+    parser.add_argument("--commit", action="store_true",
+                        help="commit each finished unit's folder with the run's report (--report) from the units done")
     parser.add_argument("--report", action="store_true",
                         help="the table, claims and figure from the finished units (no decoding), and stop")
     parser.add_argument("--data", type=Path, help="with --report: the tokenized data whose references the units "
@@ -184,13 +237,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     results = args.results or ROOT / "results" / args.profile / "units"
     if args.report:
-        return write_report(args.profile, results, args.data or (args.keep or ROOT / "runs" / args.profile)
-                            / "artifacts" / "tok")
+        write_report(args.profile, results, args.data or (args.keep or ROOT / "runs" / args.profile) / "artifacts" / "tok")
+        return 0
     todo, done = pending(args.profile, results)
     if args.list:
         for name, m in done.items():
             print(f"done     {name:24s} {m['minutes']['total']:6.1f} min  commit {str(m['source'].get('commit'))[:7]}"
                   f"  {figures(m)}")
+        spec = read_plan(ROOT / "conf/units" / f"{args.profile}.yaml")
+        for name, found in late_matches(spec, done).items():
+            print(f"pending  {name} matched to {', '.join(a.split('=')[1] for a in found)} (from its kept weights)")
         for unit in todo:
             print(f"pending  {unit.name}")
         return 0
@@ -203,8 +259,23 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit("error: --set changes what the units train: give the run its own --results and --keep")
     source = {**tree_state(), "overrides": args.set}
     check_data(prepare(copy, args.profile, args.set), done)
-    ran = 0
-    while todo and (args.units is None or ran < args.units):
+    report = lambda: write_report(args.profile, results, copy / "artifacts" / "tok", quiet=True)  # noqa: E731
+
+    def matches() -> int:
+        """The late matches pending, each committed with the report when ``--commit``."""
+        spec = read_plan(copy / "conf/units" / f"{args.profile}.yaml")
+        for name, found in late_matches(spec, done_units(results)).items():
+            log = ROOT / "logs/units" / copy.name / f"{name}.log"
+            code = match_one(name, found, copy, results / name, source, log)
+            if code != 0:
+                print(f"units: matching {name} failed (exit {code}); its log: {log.relative_to(ROOT)}")
+                return code
+            if args.commit:
+                commit_match(name, results / name, [a.split("=")[1] for a in found], report())
+        return 0
+
+    ran, code = 0, 0
+    while args.units != 0 and (code := matches()) == 0 and todo and (args.units is None or ran < args.units):
         unit = todo[0]
         started = time.time()
         log = ROOT / "logs/units" / copy.name / f"{unit.name}.log"  # the copy's name: a probe has its own
@@ -214,13 +285,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"units: {unit.name} failed (exit {code}); its log: {log.relative_to(ROOT)}")
             return code
         print(f"units: {unit.name} done in {(time.time() - started) / 60:.1f} min", flush=True)
-        if args.commit:
-            commit(unit.name, results / unit.name)
+        if args.commit:  # the report from every unit done, with the unit that changed it
+            commit(unit.name, results / unit.name, report())
         ran += 1
-        if args.only:
-            break
         todo, done = pending(args.profile, results, copy)  # the nearest fixed window's seeds join once known
-    return 0
+        if args.only:
+            todo = []
+    return code
 
 
 if __name__ == "__main__":

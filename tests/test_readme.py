@@ -236,9 +236,8 @@ def test_the_alignment_probes_are_listed_and_the_best_on_dev_is_held_to_the_marg
     assert rows[0].split(" | ")[1] == "the profile as of 0123456" and "`model.hidden_size=256`" in rows[2]
     probe("deep", ["model.layers=2"], 0.630, 0.629)  # aligned: one sentence, the table stays in the files
     assert figures.probes_block(run) == figures.textwrap.fill(
-        "Its settings are those under which Global's attention aligns: of 4 probes (`" + str(figures._shown(run))
-        + "/probes/`, Global, seed 1), the best by dev AER, deep, has test AER 0.629, at least 0.1 below the "
-        "length-proportional diagonal's 0.729.", width=100, break_on_hyphens=False)
+        "The Greek settings are those under which Global aligns: of 4 probes (`" + str(figures._shown(run))
+        + "/probes/`), the best by dev AER, deep, has test AER 0.629, at least 0.1 below the diagonal's 0.729.", width=100, break_on_hyphens=False)
 
 
 def _landed_run(tmp_path: Path) -> Path:
@@ -310,24 +309,141 @@ def _unit(name: str, variant: str, seed: int, test: float, window: float, select
             "machine": {"cpu": "Some CPU"}, "decode": {"beam_size": 5}}
 
 
-def test_the_converged_block_shows_the_models_over_their_finished_units_and_no_promise(tmp_path):
-    """Once results/converged/units/ exists, the converged block gives each model over the seeds
-    done (and only those), flexible also at its dev-selected τ, AER beside the diagonal's."""
+def test_the_units_section_shows_the_models_over_their_finished_units_and_no_promise(tmp_path):
+    """Once a long run's units exist, the units section gives each model over the seeds done (and
+    only those), flexible also at its dev-selected τ, one column group per corpus, the diagonal's
+    AER once per corpus; the converged block itself is then empty."""
     from conftest import load_script
 
     figures = load_script("readme_figures")
     run = tmp_path / "converged"
     (run / "units").mkdir(parents=True)
-    empty = figures.blocks_of(figures.README, converged=run)["converged"]
-    assert "0 of the" in empty and "|" not in empty
+    empty = figures.units_section({"converged": run})
+    assert "(Spanish → English Bible) 0 of 17;" in " ".join(empty.split()) and "|" not in empty
+    assert figures.blocks_of(figures.README, converged=run)["grc"] == ""  # the probes' outcome: in the section
     for unit in (_unit("global-s1", "global", 1, 30.0, 25.3), _unit("global-s2", "global", 2, 31.0, 25.1),
                  _unit("flexible-s1", "flexible", 1, 31.1, 25.3, {"tau": 1.2, "window": 11.87})):
         (run / "units" / unit["unit"]).mkdir()
         (run / "units" / unit["unit"] / "unit.json").write_text(json.dumps(unit))
-    block = figures.blocks_of(figures.README, converged=run)["converged"]
-    assert "3 of the" in " ".join(block.split()) and "are done" in " ".join(block.split())
+    block = figures.units_section({"converged": run})
+    text = " ".join(block.split())
+    assert "(Spanish → English Bible) 3 of 17;" in text and "reads no words: 0.610 Bible)." in text
+    assert "Claims: `python scripts/units.py converged --report` decides them from the units done." in text
     rows = [line for line in block.splitlines() if line.startswith("| global") or line.startswith("| flexible")]
-    assert rows == ["| global | τ=∞ | 2 | 30.50 ± 0.71 | 25.20 ± 0.14 | 0.480 ± 0.000 (0.610 ± 0.000) |",
-                    "| flexible | τ=∞ | 1 | 31.10 | 25.30 | 0.480 (0.610) |",
-                    "| flexible | selected τ | 1 | 30.80 | 11.87 | 0.500 (0.610) |"]
+    assert rows == ["| global | τ=∞ | 2 | 30.50 ± 0.71 | 25.20 ± 0.14 | 0.480 ± 0.000 |",
+                    "| flexible | τ=∞ | 1 | 31.10 | 25.30 | 0.480 |",
+                    "| flexible | selected τ | 1 | 30.80 | 11.87 | 0.500 |"]
     assert "local_m" not in block  # units not done are not shown
+    grc = tmp_path / "grc"
+    (grc / "units" / "global-s1").mkdir(parents=True)
+    (grc / "units" / "global-s1" / "unit.json").write_text(json.dumps(_unit("global-s1", "global", 1, 12.0, 38.0)))
+    both = figures.units_section({"converged": run, "grc": grc})
+    assert both.splitlines()[[i for i, line in enumerate(both.splitlines()) if line.startswith("| model")][0] + 2] \
+        == "| global | τ=∞ | 2 | 30.50 ± 0.71 | 25.20 ± 0.14 | 0.480 ± 0.000 | 1 | 12.00 | 38.00 | 0.480 |"
+    assert "| flexible | τ=∞ | 1 | 31.10 | 25.30 | 0.480 |  |  |  |  |" in both
+
+
+def _report(names: list[str], claims: list[dict], budget: dict | None = None) -> str:
+    return json.dumps({"units": sorted(names), "claims": claims, "budget_check": budget})
+
+
+def test_the_units_section_gives_the_claims_of_a_current_report_only(tmp_path):
+    """The claims come from a run's report.json only while that report covers exactly the units
+    done: per measured claim its verdict, the Δ over seeds (one seed said so) and pooled; f per
+    fixed window; the budget check; the claims not measured on any corpus are left out."""
+    from conftest import load_script
+
+    figures = load_script("readme_figures")
+    run = tmp_path / "converged"
+    for unit in (_unit("global-s1", "global", 1, 30.0, 25.3),
+                 _unit("flexible-s1", "flexible", 1, 31.1, 25.3, {"tau": 1.2, "window": 11.87})):
+        (run / "units" / unit["unit"]).mkdir(parents=True)
+        (run / "units" / unit["unit"] / "unit.json").write_text(json.dumps(unit))
+    stats = {"over_seeds": {"n": 1, "mean": 1.1, "sd": None, "ci": None},
+             "pooled": {"delta": 1.08, "ci": [0.61, 1.52]}, "p": 0.012, "p_ar": 0.02}
+    claims = [{"id": "a", "claim": "Flexible τ=∞ ≥ Global", "verdict": "holds", **stats},
+              {"id": "b", "claim": "cut", "verdict": "inconclusive", **stats,
+               "over_seeds": {"n": 3, "mean": -0.3, "sd": 0.2, "ci": [-0.8, 0.2]},
+               "cut": {"n": 3, "mean": 0.52, "sd": 0.01, "ci": [0.5, 0.55]}},
+              {"id": "c", "claim": "narrows", "verdict": "not measured"},
+              {"id": "f", "claim": "fixed", "verdict": "inconclusive",
+               "pairs": [{"fixed": "local_m_d5", "verdict": "holds", **stats}, {"fixed": "local_m", "verdict": "not measured"}]}]
+    budget = {"variant": "flexible", "factor": 1.5, "epochs": [25, 38], "dev_gain": 0.61, "enough": False}
+    (run / "report.json").write_text(_report(["flexible-s1", "global-s1"], claims, budget))
+    lines = figures.units_section({"converged": run}).splitlines()
+    rows = lines[[i for i, line in enumerate(lines) if line.startswith("| claim")][0]:]
+    assert rows == ["| claim | Bible |", "|---|---|",
+                    "| a. Flexible τ=∞ ≥ Global | **holds**: +1.10 (1 seed); pooled +1.08 [+0.61, +1.52] |",
+                    "| b. the selected τ cuts positions at ≤ 0.5 BLEU | **inconclusive**: −0.30 [−0.80, +0.20] (3 seeds); "
+                    "pooled +1.08 [+0.61, +1.52]; cut 52% [50%, 55%] |",
+                    "| f. Flexible > a fixed window of equal size | **inconclusive** |",
+                    "| f. vs local_m_d5 | **holds**: +1.10 (1 seed); pooled +1.08 [+0.61, +1.52] |",
+                    "| budget: flexible at ×1.5 epochs gains < 0.5 dev BLEU | **fails**: +0.61 (25 → 38 epochs) |"]
+    (run / "units" / "global-s2").mkdir()
+    (run / "units" / "global-s2" / "unit.json").write_text(json.dumps(_unit("global-s2", "global", 2, 31.0, 25.1)))
+    block = figures.units_section({"converged": run})
+    assert "**holds**" not in block and " ".join(block.split()).endswith(
+        "Claims: `python scripts/units.py converged --report` decides them from the units done.")
+
+
+def test_the_committed_units_reports_cover_the_committed_units():
+    """Each long run's report.json (written with each committed unit) is that of its units done."""
+    from flexatt.units import done_units
+
+    for profile in ("converged", "grc"):
+        folder = ROOT / "results" / profile
+        if (folder / "units").is_dir() and done_units(folder / "units"):
+            report = json.loads((folder / "report.json").read_text(encoding="utf-8"))
+            assert report["units"] == sorted(done_units(folder / "units")), profile
+
+
+def test_both_long_runs_with_every_unit_and_claim_keep_the_readme_within_its_length(tmp_path, monkeypatch):
+    """The README once both corpora's plans are done: every model of the plan over three seeds in
+    each units block, every claim measured (f against each fixed window), the budget check."""
+    from conftest import load_script
+
+    from flexatt.unit_claims import CLAIM_TEXT
+    from flexatt.units import read_plan
+
+    figures = load_script("readme_figures")
+    stats = {"over_seeds": {"n": 3, "mean": -0.31, "sd": 0.2, "ci": [-0.81, 0.19]},
+             "pooled": {"delta": -0.29, "ci": [-0.55, -0.04]}, "p": 0.0123, "p_ar": 0.02}
+    for profile in ("converged", "grc"):
+        spec = read_plan(ROOT / "conf" / "units" / f"{profile}.yaml")
+        run = tmp_path / "results" / profile
+        names = []
+        for variant in dict.fromkeys([*spec.seeded, *spec.fixed, *spec.others]):
+            for seed in spec.seeds:
+                selected = {"tau": 2.1234, "window": 9.87} if variant == spec.flexible else None
+                unit = _unit(f"{variant}-s{seed}", variant, seed, 33.12, 35.24, selected)
+                (run / "units" / unit["unit"]).mkdir(parents=True)
+                (run / "units" / unit["unit"] / "unit.json").write_text(json.dumps(unit))
+                names.append(unit["unit"])
+        claims = []
+        for cid, (text, _, _) in CLAIM_TEXT.items():
+            claim = {"id": cid, "claim": text, "verdict": "inconclusive", **stats}
+            if cid == "b":
+                claim["cut"] = {"n": 3, "mean": 0.72, "sd": 0.01, "ci": [0.69, 0.75]}
+            if cid == "c":
+                claim["window_change"] = {"n": 5, "mean": -0.12, "sd": 0.03, "ci": [-0.16, -0.08]}
+            if cid == "f":
+                claim["pairs"] = [{"fixed": v, "verdict": "holds", **stats} for v in spec.fixed]
+            claims.append(claim)
+        budget = {"variant": "flexible", "factor": 1.5, "epochs": [25, 38], "dev_bleu": [35.1, 35.42],
+                  "test_bleu": [33.2, 33.3], "dev_gain": 0.32, "enough": True}
+        (run / "report.json").write_text(json.dumps({"units": sorted(names), "claims": claims, "budget_check": budget}))
+    monkeypatch.setattr(figures, "ROOT", tmp_path)  # the grc block reads ROOT/results/grc
+    monkeypatch.setattr(figures, "_shown", lambda path: path.relative_to(tmp_path))
+    for name in ("results/metrics.json", "benchmarks/results/pipeline.json", "results/filter.json",
+                 "results/table1.md", "results/compare.json", "results/sweep_beta.json", "results/seeds",
+                 "results/char", "results/reordering", "results/grc/probes", "conf", "dvc.lock", "params.yaml"):
+        target = tmp_path / name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.symlink_to(ROOT / name)
+    blocks = figures.blocks_of(figures.README, converged=tmp_path / "results" / "converged")
+    assert "of 5 probes (`results/grc/probes/`)" in " ".join(blocks["converged"].split())
+    assert "| budget: flexible at ×1.5 epochs gains < 0.5 dev BLEU | **holds**: +0.32 (25 → 38 epochs) | **holds**" \
+        in blocks["converged"]
+    text = figures.fill(figures.README.read_text(encoding="utf-8"), blocks, figures.README)
+    (tmp_path / "README.md").write_text(text)
+    assert len(text.splitlines()) <= 250, len(text.splitlines())

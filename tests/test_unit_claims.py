@@ -158,7 +158,8 @@ def test_the_script_writes_the_report_and_figure_from_units_alone(run, tmp_path,
     data = tmp_path / "copy" / "tok"
     data.mkdir()
     (data / "test.ref").write_text("\n".join(REFERENCES) + "\n", encoding="utf-8")
-    assert units.write_report("converged", results, data) == 0
+    written = units.write_report("converged", results, data)
+    assert written == [results.parent / "report.json", results.parent / "report.md", results.parent / "figures/units.png"]
     assert (results.parent / "report.md").read_text().startswith("Units done: ")
     assert (results.parent / "figures" / "units.png").stat().st_size > 10_000
     claims = {c["id"]: c for c in __import__("json").loads((results.parent / "report.json").read_text())["claims"]}

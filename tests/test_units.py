@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT, copy_of, load_script, run_module
 from flexatt.errors import ConfigError, DataError
 from flexatt.units import (Plan, Unit, budget_overrides, diagonal_links, load_products, load_weights,
-                           nearest_fixed, parse_unit, plan, read_plan, select_beta)
+                           nearest_fixed, parse_unit, plan, read_plan, select_beta, write_products)
 
 
 def _manifest(dev_inf: float, selected: float | None = None) -> dict:
@@ -41,7 +41,7 @@ def test_the_fixed_window_nearest_flexibles_selected_window_gets_the_seeds_once_
     assert nearest_fixed(CONVERGED_LIKE, 1, {k: v for k, v in done.items() if k != "local_m-s1"}) is None  # not all known
     assert nearest_fixed(CONVERGED_LIKE, 1, done) == "local_m_d5"
     names = [u.name for u in plan(CONVERGED_LIKE, done)]
-    assert names[-6:] == ["global-s2", "flexible-s2", "local_m_d5-s2", "global-s3", "flexible-s3", "local_m_d5-s3"]
+    assert names[-6:] == ["global-s2", "local_m_d5-s2", "flexible-s2", "global-s3", "local_m_d5-s3", "flexible-s3"]
 
 
 def test_the_fine_tuning_sweep_runs_beside_its_control_and_its_pairs_wait_for_the_selected_beta():
@@ -214,6 +214,65 @@ def test_a_control_replays_its_fine_tunings_learning_rates_from_the_same_kept_we
     missing = run_module("flexatt.units", "run", "flexible-s2-ctl-r2", "--out", "x", "--parent", "nowhere.pt",
                          *SHORT, cwd=smoke_unit, threads="1")
     assert missing.returncode == 2 and "nowhere.pt" in missing.stderr and "flexible-s2" in missing.stderr
+
+
+def test_a_flexible_unit_is_matched_later_from_its_kept_weights(smoke_unit, tmp_path):
+    """A fixed window finished after the flexible unit: the match decodes the kept weights (the
+    test record equals a fresh decode of them at the matched τ), adds only the new decodes, keeps
+    every other product byte for byte, records the amendment, and is not redone once there."""
+    from flexatt.data.evalset import EvalSet
+    from flexatt.decoding.translate import translate_split
+    from flexatt.points import decode_options
+    from flexatt.tau import INF
+
+    folder = copy_of(smoke_unit / "products", tmp_path / "late")
+    before = load_products(folder)
+    result = run_module("flexatt.units", "match", str(folder), "--match", "local_m_d5-s2=3.0", *SHORT,
+                        cwd=smoke_unit, threads="1")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    after = load_products(folder)
+    m = after["manifest"]
+    assert set(m["summary"]["matched"]) == {"local_m-s2", "local_m_d5-s2"}
+    assert m["summary"]["matched"]["local_m-s2"] == before["manifest"]["summary"]["matched"]["local_m-s2"]
+    late = m["summary"]["matched"]["local_m_d5-s2"]
+    assert late["target"] == 3.0 and m["amended"][0]["matched"] == ["local_m_d5-s2"]
+    assert "commit" in m["amended"][0]["source"] and m["amended"][0]["machine"]["cpu"] and m["amended"][0]["minutes"] >= 0
+    old = before["decodes"]["records"]
+    assert all(r in after["decodes"]["records"] for r in old)  # nothing decoded before is changed
+    assert {name: before["manifest"]["files"][name] for name in before["manifest"]["files"] if name != "decodes.json.gz"} \
+        == {name: m["files"][name] for name in m["files"] if name != "decodes.json.gz"}
+    from omegaconf import OmegaConf
+
+    p = OmegaConf.load(smoke_unit / "params.yaml")
+    data = EvalSet.load(smoke_unit / p.train.data_dir, "test")
+    fresh = translate_split(load_weights(folder / "weights.fp16.pt"), data.split, data.tgt_vocab,
+                            decode_options(p).at(late["tau"]))
+    record = next(r for r in after["decodes"]["records"] if r["split"] == "test" and r["tau"] == late["tau"])
+    assert record["hypotheses"] == fresh.hypotheses and late["test"]["bleu"] == record["bleu"]
+    assert late["tau"] != INF
+    digest = (folder / "unit.json").read_bytes()
+    again = run_module("flexatt.units", "match", str(folder), "--match", "local_m_d5-s2=3.0", *SHORT, cwd=smoke_unit,
+                       threads="1")
+    assert again.returncode == 0 and (folder / "unit.json").read_bytes() == digest  # matched already: unchanged
+    kept = {k: v for k, v in load_products(folder)["manifest"].items() if k != "files"}
+    write_products(folder, kept, {name: (folder / name).read_bytes() for name in m["files"] if name != "weights.fp16.pt"})
+    refused = run_module("flexatt.units", "match", str(folder), "--match", "local_p-s2=4.0", *SHORT, cwd=smoke_unit,
+                         threads="1")
+    assert refused.returncode == 2 and "weights.fp16.pt" in refused.stderr and "local_p-s2" in refused.stderr
+
+
+def test_the_script_matches_flexible_units_to_fixed_windows_that_finished_after_them():
+    units = load_script("units")
+    spec = read_plan(ROOT / "conf/units/converged.yaml")
+    flexible = {**_manifest(35.0, selected=9.0), "variant": "flexible", "seed": 1, "kind": "train", "budget": 1.0,
+                "files": {"weights.fp16.pt": {}}}
+    flexible["summary"]["matched"] = {"local_m_d5-s1": {}}
+    done = {"local_m_d5-s1": _manifest(10.9), "local_m-s1": _manifest(19.8), "flexible-s1": flexible}
+    assert units.late_matches(spec, done) == {"flexible-s1": ["--match=local_m-s1=19.8"]}
+    flexible["summary"]["matched"]["local_m-s1"] = {}
+    assert units.late_matches(spec, done) == {}
+    del flexible["summary"]["matched"]["local_m-s1"], flexible["files"]["weights.fp16.pt"]
+    assert units.late_matches(spec, done) == {}  # no kept weights: nothing to decode
 
 
 def test_the_budget_check_trains_longer_and_decodes_at_tau_inf_only(smoke_unit):

@@ -302,9 +302,11 @@ def _ms(stat: dict | None, digits: int = 2) -> str:
     return f"{stat['mean']:.{digits}f}" + ("" if stat["sd"] is None else f" ± {stat['sd']:.{digits}f}")
 
 
-def render(table: list[dict], claims: list[dict], units: Units, budget: dict | None = None) -> str:
-    """The report as Markdown: the models over seeds, the budget check, then the claims."""
-    lines = [f"Units done: {len(units.manifests)} (`{units.folder}`).", "",
+def render(table: list[dict], claims: list[dict], units: Units, budget: dict | None = None,
+           shown: str | None = None) -> str:
+    """The report as Markdown: the models over seeds, the budget check, then the claims;
+    ``shown`` names the units' folder (default: as given)."""
+    lines = [f"Units done: {len(units.manifests)} (`{shown or units.folder}`).", "",
              "| model | at | seeds | test BLEU | window | AER | diagonal AER |", "|---|---|---|---|---|---|---|"]
     for r in table:
         lines.append(f"| {r['model']} | {r['at']} | {','.join(map(str, r['seeds']))} | {_ms(r['bleu'])} | "
@@ -352,14 +354,16 @@ def render(table: list[dict], claims: list[dict], units: Units, budget: dict | N
     return "\n".join(lines) + "\n"
 
 
-def report(folder: str | Path, plan: Plan, references: dict[str, list[str]], **options) -> dict:
-    """The run's table and claims from its units: ``{"table", "claims", "markdown"}``."""
+def report(folder: str | Path, plan: Plan, references: dict[str, list[str]], *, shown: str | None = None,
+           **options) -> dict:
+    """The run's table and claims from its units: ``{"units", "table", "budget_check", "claims",
+    "markdown"}``; ``shown`` names the folder in the Markdown, ``options`` go to :func:`decide`."""
     units = Units(folder, plan)
     table = model_table(units)
     claims = decide(units, references, **options)
     budget = budget_check(units)
     return {"units": sorted(units.manifests), "table": table, "budget_check": budget, "claims": claims,
-            "markdown": render(table, claims, units, budget)}
+            "markdown": render(table, claims, units, budget, shown)}
 
 
 def figure(units: Units, path: str | Path) -> Path:

@@ -30,7 +30,9 @@ there are gold alignments, ``weights.fp16.pt`` for a parent. :func:`load_product
 back and checks that the files the manifest names are complete (sizes and SHA-256).
 
 ``python -m flexatt.units run UNIT --out DIR`` runs one unit in the current folder (its
-``params.yaml`` and tokenized data); ``scripts/units.py`` runs a profile's pending units in a
+``params.yaml`` and tokenized data); ``python -m flexatt.units match DIR --match UNIT=WINDOW``
+matches a finished flexible unit with kept weights to a fixed window finished after it
+(:func:`match_later`); ``scripts/units.py`` runs a profile's pending units in a
 kept copy and commits-ready copies their products into ``results/<profile>/units/``.
 """
 
@@ -166,7 +168,7 @@ def plan(spec: Plan, done: dict[str, dict]) -> list[Unit]:
     """Every unit of ``spec`` in the order they run: the first seed of every model (fixed windows
     first, the flexible model last: its test decodes are matched to their windows), the budget
     check, the fine-tuning's β sweep beside its control, then the other seeds of the seeded
-    models and of the fixed window nearest flexible's, then the fine-tuning/control pairs at the
+    models and of the fixed window nearest flexible's (per seed, flexible last again), then the fine-tuning/control pairs at the
     selected β. Units that wait for a choice made from finished units (``done``: name ->
     manifest) are listed once it can be made: the nearest fixed window's seeds, the pairs."""
     first, rest = spec.seeds[0], spec.seeds[1:]
@@ -182,7 +184,8 @@ def plan(spec: Plan, done: dict[str, dict]) -> list[Unit]:
         units.append(Unit(ft.parent, first, beta=0.0, run=1))
         units += [Unit(ft.parent, first, beta=b, run=1) for b in ft.betas]
     nearest = nearest_fixed(spec, first, done)
-    seeded = [*spec.seeded, *([nearest] if nearest and nearest not in spec.seeded else [])]
+    seeded = [v for v in spec.seeded if v != spec.flexible] + ([nearest] if nearest and nearest not in spec.seeded else [])
+    seeded += [spec.flexible] if spec.flexible in spec.seeded else []  # last: matched to that seed's fixed window
     units += [Unit(v, seed, keep_weights=v in spec.parents) for seed in rest for v in seeded]
     beta = select_beta(spec, done) if ft is not None else None
     if beta is not None:
@@ -339,6 +342,59 @@ def decode_products(model, p, tok_dir: Path, filter_dir: Path, targets: dict[str
         summary["matched"] = match_targets(decoder, targets or {}, p.compare.search_steps)
     alignments, g_values = _alignments(model, sets, filter_dir, taus, options, summary)
     return summary, _decodes(decoder, options), alignments, g_values
+
+
+def match_later(folder: Path, targets: dict[str, float], *, params: str = "params.yaml",
+                overrides: tuple[str, ...] = (), source: dict | None = None) -> dict:
+    """Match a finished flexible unit to fixed windows that finished after it (``targets``: name
+    -> dev window at τ = ∞, those not matched yet): its kept weights (``weights.fp16.pt``, the ones
+    all its numbers come from) decoded as :func:`match_targets` does in the unit's own run, the
+    dev points already stored bracketing the search, so only the new τs are decoded. The decodes,
+    ``summary["matched"]`` and the manifest's ``amended`` list (what was added, by which commit,
+    on which machine, in how many minutes) are rewritten in place; every other product is kept
+    byte for byte. The data must be the unit's (digests). Returns the manifest."""
+    import torch
+
+    from flexatt import config as C
+    from flexatt import schema
+    from flexatt.data.evalset import EvalSet
+    from flexatt.io import file_digest
+    from flexatt.parallel import intra_op_threads
+    from flexatt.points import decode_options
+
+    started = time.perf_counter()
+    folder = Path(folder)
+    products = load_products(folder)
+    manifest = {k: v for k, v in products["manifest"].items() if k != "files"}
+    todo = {n: w for n, w in targets.items() if n not in manifest["summary"].get("matched", {})}
+    if not todo:
+        return manifest
+    if not (folder / WEIGHTS).is_file():
+        raise DataError(folder / WEIGHTS, f"{manifest['unit']} kept no weights: it cannot be matched to "
+                        f"{', '.join(sorted(todo))} after its run")
+    p = schema.validate(C.load_params(params, [*overrides, f"train.seed={manifest['seed']}"]))
+    tok_dir = Path(p.train.data_dir)
+    for name, digest in manifest["data"].items():
+        if file_digest(tok_dir / name) != digest:
+            raise DataError(tok_dir / name, f"not the data unit {manifest['unit']} decoded (digest differs)")
+    options = decode_options(p)
+    if (options.beam_size, options.alpha) != (manifest["decode"]["beam_size"], manifest["decode"]["alpha"]):
+        raise ConfigError("decode", f"beam {options.beam_size}, alpha {options.alpha}: unit {manifest['unit']} "
+                          f"decoded with beam {manifest['decode']['beam_size']}, alpha {manifest['decode']['alpha']}")
+    decoder = UnitDecoder(load_weights(folder / WEIGHTS), {s: EvalSet.load(tok_dir, s) for s in SPLITS}, options)
+    decoder.records = {(r["split"], float(r["tau"])): r for r in products["decodes"]["records"]}
+    with intra_op_threads(p.train.threads):
+        matched = match_targets(decoder, todo, p.compare.search_steps)
+    manifest["summary"].setdefault("matched", {}).update(matched)
+    manifest.setdefault("amended", []).append({
+        "matched": sorted(todo), "source": source or _git_commit(),
+        "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version(),
+                    "torch": torch.__version__},
+        "minutes": round((time.perf_counter() - started) / 60, 1)})
+    files = {name: (folder / name).read_bytes() for name in products["manifest"]["files"]}
+    files["decodes.json.gz"] = _gzip_json(_decodes(decoder, options))
+    write_products(folder, manifest, files)
+    return manifest
 
 
 def _decodes(decoder: UnitDecoder, options) -> dict:
@@ -672,12 +728,14 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--match", action="append", default=[], metavar="UNIT=WINDOW",
                      help="a fixed-window unit and its dev window: a flexible model is matched to it")
     run.add_argument("--source", type=json.loads, help="JSON: the commit the code came from (default: git here)")
+    late = sub.add_parser("match", help="match a finished flexible unit with kept weights to later fixed windows")
+    late.add_argument("folder", type=Path, help="the unit's products (results/<profile>/units/<unit>)")
+    late.add_argument("--match", action="append", required=True, metavar="UNIT=WINDOW",
+                      help="a fixed-window unit and its dev window")
+    late.add_argument("--source", type=json.loads, help="JSON: the commit the code came from (default: git here)")
     args, overrides = parser.parse_known_args(argv)  # key=value overrides of params.yaml
     if any("=" not in item or item.startswith("-") for item in overrides):
         parser.error(f"unrecognized arguments: {' '.join(overrides)}")
-    args.overrides = overrides
-    unit = parse_unit(args.unit)
-    unit = Unit(unit.variant, unit.seed, unit.budget, args.keep_weights, unit.beta, unit.run)
     try:
         targets = {name: float(window) for name, window in (item.split("=", 1) for item in args.match)}
     except ValueError:
@@ -685,7 +743,12 @@ def main(argv: list[str] | None = None) -> int:
     from flexatt.errors import FlexattError
 
     try:
-        run_unit(unit, args.out, work=args.work, overrides=tuple(args.overrides), source=args.source,
+        if args.command == "match":
+            match_later(args.folder, targets, overrides=tuple(overrides), source=args.source)
+            return 0
+        unit = parse_unit(args.unit)
+        unit = Unit(unit.variant, unit.seed, unit.budget, args.keep_weights, unit.beta, unit.run)
+        run_unit(unit, args.out, work=args.work, overrides=tuple(overrides), source=args.source,
                  parent=args.parent, targets=targets)
     except FlexattError as exc:
         print(f"error: {exc}", file=sys.stderr)
