@@ -105,11 +105,18 @@ def late_matches(spec, done: dict[str, dict]) -> dict[str, list[str]]:
 def match_one(name: str, args: list[str], copy: Path, folder: Path, source: dict, log: Path) -> int:
     """``python -m flexatt.units match`` in the copy for the finished unit ``name`` (products in
     ``folder``), its output to the terminal and ``log``."""
+    return _stream([sys.executable, "-m", "flexatt.units", "match", str(folder.resolve()), "--source",
+                    json.dumps(source), *args], copy, log)
+
+
+def _stream(cmd: list[str], copy: Path, log: Path) -> int:
+    """Run ``cmd`` in the copy (its DVC environment, Lightning's progress bar as `flexatt repro`
+    logs it), its output to the terminal and appended to ``log``; returns its exit code."""
     _, env = dvc_env(copy)
-    cmd = [sys.executable, "-m", "flexatt.units", "match", str(folder.resolve()), "--source", json.dumps(source), *args]
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as f:
-        process = subprocess.Popen(cmd, cwd=copy, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(cmd, cwd=copy, env={**env, **PROGRESS_ENV}, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT)
         while chunk := process.stdout.read1(1 << 16):
             sys.stdout.buffer.write(chunk)
             sys.stdout.buffer.flush()
@@ -120,19 +127,10 @@ def match_one(name: str, args: list[str], copy: Path, folder: Path, source: dict
 def run_one(unit: Unit, copy: Path, out: Path, source: dict, log: Path, match: list[str] = ()) -> int:
     """``python -m flexatt.units run`` in the copy, its output to the terminal and ``log``; a
     fine-tuning or control starts from its parent's weights beside ``out``."""
-    _, env = dvc_env(copy)
     parent = ["--parent", str((out.parent / unit.parent / WEIGHTS).resolve())] if unit.parent else []
-    cmd = [sys.executable, "-m", "flexatt.units", "run", unit.name, "--out", str(out.resolve()),
-           "--source", json.dumps(source), *(["--keep-weights"] if unit.keep_weights else []), *parent, *match]
-    log.parent.mkdir(parents=True, exist_ok=True)
-    env = {**env, **PROGRESS_ENV}  # Lightning's progress bar, as `flexatt repro` logs it
-    with open(log, "ab") as f:
-        process = subprocess.Popen(cmd, cwd=copy, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        while chunk := process.stdout.read1(1 << 16):
-            sys.stdout.buffer.write(chunk)
-            sys.stdout.buffer.flush()
-            f.write(chunk)
-        return process.wait()
+    return _stream([sys.executable, "-m", "flexatt.units", "run", unit.name, "--out", str(out.resolve()),
+                    "--source", json.dumps(source), *(["--keep-weights"] if unit.keep_weights else []), *parent,
+                    *match], copy, log)
 
 
 def commit(unit: str, folder: Path, also: list[Path] = ()) -> None:
@@ -146,9 +144,14 @@ def commit(unit: str, folder: Path, also: list[Path] = ()) -> None:
                     f"BLEU {test['selected']['bleu']}, window {test['selected']['window']}")
     message = (f"{manifest['profile']} unit {unit} ({_shown(folder)}): {manifest['training']['epochs']} epochs, {figures}; "
                f"{manifest['minutes']['total']} min on {manifest['machine']['cpu']}")
-    paths = [str(folder), *map(str, also)]
-    subprocess.run(["git", "add", "--", *paths], cwd=ROOT, check=True)
-    subprocess.run(["git", "commit", "-qm", message, "--", *paths], cwd=ROOT, check=True)
+    _commit([folder, *also], message)
+
+
+def _commit(paths: list[Path], message: str) -> None:
+    """Commit ``paths`` (only them) with ``message``."""
+    names = [str(p) for p in paths]
+    subprocess.run(["git", "add", "--", *names], cwd=ROOT, check=True)
+    subprocess.run(["git", "commit", "-qm", message, "--", *names], cwd=ROOT, check=True)
 
 
 def commit_match(name: str, folder: Path, fixed: list[str], also: list[Path] = ()) -> None:
@@ -160,9 +163,7 @@ def commit_match(name: str, folder: Path, fixed: list[str], also: list[Path] = (
              for n in fixed]
     message = (f"{manifest['profile']} unit {name} ({_shown(folder)}) matched to the fixed windows that finished after "
                f"it, from its kept weights: {'; '.join(parts)}; {amended['minutes']} min on {amended['machine']['cpu']}")
-    paths = [str(folder), *map(str, also)]
-    subprocess.run(["git", "add", "--", *paths], cwd=ROOT, check=True)
-    subprocess.run(["git", "commit", "-qm", message, "--", *paths], cwd=ROOT, check=True)
+    _commit([folder, *also], message)
 
 
 def write_report(profile: str, results: Path, data: Path, quiet: bool = False) -> list[Path]:
