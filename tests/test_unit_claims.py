@@ -140,7 +140,7 @@ def test_the_budget_check_says_what_longer_training_gains(run):
 def test_the_report_renders_every_claim(run):
     md = report(run, PLAN, {"test": REFERENCES}, **OPTIONS)["markdown"]
     assert "| global | τ=∞ | 1,2,3 |" in md and "| flexible | selected τ | 1,2,3 |" in md
-    assert "not measured" in md and "vs local_m_d5" in md and "paper 56–64% inside" in md
+    assert "not measured" in md and "vs local_m_d5" in md and "the paper's 56–64% overlaps it" in md
     claim_rows = [line for line in md.splitlines() if line.startswith("| claim") or line.startswith("| a:")
                   or line.startswith("| f:") or line.startswith("| f vs")]
     assert len({line.count("|") for line in claim_rows}) == 1  # every row as many columns as the header

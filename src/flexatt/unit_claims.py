@@ -340,7 +340,8 @@ def render(table: list[dict], claims: list[dict], units: Units, budget: dict | N
                 cut = c["cut"]
                 detail = (f"positions cut {100 * cut['mean']:.0f}%" + (f" [{100 * cut['ci'][0]:.0f}, "
                           f"{100 * cut['ci'][1]:.0f}]" if cut["ci"] else "")
-                          + f"; paper {percent_range(PAPER_CUT)} {c['paper_cut']}")
+                          + f"; the paper's {percent_range(PAPER_CUT)} "
+                          + ("overlaps it" if c["paper_cut"] == "inside" else f"lies {c['paper_cut']} it"))
             if "window_change" in c:
                 w = c["window_change"]
                 detail = (f"window {100 * w['mean']:+.1f}%" + (f" [{100 * w['ci'][0]:+.1f}, {100 * w['ci'][1]:+.1f}]"
