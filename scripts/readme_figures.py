@@ -463,7 +463,8 @@ def units_claims(runs: dict[str, Path]) -> tuple[str, list[str]]:
     lines = [f"| claim | {' | '.join(UNITS_CORPUS[p][0] for p in reports)} |", "|---|" + "---|" * len(reports)]
     lines += [f"| {label} | {' | '.join(cells.get(p, '') for p in reports)} |" for label, cells in rows.items()]
     lead = (f"**Claims** (test set; Δ BLEU [95% t-interval] over seeds, pooled [95% paired bootstrap]; p-values, "
-            f"claims not yet measured: `results/<profile>/report.md`; [rules](docs/method.md#claims)):")
+            f"claims not yet measured: `results/<profile>/report.md`, the trade-off: `figures/units.png` there; "
+            f"[rules](docs/method.md#claims)):")
     return " ".join([*text, lead]), lines
 
 
