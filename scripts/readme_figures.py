@@ -355,7 +355,7 @@ def units_section(runs: dict[str, Path]) -> str:
         found[profile] = (run, units, len(names) + len([n for n in units.manifests if n not in names]))
     counts = ", ".join(f"{UNITS_CORPUS[p][1]} {len(u.manifests)} of {total}" for p, (run, u, total) in found.items())
     lead = (f"**Equal-budget models** ([long runs](#configuration)), units done so far: {counts}; a unit is one model "
-            f"trained for its profile's budget and decoded (`results/<profile>/units/`).")
+            f"trained for its profile's budget and decoded.")
     done = {p: v for p, v in found.items() if v[1].manifests}
     if not done:
         return textwrap.fill(lead, width=100, break_on_hyphens=False)
@@ -385,8 +385,8 @@ def units_section(runs: dict[str, Path]) -> str:
     beam = next(iter(next(iter(done.values()))[1].manifests.values()))["decode"]["beam_size"]
     probes = probes_block(runs["grc"]) if "grc" in runs else ""
     aligned = " ".join(probes.split()) + " " if probes and "| probe" not in probes else ""  # else: the grc block
-    note = (f"Mean ± sd over the seeds done; sacrebleu, beam {beam}; window: positions scored per step; test AER "
-            f"(a length-proportional diagonal that reads no words: {diagonal}). {aligned}A unit took "
+    note = (f"Mean ± sd over seeds; sacrebleu, beam {beam}; window: positions scored per step; test AER (a "
+            f"length-proportional diagonal that reads no words: {diagonal}). {aligned}A unit took "
             f"{', '.join(took)} on {', '.join(machines)}.")
     text, table = units_claims({p: run for p, (run, _, _) in done.items()})
     return "\n".join([textwrap.fill(lead, width=100, break_on_hyphens=False), "", *lines, "",
@@ -395,13 +395,14 @@ def units_section(runs: dict[str, Path]) -> str:
 
 
 def units_claims(runs: dict[str, Path]) -> tuple[str, list[str]]:
-    """The claims the long runs' units decide, as a sentence and a table with one column per corpus (each run's ``report.json``,
-    :mod:`flexatt.unit_claims`, used only while it covers exactly the units done): per measured
-    claim its verdict with the Δ BLEU over seeds (mean and 95% t-interval, or the one seed's) and
-    pooled (with its paired-bootstrap interval), b's share of positions cut, c's window change;
-    e2 (the paper's +2 BLEU) in e's cell; f once per fixed window; the budget check once both of
-    its units are done. The p-values
-    are in the reports. Without a measured claim, the table is empty and the sentence says why."""
+    """The claims the long runs' units decide, as a sentence and the lines of a table with one
+    column per corpus, from each run's ``report.json`` (:mod:`flexatt.unit_claims`) while it
+    covers exactly the units done. Per measured claim: its verdict with the Δ BLEU over seeds
+    (mean and 95% t-interval, or the one seed's) and pooled (with its paired-bootstrap
+    interval); b's share of positions cut, c's window change; e2 (the paper's +2 BLEU) in e's
+    cell; f once per fixed window; the budget check once both of its units are done. The
+    p-values are in the reports. Without a measured claim the table is empty and the sentence
+    says why."""
     from flexatt.unit_claims import BUDGET_GAIN
     from flexatt.units import done_units
 
@@ -430,40 +431,38 @@ def units_claims(runs: dict[str, Path]) -> tuple[str, list[str]]:
             reports[profile] = _json(path)
         else:
             stale.append(f"`python scripts/units.py {profile} --report`")
-    rows: dict[str, dict[str, str]] = {}
-    for claim in dict.fromkeys(c["id"] for report in reports.values() for c in report["claims"] if c["id"] != "e2"):
-        for profile, report in reports.items():
-            c = next((c for c in report["claims"] if c["id"] == claim), None)
-            e2 = next((c for c in report["claims"] if c["id"] == "e2" and c["verdict"] != NOT_MEASURED), None)
-            if c is not None:
-                rows.setdefault(f"{claim}. {CLAIM_LABELS.get(claim, c['claim'])}", {})[profile] = \
-                    cell(c, e2 if claim == "e" else None)
-        for fixed in dict.fromkeys(e["fixed"] for report in reports.values() for c in report["claims"]
-                                   if c["id"] == claim for e in c.get("pairs", [])):
-            for profile, report in reports.items():
-                pair = next((e for c in report["claims"] if c["id"] == claim for e in c.get("pairs", [])
-                             if e["fixed"] == fixed), None)
-                if pair is not None:
-                    rows.setdefault(f"{claim}. vs {fixed}", {})[profile] = cell(pair)
-    for profile, report in reports.items():
+    def cells_of(report: dict) -> dict[str, str]:
+        """One corpus's column: row label -> cell, in the report's order, the budget check last."""
+        claims = {c["id"]: c for c in report["claims"]}
+        e2 = claims.get("e2") if claims.get("e2", {}).get("verdict", NOT_MEASURED) != NOT_MEASURED else None
+        out = {}
+        for c in report["claims"]:
+            if c["id"] != "e2":
+                out[f"{c['id']}. {CLAIM_LABELS.get(c['id'], c['claim'])}"] = cell(c, e2 if c["id"] == "e" else None)
+                out.update({f"{c['id']}. vs {e['fixed']}": cell(e) for e in c.get("pairs", [])})
         budget = report.get("budget_check")
         if budget:
-            rows.setdefault(f"budget: {budget['variant']} at ×{budget['factor']:g} epochs gains < {BUDGET_GAIN} dev "
-                            f"BLEU", {})[profile] = (f"**{'holds' if budget['enough'] else 'fails'}**: "
-                                                     f"{_signed(budget['dev_gain'])} ({budget['epochs'][0]} → "
-                                                     f"{budget['epochs'][1]} epochs)")
-    rows = {label: cells for label, cells in rows.items() if any(cells.values())}
+            out[f"budget: {budget['variant']} at ×{budget['factor']:g} epochs gains < {BUDGET_GAIN} dev BLEU"] = (
+                f"**{'holds' if budget['enough'] else 'fails'}**: {_signed(budget['dev_gain'])} "
+                f"({budget['epochs'][0]} → {budget['epochs'][1]} epochs)")
+        return out
+
+    columns = {p: cells_of(r) for p, r in reports.items()}
+    order = [*CLAIM_LABELS, "budget:"]  # a corpus's own rows (grc's extra fixed windows) under their claim
+    labels = sorted(dict.fromkeys(label for cells in columns.values() for label in cells),
+                    key=lambda label: order.index(label.split(".")[0] if "." in label.split(" ")[0] else "budget:"))
+    labels = [label for label in labels if any(cells.get(label) for cells in columns.values())]
     text = []
     if stale:
         text.append(f"Claims: {' and '.join(stale)} decides them from the units done.")
-    if reports and not rows:
+    if reports and not labels:
         text.append("Claims (`results/<profile>/report.md`): none has its units yet.")
-    if not rows:
+    if not labels:
         return " ".join(text), []
     lines = [f"| claim | {' | '.join(UNITS_CORPUS[p][0] for p in reports)} |", "|---|" + "---|" * len(reports)]
-    lines += [f"| {label} | {' | '.join(cells.get(p, '') for p in reports)} |" for label, cells in rows.items()]
-    lead = (f"**Claims** (test set; Δ BLEU [95% t-interval] over seeds, pooled [95% paired bootstrap]; p-values, "
-            f"claims not yet measured: `results/<profile>/report.md`, the trade-off: `figures/units.png` there; "
+    lines += [f"| {label} | {' | '.join(columns[p].get(label, '') for p in reports)} |" for label in labels]
+    lead = (f"**Claims** (test; Δ BLEU [95% t-interval] over seeds, pooled [95% paired bootstrap]; p-values and "
+            f"more: `results/<profile>/units/`, `report.md` and `figures/units.png` beside; "
             f"[rules](docs/method.md#claims)):")
     return " ".join([*text, lead]), lines
 
@@ -572,10 +571,9 @@ def probes_block(run: Path) -> str:
     target = best["summary"]["test"]["aer_diagonal"] - ALIGNMENT_MARGIN
     # AERs are kept to 4 decimals: the difference is rounded before the comparison
     if round(best["summary"]["test"]["aer_diagonal"] - best["summary"]["test"]["aer"]["inf"], 6) >= ALIGNMENT_MARGIN:
-        text = (f"The Greek settings are those under which Global aligns: of {len(probes)} probes "
-                f"(`{_shown(run)}/probes/`), the best by dev AER, {best_name}, has test AER "
-                f"{best['summary']['test']['aer']['inf']:.3f}, at least {ALIGNMENT_MARGIN:g} below the "
-                f"diagonal's {best['summary']['test']['aer_diagonal']:.3f}.")
+        text = (f"Greek settings: of {len(probes)} probes (`{_shown(run)}/probes/`), the best by dev AER, "
+                f"{best_name}, where Global's test AER {best['summary']['test']['aer']['inf']:.3f} is at least "
+                f"{ALIGNMENT_MARGIN:g} below the diagonal's {best['summary']['test']['aer_diagonal']:.3f}.")
         return textwrap.fill(text, width=100, break_on_hyphens=False)
     text = (f"Before its units run, Global has to align on this corpus: a test AER at least {ALIGNMENT_MARGIN:g} "
             f"below the diagonal's (≤ {target:.3f}), the setting chosen by dev AER. The probes so far "

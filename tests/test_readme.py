@@ -236,8 +236,8 @@ def test_the_alignment_probes_are_listed_and_the_best_on_dev_is_held_to_the_marg
     assert rows[0].split(" | ")[1] == "the profile as of 0123456" and "`model.hidden_size=256`" in rows[2]
     probe("deep", ["model.layers=2"], 0.630, 0.629)  # aligned: one sentence, the table stays in the files
     assert figures.probes_block(run) == figures.textwrap.fill(
-        "The Greek settings are those under which Global aligns: of 4 probes (`" + str(figures._shown(run))
-        + "/probes/`), the best by dev AER, deep, has test AER 0.629, at least 0.1 below the diagonal's 0.729.", width=100, break_on_hyphens=False)
+        "Greek settings: of 4 probes (`" + str(figures._shown(run)) + "/probes/`), the best by dev AER, deep, where "
+        "Global's test AER 0.629 is at least 0.1 below the diagonal's 0.729.", width=100, break_on_hyphens=False)
 
 
 def _landed_run(tmp_path: Path) -> Path:
@@ -441,7 +441,7 @@ def test_both_long_runs_with_every_unit_and_claim_keep_the_readme_within_its_len
         target.parent.mkdir(parents=True, exist_ok=True)
         target.symlink_to(ROOT / name)
     blocks = figures.blocks_of(figures.README, converged=tmp_path / "results" / "converged")
-    assert "of 5 probes (`results/grc/probes/`)" in " ".join(blocks["converged"].split())
+    assert "of 5 probes (`results/grc/probes/`), the best by dev AER" in " ".join(blocks["converged"].split())
     assert "| budget: flexible at ×1.5 epochs gains < 0.5 dev BLEU | **holds**: +0.32 (25 → 38 epochs) | **holds**" \
         in blocks["converged"]
     text = figures.fill(figures.README.read_text(encoding="utf-8"), blocks, figures.README)
