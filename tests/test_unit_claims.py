@@ -11,7 +11,7 @@ import pytest
 from flexatt.claims import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED
 from flexatt.metrics import corpus_bleu
 from flexatt.unit_claims import report, t_interval
-from flexatt.units import Plan, Unit, _gzip_json, write_products
+from flexatt.units import Plan, Unit, pack_json, write_products
 
 N = 120
 WORDS = [f"w{i}" for i in range(400)]
@@ -43,7 +43,7 @@ def _unit(folder: Path, unit: Unit, records: list[dict], *, selected: float | No
     manifest = {"unit": unit.name, "kind": unit.kind, "variant": unit.variant, "seed": unit.seed, "budget": unit.budget,
                 "summary": summary}
     write_products(folder / unit.name, manifest, {"curve.csv": b"epoch,step,lr\n",
-                                                  "decodes.json.gz": _gzip_json({"records": records})})
+                                                  "decodes.json.xz": pack_json({"records": records}, "decodes.json.xz")})
 
 
 PLAN = Plan(seeds=[1, 2, 3], seeded=["global", "flexible"], fixed=["local_m_d5", "local_m"], others=["sact", "local_p"],

@@ -4,9 +4,9 @@ the weights it keeps."""
 
 from __future__ import annotations
 
-import math
-import gzip
 import json
+import lzma
+import math
 from pathlib import Path
 
 import pytest
@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT, copy_of, load_script, run_module
 from flexatt.errors import ConfigError, DataError
 from flexatt.units import (Plan, Unit, budget_overrides, diagonal_links, load_products, load_weights,
-                           nearest_fixed, parse_unit, plan, read_plan, select_beta, write_products)
+                           nearest_fixed, pack_json, parse_unit, plan, read_plan, select_beta, write_products)
 
 
 def _manifest(dev_inf: float, selected: float | None = None) -> dict:
@@ -239,8 +239,8 @@ def test_a_flexible_unit_is_matched_later_from_its_kept_weights(smoke_unit, tmp_
     assert "commit" in m["amended"][0]["source"] and m["amended"][0]["machine"]["cpu"] and m["amended"][0]["minutes"] >= 0
     old = before["decodes"]["records"]
     assert all(r in after["decodes"]["records"] for r in old)  # nothing decoded before is changed
-    assert {name: before["manifest"]["files"][name] for name in before["manifest"]["files"] if name != "decodes.json.gz"} \
-        == {name: m["files"][name] for name in m["files"] if name != "decodes.json.gz"}
+    assert {name: before["manifest"]["files"][name] for name in before["manifest"]["files"] if name != "decodes.json.xz"} \
+        == {name: m["files"][name] for name in m["files"] if name != "decodes.json.xz"}
     from omegaconf import OmegaConf
 
     p = OmegaConf.load(smoke_unit / "params.yaml")
@@ -288,15 +288,29 @@ def test_the_budget_check_trains_longer_and_decodes_at_tau_inf_only(smoke_unit):
 
 def test_a_changed_product_is_refused(smoke_unit, tmp_path):
     folder = copy_of(smoke_unit / "products", tmp_path / "p")
-    decodes = folder / "decodes.json.gz"
-    data = json.loads(gzip.decompress(decodes.read_bytes()))
+    decodes = folder / "decodes.json.xz"
+    data = json.loads(lzma.decompress(decodes.read_bytes()))
     data["records"][0]["hypotheses"][0] = "edited"
-    decodes.write_bytes(gzip.compress(json.dumps(data).encode()))
-    with pytest.raises(DataError, match="decodes.json.gz"):
+    decodes.write_bytes(lzma.compress(json.dumps(data).encode()))
+    with pytest.raises(DataError, match="decodes.json.xz"):
         load_products(folder)
     (folder / "unit.json").write_text("{")
     with pytest.raises(DataError, match="unit.json"):
         load_products(folder)
+
+
+def test_committed_units_load_whichever_compression_they_were_written_with():
+    """Units written before the products were xz-compressed keep their .json.gz files; both load,
+    checked against the digests their manifests list, and re-packing gives the bytes written."""
+    found = sorted((ROOT / "results").glob("*/units/*/unit.json"))
+    assert found
+    for manifest in found:
+        products = load_products(manifest.parent)
+        name = next(n for n in products["manifest"]["files"] if n.startswith("decodes.json"))
+        assert name in ("decodes.json.gz", "decodes.json.xz")
+        assert pack_json(products["decodes"], name) == (manifest.parent / name).read_bytes(), manifest.parent.name
+    with pytest.raises(ValueError, match="decodes.json.bz2"):
+        pack_json({}, "decodes.json.bz2")
 
 
 def test_the_script_lists_the_plan_and_refuses_data_that_differ(tmp_path, capsys):
