@@ -169,8 +169,8 @@ def plan(spec: Plan, done: dict[str, dict]) -> list[Unit]:
     """Every unit of ``spec`` in the order they run: the first seed of every model (fixed windows
     first, the flexible model last: its test decodes are matched to their windows), the budget
     check, the fine-tuning's β sweep beside its control, then the other seeds of the seeded
-    models and of the fixed window nearest flexible's (per seed, flexible last again), then the fine-tuning/control pairs at the
-    selected β. Units that wait for a choice made from finished units (``done``: name ->
+    models and of the fixed window nearest flexible's (per seed, flexible last again), then the
+    fine-tuning/control pairs at the selected β. Units that wait for a choice made from finished units (``done``: name ->
     manifest) are listed once it can be made: the nearest fixed window's seeds, the pairs."""
     first, rest = spec.seeds[0], spec.seeds[1:]
     order = [*dict.fromkeys([*spec.seeded, *spec.fixed, *spec.others])]
@@ -389,9 +389,7 @@ def match_later(folder: Path, targets: dict[str, float], *, params: str = "param
     manifest["summary"].setdefault("matched", {}).update(matched)
     manifest.setdefault("amended", []).append({
         "matched": sorted(todo), "source": source or _git_commit(),
-        "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version(),
-                    "torch": torch.__version__},
-        "minutes": round((time.perf_counter() - started) / 60, 1)})
+        "machine": _machine(), "minutes": round((time.perf_counter() - started) / 60, 1)})
     files = {name: (folder / name).read_bytes() for name in products["manifest"]["files"]}
     decodes = _product(folder, "decodes").name  # the unit's own format
     files[decodes] = pack_json(_decodes(decoder, options), decodes)
@@ -694,8 +692,7 @@ def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str =
         "data": {name: file_digest(tok_dir / name) for name in
                  ("train.npz", "dev.npz", "test.npz", "src.model", "tgt.model", "dev.ref", "test.ref")},
         "source": source or _git_commit(),
-        "machine": {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version(),
-                    "torch": torch.__version__},
+        "machine": _machine(),
         "minutes": {"train": round((trained - started) / 60, 1),
                     "decode": round((time.perf_counter() - trained) / 60, 1),
                     "total": round((time.perf_counter() - started) / 60, 1)},
@@ -704,6 +701,13 @@ def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str =
     print(f"unit {unit.name}: {manifest['minutes']['total']} min, products "
           f"{sum(len(b) for b in files.values()) / 1e6:.2f} MB in {out}", flush=True)
     return manifest
+
+
+def _machine() -> dict:
+    """Where a unit (or a later match) ran: CPU, cores, Python and torch versions."""
+    import torch
+
+    return {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__}
 
 
 def _cpu() -> str:
