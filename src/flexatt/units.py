@@ -354,7 +354,6 @@ def match_later(folder: Path, targets: dict[str, float], *, params: str = "param
     ``summary["matched"]`` and the manifest's ``amended`` list (what was added, by which commit,
     on which machine, in how many minutes) are rewritten in place; every other product is kept
     byte for byte. The data must be the unit's (digests). Returns the manifest."""
-
     from flexatt import config as C
     from flexatt import schema
     from flexatt.data.evalset import EvalSet
