@@ -75,18 +75,23 @@ def check_data(digests: dict[str, str], done: dict[str, dict]) -> None:
                          f"would not be comparable with the finished ones")
 
 
-def targets(unit: Unit, spec, done: dict[str, dict]) -> list[str]:
-    """``--match`` arguments of a flexible model's unit: the finished fixed-window units of its
-    seed and their dev windows at τ = ∞."""
+def targets(unit: Unit, spec, done: dict[str, dict]) -> dict[str, float]:
+    """The fixed windows a flexible model's unit is matched to: the finished fixed-window units of
+    its seed and their dev windows at τ = ∞ (empty for any other unit)."""
     if unit.variant not in {spec.flexible, *( [spec.finetuning.parent] if spec.finetuning else [])}:
-        return []
+        return {}
     names = [Unit(v, unit.seed).name for v in spec.fixed]
-    return [f"--match={n}={done[n]['summary']['dev']['inf']['window']}" for n in names if n in done]
+    return {n: done[n]["summary"]["dev"]["inf"]["window"] for n in names if n in done}
 
 
-def late_matches(spec, done: dict[str, dict]) -> dict[str, list[str]]:
-    """Finished flexible units (with kept weights) of the first budget and the ``--match``
-    arguments of the fixed windows of their seed that finished after them: matched by decoding
+def match_args(windows: dict[str, float]) -> list[str]:
+    """``--match NAME=WINDOW`` arguments of ``python -m flexatt.units run|match``."""
+    return [f"--match={name}={window}" for name, window in windows.items()]
+
+
+def late_matches(spec, done: dict[str, dict]) -> dict[str, dict[str, float]]:
+    """Finished flexible units (with kept weights) of the first budget and the fixed windows of
+    their seed that finished after them (name: dev window): matched by decoding
     the kept weights (``python -m flexatt.units match``), so the order units run in leaves no
     pair unmatched."""
     late = {}
@@ -95,18 +100,17 @@ def late_matches(spec, done: dict[str, dict]) -> dict[str, list[str]]:
                 or WEIGHTS not in m.get("files", {}):
             continue
         matched = m["summary"].get("matched", {})
-        found = [arg for arg in targets(Unit(spec.flexible, m["seed"]), spec, done)
-                 if arg.split("=")[1] not in matched]
+        found = {n: w for n, w in targets(Unit(spec.flexible, m["seed"]), spec, done).items() if n not in matched}
         if found:
             late[name] = found
     return late
 
 
-def match_one(name: str, args: list[str], copy: Path, folder: Path, source: dict, log: Path) -> int:
+def match_one(name: str, windows: dict[str, float], copy: Path, folder: Path, source: dict, log: Path) -> int:
     """``python -m flexatt.units match`` in the copy for the finished unit ``name`` (products in
-    ``folder``), its output to the terminal and ``log``."""
+    ``folder``) to the fixed ``windows``, its output to the terminal and ``log``."""
     return _stream([sys.executable, "-m", "flexatt.units", "match", str(folder.resolve()), "--source",
-                    json.dumps(source), *args], copy, log)
+                    json.dumps(source), *match_args(windows)], copy, log)
 
 
 def _stream(cmd: list[str], copy: Path, log: Path) -> int:
@@ -124,13 +128,14 @@ def _stream(cmd: list[str], copy: Path, log: Path) -> int:
         return process.wait()
 
 
-def run_one(unit: Unit, copy: Path, out: Path, source: dict, log: Path, match: list[str] = ()) -> int:
+def run_one(unit: Unit, copy: Path, out: Path, source: dict, log: Path, match: dict[str, float] | None = None) -> int:
     """``python -m flexatt.units run`` in the copy, its output to the terminal and ``log``; a
-    fine-tuning or control starts from its parent's weights beside ``out``."""
+    fine-tuning or control starts from its parent's weights beside ``out``; a flexible model is
+    matched to the fixed windows ``match`` (name: dev window)."""
     parent = ["--parent", str((out.parent / unit.parent / WEIGHTS).resolve())] if unit.parent else []
     return _stream([sys.executable, "-m", "flexatt.units", "run", unit.name, "--out", str(out.resolve()),
                     "--source", json.dumps(source), *(["--keep-weights"] if unit.keep_weights else []), *parent,
-                    *match], copy, log)
+                    *match_args(match or {})], copy, log)
 
 
 def commit(unit: str, folder: Path, also: list[Path] = ()) -> None:
@@ -247,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"  {figures(m)}")
         spec = read_plan(ROOT / "conf/units" / f"{args.profile}.yaml")
         for name, found in late_matches(spec, done).items():
-            print(f"pending  {name} matched to {', '.join(a.split('=')[1] for a in found)} (from its kept weights)")
+            print(f"pending  {name} matched to {', '.join(found)} (from its kept weights)")
         for unit in todo:
             print(f"pending  {unit.name}")
         return 0
@@ -272,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"units: matching {name} failed (exit {code}); its log: {log.relative_to(ROOT)}")
                 return code
             if args.commit:
-                commit_match(name, results / name, [a.split("=")[1] for a in found], report())
+                commit_match(name, results / name, list(found), report())
         return 0
 
     ran, code = 0, 0

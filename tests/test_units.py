@@ -268,7 +268,7 @@ def test_the_script_matches_flexible_units_to_fixed_windows_that_finished_after_
                 "files": {"weights.fp16.pt": {}}}
     flexible["summary"]["matched"] = {"local_m_d5-s1": {}}
     done = {"local_m_d5-s1": _manifest(10.9), "local_m-s1": _manifest(19.8), "flexible-s1": flexible}
-    assert units.late_matches(spec, done) == {"flexible-s1": ["--match=local_m-s1=19.8"]}
+    assert units.late_matches(spec, done) == {"flexible-s1": {"local_m-s1": 19.8}}
     flexible["summary"]["matched"]["local_m-s1"] = {}
     assert units.late_matches(spec, done) == {}
     del flexible["summary"]["matched"]["local_m-s1"], flexible["files"]["weights.fp16.pt"]
@@ -330,9 +330,11 @@ def test_the_script_lists_the_plan_and_refuses_data_that_differ(tmp_path, capsys
     units.check_data({"train.npz": "aaaa"}, units.done_units(results))
     spec = read_plan(ROOT / "conf/units/converged.yaml")
     done = {"local_m_d5-s1": _manifest(10.9), "local_m-s1": _manifest(19.8)}
-    assert units.targets(Unit("flexible", 1), spec, done) == ["--match=local_m_d5-s1=10.9", "--match=local_m-s1=19.8"]
-    assert units.targets(Unit("flexible", 1, beta=0.0, run=2), spec, done)[0] == "--match=local_m_d5-s1=10.9"
-    assert units.targets(Unit("flexible", 2), spec, done) == [] == units.targets(Unit("global", 1), spec, done)
+    assert units.targets(Unit("flexible", 1), spec, done) == {"local_m_d5-s1": 10.9, "local_m-s1": 19.8}
+    assert units.match_args(units.targets(Unit("flexible", 1), spec, done)) == \
+        ["--match=local_m_d5-s1=10.9", "--match=local_m-s1=19.8"]
+    assert units.targets(Unit("flexible", 1, beta=0.0, run=2), spec, done) == {"local_m_d5-s1": 10.9, "local_m-s1": 19.8}
+    assert units.targets(Unit("flexible", 2), spec, done) == {} == units.targets(Unit("global", 1), spec, done)
 
 
 @pytest.mark.slow
