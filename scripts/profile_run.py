@@ -3,8 +3,8 @@
     python scripts/profile_run.py smoke                       # = make smoke: a temporary copy, removed afterwards
     python scripts/profile_run.py smoke --keep /tmp/s         # keep the copy (and its outputs) in /tmp/s
     python scripts/profile_run.py char --keep artifacts/char --targets evaluate --results results/char
-    python scripts/profile_run.py converged --keep RUN_DIR --cache CACHE_DIR --results results/converged \
-        --stepwise --beta-from-sweep                          # = make converged
+    python scripts/profile_run.py paper --keep RUN_DIR --cache CACHE_DIR --results results/paper \
+        --stepwise --beta-from-sweep                          # a long run, one stage at a time
 
 The copy holds the files git tracks (plus uncommitted edits to them), gets a fresh git
 repository (DVC needs one; a kept copy of the same profile is refreshed with this tree's files

@@ -8,25 +8,22 @@ The README and ``benchmarks/README.md`` carry blocks between ``<!-- NAME:begin -
 so the prose never quotes a figure of an earlier run:
 
 * ``headline`` (README): the fine-tuned flexible model at its selected τ against the same model at
-  τ = ∞ and against Global, from the converged run's ``results/converged/metrics.json`` once it is
-  committed, else from the default profile's ``results/metrics.json`` (which it then says);
+  τ = ∞ and against Global, from the default profile's ``results/metrics.json`` (3 epochs: the
+  hour's demonstration, which it says);
 * ``finetuning`` (README): whether fine-tuning narrows the window against its control, and the β
-  sweep (``results/metrics.json``, ``results/sweep_beta.json``); the converged block's own once it is committed;
-* ``converged`` (README): the converged profile's finished units (``results/converged/units/``,
-  ``make converged``) once one is committed; before, the converged run (``results/converged/``): its
-  Table 1, the fine-tuning against its control at the β the sweep selected, and minutes per
-  stage (``provenance.json``), if committed; ``grc`` (README) the same of ``make grc``
-  (``results/grc/``: Koine Greek → English);
+  sweep (``results/metrics.json``, ``results/sweep_beta.json``);
+* ``converged`` (README): the finished units of the long runs (``make converged``, ``make grc``:
+  ``results/<profile>/units/``), both corpora side by side, with the claims their current
+  reports decide; ``grc`` (README) the Greek alignment probes (``results/grc/probes/``) while
+  none aligns;
 * ``results`` (README): Table 1 (``results/table1.md``) under a caption with the corpus sizes
-  (``results/filter.json``); once a converged run is committed, a line that names it instead;
-* ``seeds`` (README): mean ± sd of the seed sweep (``results/converged/seeds/summary.csv`` where an
-  earlier converged run kept one, else ``results/seeds/summary.csv``) and its comparisons paired by seed
-  (``paired.json``), if committed;
+  (``results/filter.json``);
+* ``seeds`` (README): mean ± sd of the seed sweep (``results/seeds/summary.csv``) and its
+  comparisons paired by seed (``paired.json``), if committed;
 * ``char`` (README): the char profile's run (``results/char/``: dev BLEU of training, Table 1's
   window and BLEU), if committed;
 * ``claims`` (README): the verdict, effect, interval and Holm-adjusted p of every claim of the
-  compare stage, from the converged run (``results/converged/compare.json``) once committed, else
-  the default profile's (``results/compare.json``);
+  default profile's compare stage (``results/compare.json``);
 * ``reordering`` (README): flexible attention's window and BLEU against how much the data
   reorders (``results/reordering/summary.json``, ``make reordering``), if committed;
 * ``pipeline``: minutes per stage of the last timed ``make repro`` and the machine it ran on
@@ -38,7 +35,6 @@ Everything outside the blocks is left as it is.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import re
 import sys
@@ -83,9 +79,9 @@ def _params() -> dict:
     return yaml.safe_load((ROOT / "params.yaml").read_text(encoding="utf-8"))
 
 
-def headline(metrics: dict, params: dict, filt: dict, converged: bool = False) -> str:
-    """The README's first figures: from the converged run where one is committed (``converged``),
-    else from the default profile, which the text then calls a demonstration."""
+def headline(metrics: dict, params: dict, filt: dict) -> str:
+    """The README's first figures: the default profile's (``make repro``), which the text calls a
+    demonstration, its models still improving; the equal-budget units follow in their own section."""
     rows = metrics["models"]
     ft, ft_tau, glob = rows.get("flexible_ft"), rows.get("flexible_ft_tau"), rows.get("global")
     if not (ft and ft_tau and glob):
@@ -93,9 +89,8 @@ def headline(metrics: dict, params: dict, filt: dict, converged: bool = False) -
     data = params["data"]
     pair = f"{LANGUAGES.get(data['src_lang'], data['src_lang'])} → {LANGUAGES.get(data['tgt_lang'], data['tgt_lang'])}"
     evaluated = filt["splits"][metrics["split"]]["pairs"]
-    which = ("With every model trained until its dev BLEU stopped improving (the converged run)"
-             if converged else "In the default profile's 3-epoch models (an hour's demonstration, still "
-             "improving; see the [converged run](#results))")
+    which = ("In the default profile's 3-epoch models (an hour's demonstration, still improving; see the "
+             "[converged run](#results))")
     table = "[Table 1](#results)"
     corpus = (f"{which}, on the default corpus ({pair} Bible verses, {evaluated:,} {metrics['split']} "
               f"sentences, beam {metrics['beam_size']})")
@@ -120,13 +115,6 @@ def results_block(table_md: str, filt: dict, metrics: dict) -> str:
                f"{splits[metrics['split']]['pairs']:,} {metrics['split']} pairs, beam {metrics['beam_size']}"
                f"{crossing} (`results/table1.md`, `results/metrics.json`, `results/filter.json`).")
     return caption + "\n\n" + "\n".join(_table_lines(table_md))
-
-
-def results_pointer() -> str:
-    """Where a committed converged run heads the README, the default profile's Table 1 is named,
-    not shown: its 3-epoch models are the hour-long demonstration."""
-    return textwrap.fill("The default profile's Table 1 (`dvc repro`: the same corpus, 3 epochs; a demonstration, "
-                         "its models still improving) is in `results/table1.md`.", width=100)
 
 
 def finetuning_block(metrics: dict, beta: dict | None, lock: Path = ROOT / "dvc.lock") -> str:
@@ -193,19 +181,6 @@ def finetuned_beta(lock: Path) -> str:
     ``sweep_beta`` selected); ``finetune.beta`` of params.yaml where the lock has no such stage."""
     beta = _lock_params(lock, "finetune@flexible").get("finetune.beta")
     return f"{(_params()['finetune']['beta'] if beta is None else beta):g}"
-
-
-def stopping_rule(lock: Path) -> str:
-    """How the run of ``lock`` stopped its trainings, from the params its ``train@flexible`` ran
-    with: "trained until dev BLEU stopped improving (the learning rate halved after N epochs
-    without a better one, stopped after M; ‡ at the cap)"."""
-    params = _lock_params(lock, "train@flexible")
-    halve, stop = params.get("train.lr_plateau_patience", 1), params.get("train.early_stopping_patience")
-    if stop is None:
-        return "trained for a fixed number of epochs"
-    epochs = lambda n: f"{n} epoch{'s' if n != 1 else ''}"  # noqa: E731
-    return (f"trained until dev BLEU stopped improving (the learning rate halved after {epochs(halve)} "
-            f"without a better one, stopped after {stop}; ‡ at the cap)")
 
 
 #: the seeds block's rows (label, column prefix of the seeds summary), each shown where the summary
@@ -288,52 +263,9 @@ def char_block(run: Path) -> str:
     return textwrap.fill(text, width=100, break_on_hyphens=False)
 
 
-#: how the README introduces each long run's block (its command and what it is), and how long it
-#: is expected to take, said while it has not finished (a finished run gives its own minutes)
-LONG_RUNS = {
-    "converged": ("`make converged` (the `converged` profile, [long runs](#configuration))",
-                  "about 16 h on 2 cores"),
-    "grc": ("`make grc` (Koine Greek → English, [long runs](#configuration))", "hours on 2 cores"),
-}
-
-
 #: the corpus of each long run made of units, as the units section's columns name it
 UNITS_CORPUS = {"converged": ("Bible", "`make converged` (Spanish → English Bible)"),
                 "grc": ("Greek NT", "`make grc` (Koine Greek → English)")}
-
-
-def long_run_block(run: Path, intro: str, estimate: str = "") -> str:
-    """A long run of ``scripts/profile_run.py --stepwise`` (``results/<profile>/``): its Table 1
-    under a caption (stopping rule, source commit, data, reordering, the minutes each stage took),
-    the fine-tuning against its control at the β the sweep chose; while it has not finished, the
-    stages done so far, the hours they took and the stage it was last in; nothing before it starts."""
-    if not (run / "provenance.json").is_file():
-        return ""
-    prov = _json(run / "provenance.json")
-    if not (run / "metrics.json").is_file() or not (run / "table1.md").is_file():
-        lock = _shown(run) / "dvc.lock"
-        lead = f"{intro}, {estimate}," if estimate else intro
-        done = list(dict.fromkeys(prov.get("stages_done") or []))
-        minutes = prov.get("stage_minutes") or {}
-        took = (f"; they took {sum(minutes.get(s, 0.0) for s in done) / 60:.1f} h ({_machine(prov)})"
-                if done and minutes else "")
-        running = (prov.get("running") or {}).get("stage")
-        last = f"; the stage it was in when last recorded: {running}" if running else ""
-        return textwrap.fill(f"{lead} has not finished (code of commit {str(prov.get('commit'))[:7]}); stages done, in "
-                             f"`{lock}`: {', '.join(done or ['none'])}{took}{last}.",
-                             width=100, break_on_hyphens=False)
-    metrics = _json(run / "metrics.json")
-    filt = _json(run / "filter.json")
-    reordering = filt.get("reordering")
-    crossing = (f"; {reordering['crossing_link_pairs']:.1%} of gold link pairs cross" if reordering else "")
-    caption = (f"{intro}, `{_shown(run)}/`, code of commit {str(prov.get('commit'))[:7]}: "
-               f"every model and fine-tuning {stopping_rule(run / 'dvc.lock')}; "
-               f"{filt['splits']['train']['pairs']:,} training pairs, {filt['splits'][metrics['split']]['pairs']:,} "
-               f"{metrics['split']} pairs, beam {metrics['beam_size']}{crossing}. {wall_time(prov)}")
-    beta = _json(run / "sweep_beta.json") if (run / "sweep_beta.json").is_file() else None
-    return "\n".join([textwrap.fill(caption.strip(), width=100, break_on_hyphens=False), "",
-                      *_table_lines((run / "table1.md").read_text(encoding="utf-8")), "",
-                      finetuning_block(metrics, beta, run / "dvc.lock")])
 
 
 def units_section(runs: dict[str, Path]) -> str:
@@ -467,31 +399,6 @@ def units_claims(runs: dict[str, Path]) -> tuple[str, list[str]]:
     return " ".join([*text, lead]), lines
 
 
-def wall_time(prov: dict) -> str:
-    """A long run's minutes per stage (its ``provenance.json``), grouped, and which resumed
-    stages count every run's minutes and which the last run's only, as a sentence to fill into
-    a paragraph; empty if none recorded."""
-    minutes = prov.get("stage_minutes") or {}
-    if not minutes:
-        return ""
-
-    def group(prefix: str) -> float:
-        return sum(m for s, m in minutes.items() if s.startswith(prefix))
-
-    resumed = [s for s in prov.get("resumed_stages") or [] if s in minutes]
-    counted = [s for s in resumed if s in (prov.get("interrupted_minutes") or {})]
-    partial = [s for s in resumed if s not in counted]
-    notes = ([f"resumed, every run counted: {', '.join(counted)}"] if counted else []) + \
-            ([f"resumed, the last run only: {', '.join(partial)}"] if partial else [])
-    text = (f"Wall time ({_machine(prov)}): {sum(minutes.values()) / 60:.1f} h in all; "
-            f"training {group('train@') / 60:.1f} h, fine-tuning and controls "
-            f"{(group('finetune@') + group('control@')) / 60:.1f} h, "
-            + ", ".join(f"{s} {m:.0f} min" for s, m in minutes.items() if "@" not in s and m >= 1)
-            + (f" ({'; '.join(notes)})" if notes else "")
-            + ".")
-    return text
-
-
 def _cut(reduction: float) -> str:
     """A window reduction (a fraction of Global's window) as a signed percentage."""
     percent = round(100 * reduction)
@@ -505,40 +412,6 @@ def _signed(x: float) -> str:
 def _tau(tau: float | None) -> str:
     """A τ of the results JSON (``null``: τ = ∞) as the README writes it."""
     return "∞" if tau is None else f"{tau:g}"
-
-
-def earlier_run_note(run: Path, intro: str) -> str:
-    """A long profile with no finished unit whose folder holds an earlier stage-by-stage run
-    (``provenance.json``, ``metrics.json``): what is kept of that run, and why it decides none of
-    the claims, read from its files: a stopping rule (each model at its own length), a control
-    whose learning rates differ from its fine-tuning's, one seed, and its own Global's test AER
-    beside a length-proportional diagonal's where a probe unit (``<run>/probes/*/units/``)
-    measured that. Empty when there is no earlier run or none of these holds."""
-    if not (run / "provenance.json").is_file() or not (run / "metrics.json").is_file():
-        return ""
-    prov, metrics = _json(run / "provenance.json"), _json(run / "metrics.json")
-    glob = metrics["models"].get("global", {})
-    from flexatt.units import done_units
-
-    probes = [m for folder in sorted((run / "probes").glob("*/units")) for m in done_units(folder).values()]
-    diagonal = next((m["summary"]["test"]["aer_diagonal"] for m in probes if "aer_diagonal" in m["summary"]["test"]), None)
-    aer = (f"its Global aligns little better than a length-proportional diagonal that reads no words "
-           f"(test AER {glob['aer']:.3f} against {diagonal:.3f})" if glob.get("aer") is not None and diagonal else "")
-    rule = stopping_rule(run / "dvc.lock")
-    reasons = [f"its models {rule.replace('; ‡ at the cap', '')}, each at its own length"] if "until" in rule else []
-    ft, ctl = run / "finetune" / "flexible.csv", run / "finetune_control" / "flexible.csv"
-    if ft.is_file() and ctl.is_file() and _lr_column(ft) != _lr_column(ctl):
-        reasons.append("its control did not replay its fine-tuning's learning rates")
-    if not (run / "seeds").is_dir():
-        reasons.append("it has one seed")
-    if aer:
-        reasons.append(aer)
-    if not reasons:
-        return ""
-    text = (f"{intro}: no unit is done yet. An earlier run on this corpus (commit {str(prov.get('commit'))[:7]}; "
-            f"`{_shown(run)}/`: `table1.md`, `compare.md`) decides none of the claims: "
-            f"{'; '.join(reasons[:-1]) + '; and ' + reasons[-1] if len(reasons) > 1 else reasons[0]}.")
-    return textwrap.fill(text, width=100, break_on_hyphens=False)
 
 
 #: how far below the length-proportional diagonal's test AER a Greek Global's has to be, chosen on
@@ -582,21 +455,11 @@ def probes_block(run: Path) -> str:
     return "\n".join([textwrap.fill(text, width=100, break_on_hyphens=False), "", *lines])
 
 
-def _lr_column(curve: Path) -> list[str]:
-    """The learning rate of each epoch of a learning curve (``lr`` column)."""
-    with open(curve, newline="", encoding="utf-8") as f:
-        return [row["lr"] for row in csv.DictReader(f)]
-
-
-#: the README's short name of each claim of ``results/compare.json`` (its own text otherwise)
+#: the README's short name of each claim (its own text otherwise)
 CLAIM_LABELS = {"a": "Flexible τ=∞ ≥ Global", "b": "the selected τ cuts positions at ≤ 0.5 BLEU",
                 "c": "fine-tuning narrows the window (vs a control)", "c+sact": "the same, Flexible+SACT",
                 "d": "Local-p > Global", "e": "SACT > Global", "e2": "SACT gains +2 BLEU over Global",
                 "f": "Flexible > a fixed window of equal size"}
-
-
-#: how the claims line names the run whose compare stage it reports (by its results folder)
-CLAIM_SOURCES = {"converged": "converged run", "grc": "Greek → English run"}
 
 
 def claims_block(path: Path) -> str:
@@ -610,8 +473,7 @@ def claims_block(path: Path) -> str:
         return f"{c['id']}. {CLAIM_LABELS.get(c['id'], c['claim'])}: **{c['verdict']}**"
 
     where = _shown(path.parent)
-    source = CLAIM_SOURCES.get(where.name, "3-epoch default profile")
-    text = (f"**Claims** ({source}, {report['split']} set; Δ BLEU, intervals and Holm-adjusted p: `{where}/compare.md`; "
+    text = (f"**Claims** (3-epoch default profile, {report['split']} set; Δ BLEU, intervals and Holm-adjusted p: `{where}/compare.md`; "
             "[rules](docs/method.md#claims)): " + "; ".join(item(c) for c in report["claims"]) + ".")
     return textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False)
 
@@ -703,35 +565,28 @@ def pipeline_summary(pipe: dict) -> str:
     return textwrap.fill(text + ".", width=100, break_on_hyphens=False)
 
 
-def blocks_of(path: Path, converged: Path = ROOT / "results" / "converged") -> dict[str, str]:
+def blocks_of(path: Path, runs: dict[str, Path] | None = None) -> dict[str, str]:
+    """The generated blocks of ``path`` (the README or ``benchmarks/README.md``); ``runs``: the
+    long runs made of units by profile (default ``results/converged`` and ``results/grc``), those
+    with a ``units/`` folder shown side by side in the converged block."""
     metrics = _json(ROOT / "results" / "metrics.json")
     pipe = _json(ROOT / "benchmarks" / "results" / "pipeline.json")
     filt = _json(ROOT / "results" / "filter.json")
     if path == BENCH_README:
         return {"pipeline": pipeline_table(pipe)}
-    done = (converged / "metrics.json").is_file()
-    head = (headline(_json(converged / "metrics.json"), _params(), _json(converged / "filter.json"), converged=True)
-            if done else headline(metrics, _params(), filt))
-    claims = converged / "compare.json" if (converged / "compare.json").is_file() else ROOT / "results" / "compare.json"
-    runs = {"converged": converged, "grc": ROOT / "results" / "grc"}
-    long = {p: run for p, run in runs.items() if (run / "units").is_dir()}  # the long runs made of units
-    grc_probes = probes_block(ROOT / "results" / "grc")
+    runs = runs or {"converged": ROOT / "results" / "converged", "grc": ROOT / "results" / "grc"}
+    long = {p: run for p, run in runs.items() if (run / "units").is_dir()}
+    grc_probes = probes_block(runs["grc"]) if "grc" in runs else ""
+    beta = ROOT / "results" / "sweep_beta.json"
     return {
-        "headline": head,
-        "converged": (units_section(long) if "converged" in long and not done
-                      else long_run_block(converged, *LONG_RUNS["converged"])),
-        "grc": "\n\n".join(part for part in (
-            units_section({"grc": long["grc"]}) if "grc" in long and ("converged" not in long or done)
-            else "" if "grc" in long else earlier_run_note(ROOT / "results" / "grc", LONG_RUNS["grc"][0]),
-            "" if "grc" in long and "| probe" not in grc_probes else grc_probes) if part),
-        "results": (results_pointer() if done else
-                    results_block((ROOT / "results" / "table1.md").read_text(encoding="utf-8"), filt, metrics)),
-        "seeds": seeds_block(converged / "seeds" / "summary.csv" if (converged / "seeds" / "summary.csv").is_file()
-                             else ROOT / "results" / "seeds" / "summary.csv"),
+        "headline": headline(metrics, _params(), filt),
+        "converged": units_section(long) if long else "",
+        "grc": grc_probes if "| probe" in grc_probes else "",  # an aligned probe is a sentence of the converged block
+        "results": results_block((ROOT / "results" / "table1.md").read_text(encoding="utf-8"), filt, metrics),
+        "seeds": seeds_block(ROOT / "results" / "seeds" / "summary.csv"),
         "char": char_block(ROOT / "results" / "char"),
-        "claims": claims_block(claims),
-        "finetuning": "" if done else finetuning_block(metrics, _json(ROOT / "results" / "sweep_beta.json")
-                                                       if (ROOT / "results" / "sweep_beta.json").is_file() else None),
+        "claims": claims_block(ROOT / "results" / "compare.json"),
+        "finetuning": finetuning_block(metrics, _json(beta) if beta.is_file() else None),
         "reordering": reordering_block(ROOT / "results" / "reordering" / "summary.json"),
         "pipeline": pipeline_summary(pipe),
     }

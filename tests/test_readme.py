@@ -41,86 +41,33 @@ def _selected_beta() -> float:
     return json.loads((ROOT / "results/sweep_beta.json").read_text())["selected_beta"]
 
 
-def _converged_run(tmp_path: Path, finished: bool) -> Path:
-    """A converged run's results folder made of the committed default results (the same files
-    the converged profile writes), with a provenance as ``profile_run.py --stepwise`` writes it."""
-    import json
-    import shutil
-
-    run = tmp_path / "converged"
-    run.mkdir()
-    shutil.copy2(ROOT / "results/filter.json", run)
-    stages = ["filter", "tokenize", "train@global"]
-    if finished:
-        for name in ("metrics.json", "table1.md", "sweep_beta.json", "compare.json"):
-            shutil.copy2(ROOT / "results" / name, run)
-        (run / "dvc.lock").write_text(json.dumps({"stages": {"finetune@flexible": {"params": {"params.yaml": {
-            "finetune.beta": _selected_beta()}}}}}))  # the beta the sweep selected, as the run's lock records it
-        stages += ["sweep_beta", "evaluate", "compare"]
-    minutes = {"filter": 0.4, "tokenize": 0.3, "train@global": 55.0, "train@flexible": 80.0,
-               "finetune@flexible": 20.0, "control@flexible": 19.0, "sweep_beta": 120.0, "evaluate": 30.0}
-    (run / "provenance.json").write_text(json.dumps({
-        "commit": "0123456789abcdef", "uncommitted_edits": False, "profile": "converged",
-        "overrides": ["profile=converged", f"finetune.beta={_selected_beta()}"], "stages_done": stages,
-        "stage_minutes": minutes, "resumed_stages": ["train@flexible", "sweep_beta"],
-        "interrupted_minutes": {"sweep_beta": 40.0}, "running": None,
-        "machine": {"cpu": "A CPU", "logical_cores": 2, "simd": "AVX2", "native_bf16": False, "torch": "2.13.0"}}))
-    return run
-
-
-def test_the_converged_run_heads_the_readme_once_it_is_committed(tmp_path):
-    """The headline, the converged section and the claims come from results/converged/ when it
-    holds a finished run; Table 1's figures are the run's, the β is the one the sweep chose."""
-    import json
-
-    from conftest import load_script
-
-    figures = load_script("readme_figures")
-    run = _converged_run(tmp_path, finished=True)
-    blocks = figures.blocks_of(figures.README, converged=run)
-    metrics = json.loads((run / "metrics.json").read_text())["models"]
-    assert blocks["headline"].startswith("With every model trained until its dev BLEU stopped improving")
-    assert f"{metrics['flexible_ft_tau']['bleu']:.2f} BLEU" in blocks["headline"].replace("\n", " ")
-    converged = blocks["converged"]
-    assert "code of commit 0123456" in converged.replace("\n", " ")
-    table = [line for line in converged.splitlines() if line.startswith("| Global |")]
-    assert table and table[0] in (run / "table1.md").read_text()
-    assert f"at β = {_selected_beta():g} the fine-tuned flexible model" in converged.replace("\n", " ")
-    assert "On dev the sweep chose it (`sweep_beta`" in converged.replace("\n", " ")  # the β it ran with
-    wall = " ".join(converged.split())
-    assert "Wall time (A CPU, 2 logical cores, AVX2, no native bf16, torch 2.13.0): 5.4 h in all" in wall
-    assert "resumed, every run counted: sweep_beta" in wall
-    assert "resumed, the last run only: train@flexible" in wall
-    assert blocks["claims"].startswith("**Claims** (converged run")
-    assert "`results/table1.md`" in blocks["results"] and "|" not in blocks["results"]  # named, not shown
-    assert blocks["finetuning"] == ""  # the converged block says it
-
-
-def test_a_converged_run_whose_sweep_selected_no_tau_says_so(tmp_path):
+def test_a_run_whose_sweep_selected_no_tau_says_so(tmp_path):
     """Where sweep_tau kept no τ within the tolerance, the fine-tuned model and its control decode
     every position: the headline and the fine-tuning paragraph say that no τ was selected (not a
     window cut of 0%, nor that fine-tuning fails to narrow a window nobody narrowed)."""
-    import json
-
     from conftest import load_script
 
     figures = load_script("readme_figures")
-    run = _converged_run(tmp_path, finished=True)
-    metrics = json.loads((run / "metrics.json").read_text())
+    metrics = json.loads((ROOT / "results/metrics.json").read_text())
     glob, ft = metrics["models"]["global"], metrics["models"]["flexible_ft"]
     for name in ("flexible_ft_tau", "flexible_ctl_tau"):
         metrics["models"][name] = {**metrics["models"][name.replace("_tau", "")], "tau": None, "reduction": 0.0}
     del metrics["finetuning_effect"]["flexible_ft_tau"]  # the evaluate stage compares them at τ = ∞ only
-    (run / "metrics.json").write_text(json.dumps(metrics))
-    blocks = {k: " ".join(v.split()) for k, v in figures.blocks_of(figures.README, converged=run).items()}
+    lock = tmp_path / "dvc.lock"
+    lock.write_text(json.dumps({"stages": {"finetune@flexible": {"params": {"params.yaml": {
+        "finetune.beta": _selected_beta()}}}}}))  # the β the run fine-tuned with, as its lock records it
+    filt = json.loads((ROOT / "results/filter.json").read_text())
+    headline = " ".join(figures.headline(metrics, figures._params(), filt).split())
+    finetuning = " ".join(figures.finetuning_block(
+        metrics, json.loads((ROOT / "results/sweep_beta.json").read_text()), lock).split())
     assert (f"no τ kept the fine-tuned flexible model's dev BLEU within the tolerance, so it **scores every position "
             f"({ft['window']:.1f} per step, as global attention's {glob['window']:.1f}) at {ft['bleu']:.2f} BLEU**"
-            in blocks["headline"])
-    assert "−0%" not in blocks["headline"] and "τ = ∞ (no τ" not in blocks["headline"]
+            in headline)
+    assert "−0%" not in headline and "τ = ∞ (no τ" not in headline
     assert (f"`sweep_tau` selected no τ for the model fine-tuned at β = {_selected_beta():g} nor for its control, so both "
-            "decode every position (τ = ∞;" in blocks["converged"])
-    assert "whether fine-tuning narrows the window is not measured on this run" in blocks["converged"]
-    assert "does not narrow the window" not in blocks["converged"]
+            "decode every position (τ = ∞;" in finetuning)
+    assert "whether fine-tuning narrows the window is not measured on this run" in finetuning
+    assert "does not narrow the window" not in finetuning
 
 
 def test_a_window_cut_is_a_signed_percentage():
@@ -130,29 +77,15 @@ def test_a_window_cut_is_a_signed_percentage():
     assert [figures._cut(x) for x in (0.7014, 0.004, 0.0, -0.003, -0.12)] == ["−70%", "0%", "0%", "0%", "+12%"]
 
 
-def test_an_unfinished_converged_run_is_named_as_such_and_none_leaves_the_block_empty(tmp_path):
+def test_without_units_the_long_runs_block_is_empty_and_the_default_profile_heads_the_readme(tmp_path):
     from conftest import load_script
 
     figures = load_script("readme_figures")
-    under_way = figures.blocks_of(figures.README, converged=_converged_run(tmp_path, finished=False))
-    text = under_way["converged"].replace("\n", " ")
-    assert "has not finished" in text
-    # the stages done, the hours they took (their minutes only: 0.4 + 0.3 + 55.0) and the stage it was in
-    assert "filter, tokenize, train@global; they took 0.9 h (A CPU, 2 logical cores, AVX2" in text
-    assert "when last recorded" not in text
-    # a provenance that lists a stage twice (the beta step's pass and the main pass) names it once
-    import json
-
-    run = tmp_path / "converged"
-    prov = json.loads((run / "provenance.json").read_text())
-    (run / "provenance.json").write_text(json.dumps({**prov, "stages_done": prov["stages_done"] * 2,
-                                                     "running": {"stage": "train@flexible", "minutes": 34.0}}))
-    twice = figures.blocks_of(figures.README, converged=run)["converged"].replace("\n", " ")
-    assert twice.count("tokenize") == 1 and ": filter, tokenize, train@global; they took 0.9 h" in twice
-    assert twice.endswith("; the stage it was in when last recorded: train@flexible.")
-    assert under_way["headline"].startswith("In the default profile's 3-epoch models")
-    assert under_way["claims"].startswith("**Claims** (3-epoch default profile")
-    assert figures.blocks_of(figures.README, converged=tmp_path / "none")["converged"] == ""
+    blocks = figures.blocks_of(figures.README, runs={"converged": tmp_path / "converged", "grc": tmp_path / "grc"})
+    assert blocks["converged"] == "" == blocks["grc"]
+    assert blocks["headline"].startswith("In the default profile's 3-epoch models")
+    assert blocks["claims"].startswith("**Claims** (3-epoch default profile")
+    assert blocks["results"].startswith("What `make repro` shows in an hour")
 
 
 def test_the_seeds_block_adds_the_comparisons_paired_by_seed(tmp_path):
@@ -172,40 +105,6 @@ def test_the_seeds_block_adds_the_comparisons_paired_by_seed(tmp_path):
     text = " ".join(figures.seeds_block(tmp_path / "summary.csv").split())
     assert "Paired by seed" in text and "Flexible τ=∞ − Global +1.07 [" in text
     assert "fine-tuned − control" not in text and "its control" not in text  # measured on no seed
-
-
-def test_an_earlier_grc_run_is_named_with_what_keeps_it_from_deciding_the_claims(tmp_path):
-    """Before a Greek unit is done, the grc block names the earlier run and why it decides
-    nothing, each reason read from its files."""
-    import shutil
-
-    from conftest import load_script
-
-    figures = load_script("readme_figures")
-    run = _converged_run(tmp_path, finished=True).rename(tmp_path / "grc")
-    lock = (run / "dvc.lock").read_text()
-    (run / "dvc.lock").write_text(json.dumps({"stages": {"train@flexible": {"params": {"params.yaml": {
-        "train.lr_plateau_patience": 1, "train.early_stopping_patience": 2}}}}}))
-    for folder, rates in (("finetune", "0.0002,0.0001"), ("finetune_control", "0.0002,0.0002")):
-        (run / folder).mkdir(exist_ok=True)
-        (run / folder / "flexible.csv").write_text("epoch,lr\n" + "".join(
-            f"{i + 1},{r}\n" for i, r in enumerate(rates.split(","))))
-    note = " ".join(figures.earlier_run_note(run, "`make grc`").split())
-    assert note.startswith("`make grc`: no unit is done yet. An earlier run on this corpus (commit 0123456;")
-    assert "stopped after 2), each at its own length" in note
-    assert "its control did not replay its fine-tuning's learning rates; and it has one seed." in note
-    probe = run / "probes" / "base" / "units" / "global-s1"
-    probe.mkdir(parents=True)
-    (probe / "unit.json").write_text(json.dumps({"summary": {"test": {"aer_diagonal": 0.7301}}}))
-    aer = json.loads((run / "metrics.json").read_text())["models"]["global"]["aer"]
-    if aer is not None:
-        assert f"; and its Global aligns little better than a length-proportional diagonal that reads no words " \
-               f"(test AER {aer:.3f} against 0.730)." in " ".join(figures.earlier_run_note(run, "x").split())
-    shutil.copy2(run / "finetune" / "flexible.csv", run / "finetune_control" / "flexible.csv")
-    (run / "seeds").mkdir()
-    (run / "dvc.lock").write_text(lock)
-    shutil.rmtree(run / "probes")
-    assert figures.earlier_run_note(run, "x") == ""  # nothing keeps it from deciding: no note
 
 
 def test_the_alignment_probes_are_listed_and_the_best_on_dev_is_held_to_the_margin(tmp_path):
@@ -240,62 +139,6 @@ def test_the_alignment_probes_are_listed_and_the_best_on_dev_is_held_to_the_marg
         "Global's test AER 0.629 is at least 0.1 below the diagonal's 0.729.", width=100, break_on_hyphens=False)
 
 
-def _landed_run(tmp_path: Path) -> Path:
-    """A finished converged run as large as the converged profile's: Table 1 with local-m and
-    local-p at D = 2, 5 and 10, and the seeds sweep with every column of ``+sweep=seeds`` and
-    its comparisons paired by seed."""
-    import csv
-    import json
-
-    from flexatt import seeds
-
-    run = _converged_run(tmp_path, finished=True)
-    lines = (run / "table1.md").read_text(encoding="utf-8").splitlines()
-    for name in ("Local-m", "Local-p"):
-        at = next(i for i, line in enumerate(lines) if line.startswith(f"| {name} (D=10) |"))
-        lines[at + 1:at + 1] = [lines[at].replace("(D=10)", f"(D={d})") for d in (2, 5)]
-    (run / "table1.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    columns = ("global_bleu", "flexible_bleu", "flexible_ft_bleu", "flexible_ft_tau_bleu", "flexible_ctl_bleu",
-               "flexible_ctl_tau_bleu", "local_bleu", "global_chrf", "flexible_chrf", "flexible_ft_chrf",
-               "flexible_ft_tau_chrf", "global_window", "flexible_ft_tau_window", "flexible_ctl_tau_window",
-               "local_window", "flexible_ft_tau_reduction", "selected_tau")
-    jobs = [{"job": i, "status": "COMPLETED", "train.seed": i + 1,
-             **{c: round(30.0 + i * 0.37 + k * 0.11, 2) for k, c in enumerate(columns)}} for i in range(3)]
-    (run / "seeds").mkdir()
-    with open(run / "seeds" / "summary.csv", "w", encoding="utf-8", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=["job", "status", "train.seed", *columns])
-        writer.writeheader()
-        writer.writerows(jobs)
-    (run / "seeds" / "paired.json").write_text(json.dumps({"comparisons": seeds.paired(jobs)}))
-    prov = json.loads((run / "provenance.json").read_text())
-    trained = ["global", "local_m", "local_p", "local_m_d2", "local_m_d5", "local_p_d2", "local_p_d5", "flexible",
-               "sact", "flexible_sact"]
-    minutes = {"filter": 0.4, "tokenize": 0.3, **{f"train@{v}": 85.5 for v in trained},
-               **{f"{s}@{v}": 33.3 for s in ("finetune", "control") for v in ("flexible", "flexible_sact")},
-               "sweep_beta": 211.0, "sweep_sigma": 31.0, "sweep_tau": 22.0, "evaluate": 34.0, "compare": 12.0}
-    (run / "provenance.json").write_text(json.dumps({
-        **prov, "stage_minutes": minutes, "resumed_stages": ["train@flexible", "sweep_beta", "train@local_m_d5"],
-        "interrupted_minutes": {"sweep_beta": 43.0, "train@local_m_d5": 20.0}}))
-    return run
-
-
-def test_a_landed_converged_run_with_its_seeds_keeps_the_readme_within_its_length(tmp_path, monkeypatch):
-    """The README as it will read once the converged run and its seeds are committed: every
-    block generated from a run of the converged profile's size stays within the 250 lines (the
-    run's files named as the README will name them, in results/converged/)."""
-    from conftest import load_script
-
-    figures = load_script("readme_figures")
-    shown = figures._shown
-    monkeypatch.setattr(figures, "_shown", lambda path: Path("results") / path.relative_to(tmp_path)
-                        if path.is_relative_to(tmp_path) else shown(path))
-    run = _landed_run(tmp_path)
-    blocks = figures.blocks_of(figures.README, converged=run)
-    assert "| Local-p (D=5) |" in blocks["converged"] and "Paired by seed" in blocks["seeds"]
-    text = figures.fill(figures.README.read_text(encoding="utf-8"), blocks, figures.README)
-    assert len(text.splitlines()) <= 250
-
-
 def _unit(name: str, variant: str, seed: int, test: float, window: float, selected: dict | None = None) -> dict:
     summary = {"dev": {"inf": {"tau": None, "window": 24.1, "bleu": test + 1}},
                "test": {"inf": {"tau": None, "window": window, "bleu": test}, "aer": {"inf": 0.48},
@@ -320,7 +163,8 @@ def test_the_units_section_shows_the_models_over_their_finished_units_and_no_pro
     (run / "units").mkdir(parents=True)
     empty = figures.units_section({"converged": run})
     assert "(Spanish → English Bible) 0 of 17;" in " ".join(empty.split()) and "|" not in empty
-    assert figures.blocks_of(figures.README, converged=run)["grc"] == ""  # the probes' outcome: in the section
+    assert figures.blocks_of(figures.README, runs={"converged": run, "grc": ROOT / "results/grc"})["grc"] == ""
+    # the probes' outcome is a sentence of the units section
     for unit in (_unit("global-s1", "global", 1, 30.0, 25.3), _unit("global-s2", "global", 2, 31.0, 25.1),
                  _unit("flexible-s1", "flexible", 1, 31.1, 25.3, {"tau": 1.2, "window": 11.87})):
         (run / "units" / unit["unit"]).mkdir()
@@ -440,7 +284,7 @@ def test_both_long_runs_with_every_unit_and_claim_keep_the_readme_within_its_len
         target = tmp_path / name
         target.parent.mkdir(parents=True, exist_ok=True)
         target.symlink_to(ROOT / name)
-    blocks = figures.blocks_of(figures.README, converged=tmp_path / "results" / "converged")
+    blocks = figures.blocks_of(figures.README)  # the long runs of ROOT/results: tmp_path's
     assert "of 5 probes (`results/grc/probes/`), the best by dev AER" in " ".join(blocks["converged"].split())
     assert "| budget: flexible at ×1.5 epochs gains < 0.5 dev BLEU | **holds**: +0.32 (25 → 38 epochs) | **holds**" \
         in blocks["converged"]
