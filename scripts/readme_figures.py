@@ -90,7 +90,7 @@ def headline(metrics: dict, params: dict, filt: dict) -> str:
     pair = f"{LANGUAGES.get(data['src_lang'], data['src_lang'])} → {LANGUAGES.get(data['tgt_lang'], data['tgt_lang'])}"
     evaluated = filt["splits"][metrics["split"]]["pairs"]
     which = ("In the default profile's 3-epoch models (an hour's demonstration, still improving; see the "
-             "[converged run](#results))")
+             "[equal-budget models](#results))")
     table = "[Table 1](#results)"
     corpus = (f"{which}, on the default corpus ({pair} Bible verses, {evaluated:,} {metrics['split']} "
               f"sentences, beam {metrics['beam_size']})")
