@@ -187,14 +187,14 @@ def finetuned_beta(lock: Path) -> str:
 #: has its ``_bleu`` column, with its window where it has a ``_window`` column
 SEED_ROWS = (("Global", "global"), ("Flexible τ=∞", "flexible"), ("fine-tuned τ=∞", "flexible_ft"),
              ("fine-tuned at the τ selected per seed", "flexible_ft_tau"),
-             ("its control at the fine-tuned model's τ", "flexible_ctl_tau"),
+             ("its control at its own selected τ", "flexible_ctl_tau"),
              ("local-m at the nearest window", "local"))
 
 #: the seeds block's names for the comparisons paired by seed (``flexatt.seeds.PAIRS``, keyed by a, b)
 SEED_PAIRS = {("flexible_bleu", "global_bleu"): "Flexible τ=∞ − Global",
               ("flexible_ft_tau_bleu", "flexible_ft_bleu"): "fine-tuned at its τ − at τ=∞",
               ("flexible_ft_bleu", "flexible_ctl_bleu"): "fine-tuned − control at τ=∞",
-              ("flexible_ft_tau_bleu", "flexible_ctl_tau_bleu"): "fine-tuned − control at its τ",
+              ("flexible_ft_tau_bleu", "flexible_ctl_tau_bleu"): "fine-tuned − control, each at its τ",
               ("flexible_ft_tau_window", "flexible_ctl_tau_window"): "the same in window",
               ("flexible_ft_tau_bleu", "local_bleu"): "fine-tuned at its τ − local-m"}
 

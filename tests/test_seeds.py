@@ -65,6 +65,21 @@ def test_a_job_without_a_selected_tau_is_left_out_of_the_pairs_at_tau():
     assert at_inf["n"] == 3
 
 
+def test_a_job_whose_control_kept_no_tau_is_left_out_of_the_pairs_with_the_control_at_its_tau():
+    """The control is decoded at its own dev-selected τ: a job where none was selected for it
+    decodes it at τ = ∞, which is no operating point to compare the fine-tuned model's with."""
+    rows = [job(flexible_ft_tau_window=9.0, flexible_ctl_tau_window=10.0, flexible_ft_tau_bleu=19.0,
+                flexible_ft_bleu=19.5, selected_tau=1.2, selected_tau_control=1.5),
+            job(flexible_ft_tau_window=9.5, flexible_ctl_tau_window=9.8, flexible_ft_tau_bleu=19.2,
+                flexible_ft_bleu=19.4, selected_tau=1.4, selected_tau_control=1.4),
+            job(flexible_ft_tau_window=9.2, flexible_ctl_tau_window=35.2, flexible_ft_tau_bleu=19.1,
+                flexible_ft_bleu=19.6, selected_tau=1.3, selected_tau_control=None)]
+    control, own = seeds.paired(rows, [("flexible_ft_tau_window", "flexible_ctl_tau_window", "ft − ctl"),
+                                       ("flexible_ft_tau_bleu", "flexible_ft_bleu", "τ − ∞")])
+    assert control["n"] == 2 and control["diffs"] == pytest.approx([-1.0, -0.3])
+    assert own["n"] == 3
+
+
 def test_the_callback_refuses_an_unknown_key_naming_it():
     with pytest.raises(ConfigError, match=r"hydra.callbacks.seed_comparison: unknown key\(s\) pairs"):
         seeds.SeedComparison(pairs=[])

@@ -447,13 +447,15 @@ def test_real_seeds_sweep(mini_repo):
     for job in jobs:
         assert set(job["rows"]) == {"global", "flexible", "flexible_ft", "flexible_ft_tau", "flexible_ctl",
                                     "flexible_ctl_tau"}
-        assert job["rows"]["flexible_ctl_tau"]["tau"] == job["selected_tau"]  # the fine-tuned model's tau
+        assert job["rows"]["flexible_ctl_tau"]["tau"] == job["selected_tau_control"]  # the control's own tau
+        assert job["dev_points_control"][0]["tau"] is None  # its dev search, from tau = inf
         assert job["local_variant"] is None
         for row in job["rows"].values():
             assert 0 <= row["bleu"] <= 100 and 0 <= row["chrf"] <= 100 and row["window"] > 0
         assert [job["rows"][r]["tau"] for r in ("global", "flexible", "flexible_ft")] == [None] * 3
         assert job["rows"]["flexible_ft_tau"]["tau"] == job["selected_tau"]
         assert job["tau_selected"] == (job["selected_tau"] is not None)
+        assert job["control_tau_selected"] == (job["selected_tau_control"] is not None)
         assert job["rows"]["global"]["window"] == job["rows"]["flexible"]["window"]  # τ = ∞
         assert set(job["dev_bleu"]) == {"global", "flexible", "flexible_ft", "flexible_ctl"}
     # the seeds trained different models (the data and SentencePiece models are the pipeline's)

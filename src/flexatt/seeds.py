@@ -28,15 +28,16 @@ from flexatt.errors import ConfigError, FlexattError
 from flexatt.io import atomic_path, write_json
 
 #: (a, b, what a − b measures): the comparisons behind the claims, as columns of the seeds summary.
-#: A pair with a ``_tau_`` column compares figures at the τ selected on dev: a job where none was
-#: selected decodes those rows at τ = ∞ (a difference of 0, or two full windows), so it is left out
-#: of that pair (:func:`paired`, ``selected_tau``).
+#: A pair with a ``_tau_`` column compares figures at the τ selected on dev (the control's at its
+#: own): a job where none was selected decodes those rows at τ = ∞ (a difference of 0, or two full
+#: windows), so it is left out of that pair (:func:`paired`, ``selected_tau``,
+#: ``selected_tau_control``).
 PAIRS: tuple[tuple[str, str, str], ...] = (
     ("flexible_bleu", "global_bleu", "Flexible τ=∞ − Global, BLEU"),
     ("flexible_ft_tau_bleu", "flexible_ft_bleu", "fine-tuned Flexible at its τ − at τ=∞, BLEU"),
     ("flexible_ft_bleu", "flexible_ctl_bleu", "fine-tuned − control (β = 0) at τ=∞, BLEU"),
-    ("flexible_ft_tau_bleu", "flexible_ctl_tau_bleu", "fine-tuned − control at the fine-tuned τ, BLEU"),
-    ("flexible_ft_tau_window", "flexible_ctl_tau_window", "fine-tuned − control at the fine-tuned τ, window"),
+    ("flexible_ft_tau_bleu", "flexible_ctl_tau_bleu", "fine-tuned − control, each at its own τ, BLEU"),
+    ("flexible_ft_tau_window", "flexible_ctl_tau_window", "fine-tuned − control, each at its own τ, window"),
     ("flexible_ft_tau_bleu", "local_bleu", "fine-tuned Flexible at its τ − the local variant, BLEU"),
 )
 FILES = ("paired.md", "paired.json")
@@ -57,7 +58,9 @@ def paired(rows: Sequence[dict], pairs: Sequence[tuple[str, str, str]] = PAIRS) 
     """Each pair ``(a, b, label)`` over the completed ``rows`` (``status`` COMPLETED) holding both
     figures: ``n``, ``mean`` and ``sd`` of a − b, ``ci`` (95%, t with n − 1 degrees of freedom),
     ``p`` (paired t-test, two-sided) and ``p_holm`` (Holm across the pairs that have a p).
-    A pair at τ (a ``_tau_`` column) counts only the jobs with a ``selected_tau``.
+    A pair at τ (a ``_tau_`` column) counts only the jobs with a ``selected_tau``, and one with
+    the control at its τ (a ``_ctl_tau_`` column) only those whose control has one too
+    (``selected_tau_control``).
     Below two jobs the spread, interval and p are ``None``; differences that are all equal give
     no t statistic, so no p either."""
     from scipy import stats
@@ -66,9 +69,10 @@ def paired(rows: Sequence[dict], pairs: Sequence[tuple[str, str, str]] = PAIRS) 
 
     out = []
     for a, b, label in pairs:
-        at_tau = "_tau_" in a or "_tau_" in b
+        needs = [key for key, marker in (("selected_tau", "_tau_"), ("selected_tau_control", "_ctl_tau_"))
+                 if marker in a or marker in b]
         both = [(_number(r.get(a)), _number(r.get(b))) for r in rows if r.get("status") == "COMPLETED"
-                and (not at_tau or _number(r.get("selected_tau")) is not None)]
+                and all(_number(r.get(key)) is not None for key in needs)]
         both = [(x, y) for x, y in both if x is not None and y is not None]
         diffs = [x - y for x, y in both]
         n = len(diffs)

@@ -33,7 +33,7 @@ def check(tau: Any, key: str = "tau") -> float:
 
 
 #: the keys whose values are τ in the records the stages write (:func:`to_json`, :func:`from_json`)
-TAU_KEYS = frozenset({"tau", "selected_tau", "tau_control"})
+TAU_KEYS = frozenset({"tau", "selected_tau", "tau_control", "selected_tau_control"})
 
 
 def to_json(value: Any, tau_valued: Optional[bool] = None) -> Any:

@@ -9,19 +9,21 @@ with its ``train.seed``:
    one (e.g. the local-m whose D lands nearest flexible's selected window); fine-tunes
    ``flexible`` from its best checkpoint (``finetune``) and trains its control (β = 0, the same
    parent, as many epochs as the fine-tuning ran: :mod:`flexatt.stages.control`);
-2. selects τ for the fine-tuned model on dev as the ``sweep_tau`` stage does
+2. selects τ for the fine-tuned model and, apart, for its control on dev as the ``sweep_tau``
+   stage does
    (:func:`flexatt.tau_search.search_points` and :func:`flexatt.tau_search.select_tau`:
    the grid, log S̄, bisections, the tolerance);
 3. decodes test (``decode``) for the rows ``global``, ``flexible``, ``flexible_ft``,
-   ``flexible_ctl`` (and ``local``) at τ = ∞, and ``flexible_ft_tau`` and ``flexible_ctl_tau`` at
-   the selected τ (τ = ∞ when none is selected), and scores BLEU, chrF and the window
-   (docs/method.md, Window).
+   ``flexible_ctl`` (and ``local``) at τ = ∞, ``flexible_ft_tau`` at the selected τ and
+   ``flexible_ctl_tau`` at the control's own τ, selected on dev by the same rule (τ = ∞ where
+   none is selected), and scores BLEU, chrF and the window (docs/method.md, Window).
 
 Writes ``<train.metrics_dir>/replicate.json`` (the job's folder in the sweep): ``seed``,
 ``dev_bleu`` (greedy, best epoch, per trained model), ``selected_tau`` (``null``: none within the
-tolerance, ``flexible_ft_tau`` then decoded at τ = ∞, and ``tau_selected`` false), the dev points
-of the τ search, and ``rows``: per row ``tau``, ``bleu`` (sacrebleu, 13a), ``chrf``, ``window``,
-``reduction`` (1 − window / Global's window) and ``ms_per_sentence``. Logs one W&B run of job
+tolerance, ``flexible_ft_tau`` then decoded at τ = ∞, and ``tau_selected`` false) and the
+control's ``selected_tau_control`` (and ``control_tau_selected``), the dev points of each τ
+search (``dev_points``, ``dev_points_control``), and ``rows``: per row ``tau``, ``bleu``
+(sacrebleu, 13a), ``chrf``, ``window``, ``reduction`` (1 − window / Global's window) and ``ms_per_sentence``. Logs one W&B run of job
 type ``replicate`` (and the trainings' own runs, ``train-global-seed<seed>`` etc.).
 
 Its outputs must not be the pipeline's (``train.out_dir``, ``train.metrics_dir`` and
@@ -144,35 +146,44 @@ def run(cfg: DictConfig | schema.Params) -> dict:
                 "window": round(out.mean_window, 3), "ms_per_sentence": round(out.ms_per_sentence, 2)}
 
     grid = dev_grid(grid, sets["dev"].mean_src_len, add_log_mean_len)
-    reference = score("flexible_ft", "dev", INF)
-    points = search_points(lambda tau: score("flexible_ft", "dev", tau), grid, reference["bleu"],
-                           tolerance, steps)
-    chosen = select_tau(points, reference["bleu"], tolerance)
-    tau = chosen["tau"] if chosen else INF
-    if chosen is None:
-        print(f"replicate: seed {seed}: no tau within {tolerance} dev BLEU of tau = inf "
-              f"({reference['bleu']}): flexible_ft_tau is decoded at tau = inf", flush=True)
 
+    def select(name: str) -> tuple[float, list[dict]]:
+        """``name``'s τ selected on dev by sweep_tau's rule (τ = ∞ where none is within the
+        tolerance) and the dev points of its search, τ = ∞ first."""
+        reference = score(name, "dev", INF)
+        points = search_points(lambda tau: score(name, "dev", tau), grid, reference["bleu"], tolerance, steps)
+        chosen = select_tau(points, reference["bleu"], tolerance)
+        if chosen is None:
+            print(f"replicate: seed {seed}: no tau within {tolerance} dev BLEU of tau = inf for {name} "
+                  f"({reference['bleu']}): its tau row is decoded at tau = inf", flush=True)
+        return (chosen["tau"] if chosen else INF), [reference, *points]
+
+    # the fine-tuned model and its control each at its own dev-selected tau: a larger g_t narrows
+    # the window at one shared tau by construction, so only their own operating points compare
+    tau, dev_points = select("flexible_ft")
+    tau_control, dev_points_control = select("flexible_ctl")
     rows = {name: score(name, "test", INF) for name in models}
     rows["flexible_ft_tau"] = score("flexible_ft", "test", tau)
-    rows["flexible_ctl_tau"] = score("flexible_ctl", "test", tau)  # the control at the fine-tuned model's tau
+    rows["flexible_ctl_tau"] = score("flexible_ctl", "test", tau_control)
     for name, row in rows.items():
         row["reduction"] = round(1.0 - row["window"] / rows["global"]["window"], 4)
     result = {"seed": seed, "local_variant": local, "dev_bleu": dev_bleu, "selected_tau": tau,
-              "tau_selected": chosen is not None,
-              "dev_points": [reference, *points], "rows": rows}
+              "tau_selected": tau != INF, "selected_tau_control": tau_control,
+              "control_tau_selected": tau_control != INF,
+              "dev_points": dev_points, "dev_points_control": dev_points_control, "rows": rows}
     write_json(job_dir / "replicate.json", result)
 
     tracker = start_run(p, "replicate", f"seed{seed}", tags=["seeds", p.profile])
     tracker.records("replicate/rows", [{"row": name, **r} for name, r in rows.items()],
                     ["row", "tau", "bleu", "chrf", "window", "reduction"])
-    summary = {"seed": seed, "selected_tau": to_json(tau), **{f"dev_bleu/{k}": v for k, v in dev_bleu.items()},
+    summary = {"seed": seed, "selected_tau": to_json(tau), "selected_tau_control": to_json(tau_control),
+               **{f"dev_bleu/{k}": v for k, v in dev_bleu.items()},
                **{f"{name}/{k}": v for name, r in to_json(rows).items() for k, v in r.items()}}
     tracker.summary({k: v for k, v in summary.items() if v is not None})
     tracker.finish()
     print(f"replicate: seed {seed}: " + ", ".join(
         f"{name} BLEU {r['bleu']} chrF {r['chrf']} window {r['window']}" for name, r in rows.items())
-        + (f" (selected tau {label(tau)})" if chosen else " (no tau selected: tau = inf)"), flush=True)
+        + f" (selected tau {label(tau)}, the control's {label(tau_control)})", flush=True)
     return result
 
 
