@@ -352,7 +352,7 @@ def units_claims(runs: dict[str, Path]) -> tuple[str, list[str]]:
         if c["verdict"] == NOT_MEASURED:
             return ""
         extra = (f"; cut {share(c['cut'])}" if "cut" in c else
-                 f"; window {share(c['window_change'], '+')}" if "window_change" in c else "")
+                 f"; window {share(c['window_change'], '+')} at β = {c['beta']:g}" if "window_change" in c else "")
         e2 = f", by +2 (e2): **{effect['verdict']}**" if effect else ""
         return f"**{c['verdict']}**{e2}" + ("" if "pairs" in c else f": {delta(c)}{extra}")
 

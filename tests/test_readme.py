@@ -270,6 +270,7 @@ def test_both_long_runs_with_every_unit_and_claim_keep_the_readme_within_its_len
                 claim["cut"] = {"n": 3, "mean": 0.72, "sd": 0.01, "ci": [0.69, 0.75]}
             if cid == "c":
                 claim["window_change"] = {"n": 5, "mean": -0.12, "sd": 0.03, "ci": [-0.16, -0.08]}
+                claim["beta"] = 10.0
             if cid == "f":
                 claim["pairs"] = [{"fixed": v, "verdict": "holds", **stats} for v in spec.fixed]
             claims.append(claim)
@@ -288,6 +289,7 @@ def test_both_long_runs_with_every_unit_and_claim_keep_the_readme_within_its_len
     assert "of 5 probes (`results/grc/probes/`), the best by dev AER" in " ".join(blocks["converged"].split())
     assert "| budget: flexible at ×1.5 epochs gains < 0.5 dev BLEU | **holds**: +0.32 (25 → 38 epochs) | **holds**" \
         in blocks["converged"]
+    assert "; window −12% [−16%, −8%] at β = 10 |" in blocks["converged"]
     text = figures.fill(figures.README.read_text(encoding="utf-8"), blocks, figures.README)
     (tmp_path / "README.md").write_text(text)
     assert len(text.splitlines()) <= 250, len(text.splitlines())

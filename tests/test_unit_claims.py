@@ -94,6 +94,7 @@ def test_claims_from_units_with_seeds_beside_the_pooled_test(run):
     assert b["cut"]["mean"] == pytest.approx(0.56) and b["paper_cut"] == "inside" and b["verdict"] == HOLDS
     c = claims["c"]  # each at its own selected τ: 9.2-9.6 positions against 12.2-12.3
     assert c["seeds"] == 3 and c["window_change"]["ci"][1] < -0.05 and c["verdict"] == HOLDS
+    assert c["beta"] == 10.0  # the β of the pairs, chosen on dev from the sweep's units
     assert claims["d"]["verdict"] == NOT_MEASURED  # no local-p unit
     assert claims["e"]["over_seeds"]["ci"] is None  # one seed: the pooled test decides alone
     f = claims["f"]

@@ -233,6 +233,7 @@ def decide(units: Units, references: dict[str, list[str]], *, alpha: float = ALP
             change = t_interval([a["window"] / b["window"] - 1 for a, b in pairs["c"]])
             within = combine(verdict_within(ci, margin), _seed_verdict(s, "within", margin))
             entry["window_change"] = change
+            entry["beta"] = select_beta(units.plan, units.manifests)  # the pairs' β, chosen on dev
             entry["verdict"] = verdict_narrowing(within, _bounds(change))
         out.append(entry)
     return out
@@ -344,8 +345,9 @@ def render(table: list[dict], claims: list[dict], units: Units, budget: dict | N
                           + ("overlaps it" if c["paper_cut"] == "inside" else f"lies {c['paper_cut']} it"))
             if "window_change" in c:
                 w = c["window_change"]
-                detail = (f"window {100 * w['mean']:+.1f}%" + (f" [{100 * w['ci'][0]:+.1f}, {100 * w['ci'][1]:+.1f}]"
-                          if w["ci"] else "") + f"; narrower: ≤ −{100 * MIN_NARROWING:.0f}%")
+                detail = (f"at β = {c['beta']:g} (chosen on dev): window {100 * w['mean']:+.1f}%"
+                          + (f" [{100 * w['ci'][0]:+.1f}, {100 * w['ci'][1]:+.1f}]" if w["ci"] else "")
+                          + f"; narrower: ≤ −{100 * MIN_NARROWING:.0f}%")
             lines.append(f"| {label} | {c['rule']} | {e['verdict'] if 'fixed' in e else c['verdict']} | "
                          f"{', '.join(f'{d:+.2f}' for d in e['per_seed'])} | {over_text} | "
                          f"{pooled['delta']:+.2f} [{pooled['ci'][0]:+.2f}, {pooled['ci'][1]:+.2f}] | {e['p']:.4f} | "
