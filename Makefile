@@ -18,7 +18,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # W&B stays offline unless you have configured an API key.
 export WANDB_MODE ?= $(if $(WANDB_API_KEY),online,offline)
 
-.PHONY: help venv test test-slow test-all repro smoke char converged grc reordering params bench bench-scale bench-pipeline clean report push pull
+.PHONY: help venv test test-slow test-all repro smoke char converged grc units reordering params bench bench-scale bench-pipeline clean report push pull
 
 help:
 	@echo "make repro      create .venv and run the pipeline (flexatt repro: dvc repro, independent stages side by side)"
@@ -30,6 +30,7 @@ help:
 	@echo "make grc        the Koine Greek -> English 'grc' profile as units (about half an hour to an hour a unit; resumes)"
 	@echo "make reordering flexible's window against how much the data reorders: smoke runs at 4 levels (~18 min)"
 	@echo "make converged  the converged profile's units, one model each at an equal budget (about an hour a unit; resumes)"
+	@echo "make units      both: the first seed of every claim on each corpus before any second seed (resumes)"
 	@echo "make params     recompose params.yaml from conf/ (PROFILE=smoke|default|paper)"
 	@echo "make bench      run the benchmarks (after make repro and make char: they use their models)"
 	@echo "make bench-scale  filter + tokenize at 1M and 4.5M generated pairs: wall time and peak memory (run alone)"
@@ -125,6 +126,11 @@ reordering: $(STAMP)
 # from its last epoch). COMMIT=1 commits each finished unit's folder.
 converged: $(STAMP)
 	$(BIN)/python scripts/units.py converged $(if $(COMMIT),--commit,)
+
+# both long runs' units, stage by stage: the first seed of every claim on each corpus, then the
+# other seeds, then the fine-tuning pairs (scripts/units.py converged grc)
+units: $(STAMP)
+	$(BIN)/python scripts/units.py converged grc $(if $(COMMIT),--commit,)
 
 clean:
 	rm -rf artifacts logs multirun outputs .pytest_cache  # runs/ (units' kept copies) stays: it resumes long runs

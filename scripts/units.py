@@ -5,6 +5,7 @@
     python scripts/units.py converged                     # = make converged: every pending unit
     python scripts/units.py converged --units 1 --commit  # the next unit, committed when done
     python scripts/units.py converged --only global-s1    # one unit by name
+    python scripts/units.py converged grc                 # = make units: both, stage by stage
     python scripts/units.py grc --only global-s1 --set data=nt_grc_en_x3 \
         --results results/grc/probes/x3/units --keep runs/grc-x3   # a probe under an override
 
@@ -18,6 +19,11 @@ interruption, the unit resumes from its last epoch; a lost copy costs at most th
 way. With ``--commit``, each finished unit's folder is committed to this working tree's git
 (nothing else is staged). A unit's log is ``logs/units/<copy>/<unit>.log`` (the copy's folder
 name: ``<profile>`` by default).
+
+Given several profiles, each keeps its own copy and results; the next unit is always from the
+earliest stage of their plans (``flexatt.units.phase``: the first seed of every claim, then the
+other seeds, then the fine-tuning pairs), so every corpus has each claim's first seed before any
+has a second.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from profile_run import dvc_env, make_copy, tree_state  # noqa: E402
 
 from flexatt.schedule import PROGRESS_ENV  # noqa: E402
 from flexatt.tau import from_json, label  # noqa: E402
-from flexatt.units import WEIGHTS, Unit, done_units, plan, read_plan  # noqa: E402
+from flexatt.units import WEIGHTS, Unit, done_units, phase, plan, read_plan  # noqa: E402
 
 #: the data files whose digests every unit of a profile shares
 DATA_KEYS = ("train.npz", "dev.npz", "test.npz", "src.model", "tgt.model", "dev.ref", "test.ref")
@@ -224,9 +230,67 @@ def figures(manifest: dict) -> str:
     return ", ".join(parts)
 
 
+class ProfileRun:
+    """One profile's units in its kept copy: its data made there and checked against the finished
+    units' once; then, one call at a time, the pending late matches and the next unit, each
+    committed with the run's report when ``commit``."""
+
+    def __init__(self, profile: str, results: Path, copy: Path, overrides: list[str], commit: bool):
+        self.profile, self.results, self.copy, self.commit = profile, results, copy, commit
+        self.source = {**tree_state(), "overrides": overrides}
+        check_data(prepare(copy, profile, overrides), done_units(results))
+
+    def spec(self):
+        """The plan of the code the units run: the copy's."""
+        return read_plan(self.copy / "conf/units" / f"{self.profile}.yaml")
+
+    def todo(self) -> list[Unit]:
+        return pending(self.profile, self.results, self.copy)[0]
+
+    def log(self, name: str) -> Path:
+        return ROOT / "logs/units" / self.copy.name / f"{name}.log"  # the copy's name: a probe has its own
+
+    def report(self) -> list[Path]:
+        return write_report(self.profile, self.results, self.copy / "artifacts" / "tok", quiet=True)
+
+    def matches(self) -> int:
+        """The late matches pending, each committed with the report when ``commit``."""
+        for name, found in late_matches(self.spec(), done_units(self.results)).items():
+            code = match_one(name, found, self.copy, self.results / name, self.source, self.log(name))
+            if code != 0:
+                print(f"units: matching {name} failed (exit {code}); its log: {self.log(name).relative_to(ROOT)}")
+                return code
+            if self.commit:
+                commit_match(name, self.results / name, list(found), self.report())
+        return 0
+
+    def run(self, unit: Unit) -> int:
+        """Train and decode ``unit``; committed with the report of every unit done when ``commit``."""
+        started, log = time.time(), self.log(unit.name)
+        code = run_one(unit, self.copy, self.results / unit.name, self.source, log,
+                       targets(unit, self.spec(), done_units(self.results)))
+        if code != 0:
+            print(f"units: {unit.name} failed (exit {code}); its log: {log.relative_to(ROOT)}")
+            return code
+        print(f"units: {unit.name} done in {(time.time() - started) / 60:.1f} min", flush=True)
+        if self.commit:
+            commit(unit.name, self.results / unit.name, self.report())
+        return 0
+
+
+def next_unit(runs: list[ProfileRun]) -> tuple[ProfileRun, Unit] | None:
+    """The unit to run next over several profiles: the earliest stage of the plan (:func:`phase`)
+    among each profile's next unit, the profiles in the order given; ``None`` when all are done.
+    The plans are read anew each time: units join once a finished unit decides them."""
+    heads = [(phase(r.spec(), todo[0]), i, r, todo[0]) for i, r in enumerate(runs) if (todo := r.todo())]
+    return min(heads, key=lambda h: h[:2])[2:] if heads else None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("profile")
+    parser.add_argument("profiles", nargs="+", metavar="profile",
+                        help="one profile, or several: each stage of their plans (the first seed of every claim, the "
+                             "other seeds, the fine-tuning pairs) finishes on every one before the next")
     parser.add_argument("--keep", type=Path, help="the kept copy (default: runs/<profile>)")
     parser.add_argument("--results", type=Path, help="default: results/<profile>/units")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -241,63 +305,57 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, help="with --report: the tokenized data whose references the units "
                         "decoded (default: the kept copy's)")
     args = parser.parse_args(argv)
-    results = args.results or ROOT / "results" / args.profile / "units"
-    if args.report:
-        write_report(args.profile, results, args.data or (args.keep or ROOT / "runs" / args.profile) / "artifacts" / "tok")
-        return 0
-    todo, done = pending(args.profile, results)
+    if len(args.profiles) > 1:
+        given = [f"--{k}" for k in ("keep", "results", "set", "only", "report", "data") if getattr(args, k)]
+        if given:
+            parser.error(f"{', '.join(given)}: one profile only (got {', '.join(args.profiles)})")
     if args.list:
-        for name, m in done.items():
-            print(f"done     {name:24s} {m['minutes']['total']:6.1f} min  commit {str(m['source'].get('commit'))[:7]}"
-                  f"  {figures(m)}")
-        spec = read_plan(ROOT / "conf/units" / f"{args.profile}.yaml")
-        for name, found in late_matches(spec, done).items():
-            print(f"pending  {name} matched to {', '.join(found)} (from its kept weights)")
-        for unit in todo:
-            print(f"pending  {unit.name}")
+        for profile in args.profiles:
+            list_plan(profile, args.results or ROOT / "results" / profile / "units", len(args.profiles) > 1)
         return 0
-    if args.only:
-        todo = [u for u in todo if u.name == args.only]
-        if not todo:
-            sys.exit(f"error: {args.only} is not a pending unit of {args.profile} (--list shows them)")
-    copy = (args.keep or ROOT / "runs" / args.profile).resolve()
+    if args.report:
+        profile = args.profiles[0]
+        write_report(profile, args.results or ROOT / "results" / profile / "units",
+                     args.data or (args.keep or ROOT / "runs" / profile) / "artifacts" / "tok")
+        return 0
     if args.set and not (args.results and args.keep):
         sys.exit("error: --set changes what the units train: give the run its own --results and --keep")
-    source = {**tree_state(), "overrides": args.set}
-    check_data(prepare(copy, args.profile, args.set), done)
-    report = lambda: write_report(args.profile, results, copy / "artifacts" / "tok", quiet=True)  # noqa: E731
-
-    def matches() -> int:
-        """The late matches pending, each committed with the report when ``--commit``."""
-        spec = read_plan(copy / "conf/units" / f"{args.profile}.yaml")
-        for name, found in late_matches(spec, done_units(results)).items():
-            log = ROOT / "logs/units" / copy.name / f"{name}.log"
-            code = match_one(name, found, copy, results / name, source, log)
-            if code != 0:
-                print(f"units: matching {name} failed (exit {code}); its log: {log.relative_to(ROOT)}")
+    if args.only and args.only not in [u.name for u in pending(args.profiles[0], args.results or ROOT / "results"
+                                                                / args.profiles[0] / "units")[0]]:
+        sys.exit(f"error: {args.only} is not a pending unit of {args.profiles[0]} (--list shows them)")
+    runs = [ProfileRun(p, args.results or ROOT / "results" / p / "units",
+                       (args.keep or ROOT / "runs" / p).resolve(), args.set, args.commit) for p in args.profiles]
+    ran = 0
+    while args.units != 0:  # the late matches pending before each unit and after the last
+        for r in runs:
+            if (code := r.matches()) != 0:
                 return code
-            if args.commit:
-                commit_match(name, results / name, list(found), report())
-        return 0
-
-    ran, code = 0, 0
-    while args.units != 0 and (code := matches()) == 0 and todo and (args.units is None or ran < args.units):
-        unit = todo[0]
-        started = time.time()
-        log = ROOT / "logs/units" / copy.name / f"{unit.name}.log"  # the copy's name: a probe has its own
-        spec = read_plan(copy / "conf/units" / f"{args.profile}.yaml")
-        code = run_one(unit, copy, results / unit.name, source, log, targets(unit, spec, done))
-        if code != 0:
-            print(f"units: {unit.name} failed (exit {code}); its log: {log.relative_to(ROOT)}")
-            return code
-        print(f"units: {unit.name} done in {(time.time() - started) / 60:.1f} min", flush=True)
-        if args.commit:  # the report from every unit done, with the unit that changed it
-            commit(unit.name, results / unit.name, report())
-        ran += 1
-        todo, done = pending(args.profile, results, copy)  # the nearest fixed window's seeds join once known
+        if args.units is not None and ran >= args.units:
+            break
         if args.only:
-            todo = []
-    return code
+            chosen = (runs[0], next((u for u in runs[0].todo() if u.name == args.only), None)) if not ran else None
+        else:
+            chosen = next_unit(runs)
+        if chosen is None or chosen[1] is None:
+            break
+        if (code := chosen[0].run(chosen[1])) != 0:
+            return code
+        ran += 1
+    return 0
+
+
+def list_plan(profile: str, results: Path, named: bool) -> None:
+    """``--list``: the finished units with their minutes, commit and figures, then the late matches
+    and the units pending in the order they run (each line led by the profile when ``named``)."""
+    todo, done = pending(profile, results)
+    lead = f"{profile}: " if named else ""
+    for name, m in done.items():
+        print(f"{lead}done     {name:24s} {m['minutes']['total']:6.1f} min  commit {str(m['source'].get('commit'))[:7]}"
+              f"  {figures(m)}")
+    for name, found in late_matches(read_plan(ROOT / "conf/units" / f"{profile}.yaml"), done).items():
+        print(f"{lead}pending  {name} matched to {', '.join(found)} (from its kept weights)")
+    for unit in todo:
+        print(f"{lead}pending  {unit.name}")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT, copy_of, load_script, run_module
 from flexatt.errors import ConfigError, DataError
 from flexatt.units import (Plan, Unit, budget_overrides, diagonal_links, load_products, load_weights,
-                           nearest_fixed, pack_json, parse_unit, plan, read_plan, select_beta, write_products)
+                           nearest_fixed, pack_json, parse_unit, phase, plan, read_plan, select_beta, write_products)
 
 
 def _manifest(dev_inf: float, selected: float | None = None) -> dict:
@@ -65,6 +65,52 @@ def test_the_fine_tuning_sweep_runs_beside_its_control_and_its_pairs_wait_for_th
     done["flexible-s1-ft-b1-r1"] = run(31.0, 16.0)
     assert select_beta(spec, done) is None  # no β keeps the control's BLEU: the pairs wait
     assert select_beta(spec, {k: v for k, v in done.items() if k != "flexible-s1-ctl-r1"}) is None
+
+
+def test_the_plans_stages_come_in_order_and_several_profiles_finish_a_stage_on_each_before_the_next():
+    """phase: 0 the first seed of every claim (budget check, β sweep and control included), 1 the
+    other seeds, 2 the pairs; a plan is in that order, and a run of two profiles takes the earliest
+    stage of their next units (the profiles in the order given)."""
+    spec = Plan(seeds=[1, 2], seeded=["global", "flexible"], parents=["flexible"],
+                budget_check={"variant": "flexible", "factor": 1.5},
+                finetuning={"parent": "flexible", "betas": [1.0, 10.0], "epochs": 2, "pairs": 2})
+    done = {name: {"summary": {"dev": {"inf": {"bleu": 33.0, "window": 24.0}, "selected": {"bleu": 32.8, "window": w}}}}
+            for name, w in (("flexible-s1-ctl-r1", 18.0), ("flexible-s1-ft-b1-r1", 16.0), ("flexible-s1-ft-b10-r1", 12.0))}
+    units = plan(spec, done)
+    assert [(u.name, phase(spec, u)) for u in units] == [
+        ("global-s1", 0), ("flexible-s1", 0), ("flexible-s1-x1.5", 0), ("flexible-s1-ctl-r1", 0),
+        ("flexible-s1-ft-b1-r1", 0), ("flexible-s1-ft-b10-r1", 0), ("global-s2", 1), ("flexible-s2", 1),
+        ("flexible-s1-ft-b10-r2", 2), ("flexible-s1-ctl-r2", 2)]
+
+    class Profile:  # what next_unit reads of a profile's run: its plan and its pending units
+        def __init__(self, names: list[str]):
+            self.pending = [u for u in units if u.name in names]
+
+        def spec(self) -> Plan:
+            return spec
+
+        def todo(self) -> list[Unit]:
+            return self.pending
+
+    script = load_script("units")
+    bible, greek = Profile(["global-s2", "flexible-s2"]), Profile(["flexible-s1-ft-b1-r1", "global-s2"])
+    assert script.next_unit([bible, greek]) == (greek, units[4])  # Greek's first seed before Bible's second
+    greek.pending = greek.pending[1:]
+    assert script.next_unit([bible, greek]) == (bible, units[6])  # the same stage: the order given
+    assert script.next_unit([Profile([]), Profile([])]) is None
+
+
+def test_several_profiles_refuse_the_options_of_one_and_list_each_plan(tmp_path, capsys):
+    script = load_script("units")
+    for option in (["--only", "global-s1"], ["--keep", str(tmp_path)], ["--report"]):
+        with pytest.raises(SystemExit) as exc:
+            script.main(["converged", "grc", *option])
+        assert exc.value.code == 2
+        assert f"{option[0]}: one profile only (got converged, grc)" in capsys.readouterr().err
+    assert script.main(["converged", "grc", "--list"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert {line.split(":")[0] for line in lines} == {"converged", "grc"}
+    assert any(line.startswith("grc: done     global-s1") for line in lines)
 
 
 def test_the_budget_check_adds_epochs_at_the_full_rate_and_keeps_the_halvings():

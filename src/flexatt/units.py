@@ -194,6 +194,14 @@ def plan(spec: Plan, done: dict[str, dict]) -> list[Unit]:
     return units
 
 
+def phase(spec: Plan, unit: Unit) -> int:
+    """The stage of the plan ``unit`` belongs to: 0 the first seed of every claim (the budget
+    check and the fine-tuning's β sweep beside its control included), 1 the other training seeds,
+    2 the fine-tuning/control pairs after the first. :func:`plan` lists one profile's units in this
+    order; a run of several profiles finishes a stage on every one before the next."""
+    return 1 if unit.seed != spec.seeds[0] else 2 if unit.run > 1 else 0
+
+
 def select_beta(spec: Plan, done: dict[str, dict]) -> float | None:
     """The fine-tuning's β, chosen on dev once the sweep's units are done, by the rule the
     ``sweep_beta`` stage uses (:func:`flexatt.tau_search.select_beta`): among the βs whose dev BLEU
