@@ -310,8 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         if given:
             parser.error(f"{', '.join(given)}: one profile only (got {', '.join(args.profiles)})")
     if args.list:
-        for profile in args.profiles:
-            list_plan(profile, args.results or ROOT / "results" / profile / "units", len(args.profiles) > 1)
+        list_plans({p: args.results or ROOT / "results" / p / "units" for p in args.profiles})
         return 0
     if args.report:
         profile = args.profiles[0]
@@ -344,18 +343,24 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def list_plan(profile: str, results: Path, named: bool) -> None:
-    """``--list``: the finished units with their minutes, commit and figures, then the late matches
-    and the units pending in the order they run (each line led by the profile when ``named``)."""
-    todo, done = pending(profile, results)
-    lead = f"{profile}: " if named else ""
-    for name, m in done.items():
-        print(f"{lead}done     {name:24s} {m['minutes']['total']:6.1f} min  commit {str(m['source'].get('commit'))[:7]}"
-              f"  {figures(m)}")
-    for name, found in late_matches(read_plan(ROOT / "conf/units" / f"{profile}.yaml"), done).items():
-        print(f"{lead}pending  {name} matched to {', '.join(found)} (from its kept weights)")
-    for unit in todo:
-        print(f"{lead}pending  {unit.name}")
+def list_plans(results: dict[str, Path]) -> None:
+    """``--list``: each profile's finished units with their minutes, commit and figures, its late
+    matches, then the units pending in the order they run (over several profiles, stage by stage:
+    :func:`next_unit`'s order as the plans stand now; each line then led by its profile)."""
+    width = max(len(p) for p in results) + 2
+    queue = []
+    for i, (profile, folder) in enumerate(results.items()):
+        lead = f"{profile + ':':{width}}" if len(results) > 1 else ""
+        todo, done = pending(profile, folder)
+        for name, m in done.items():
+            print(f"{lead}done     {name:24s} {m['minutes']['total']:6.1f} min  "
+                  f"commit {str(m['source'].get('commit'))[:7]}  {figures(m)}")
+        spec = read_plan(ROOT / "conf/units" / f"{profile}.yaml")
+        for name, found in late_matches(spec, done).items():
+            print(f"{lead}pending  {name} matched to {', '.join(found)} (from its kept weights)")
+        queue += [(phase(spec, u), i, k, lead, u.name) for k, u in enumerate(todo)]
+    for *_, lead, name in sorted(queue):
+        print(f"{lead}pending  {name}")
 
 
 if __name__ == "__main__":

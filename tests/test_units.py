@@ -110,7 +110,10 @@ def test_several_profiles_refuse_the_options_of_one_and_list_each_plan(tmp_path,
     assert script.main(["converged", "grc", "--list"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert {line.split(":")[0] for line in lines} == {"converged", "grc"}
-    assert any(line.startswith("grc: done     global-s1") for line in lines)
+    assert any(line.split()[:3] == ["grc:", "done", "global-s1"] for line in lines)
+    queue = [line.split() for line in lines if line.split()[1] == "pending" and "matched" not in line]
+    stages = [phase(read_plan(ROOT / f"conf/units/{p[:-1]}.yaml"), parse_unit(name)) for p, _, name in queue]
+    assert stages == sorted(stages) and {p for p, *_ in queue} == {"converged:", "grc:"}  # stage by stage
 
 
 def test_the_budget_check_adds_epochs_at_the_full_rate_and_keeps_the_halvings():
