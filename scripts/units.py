@@ -305,25 +305,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", type=Path, help="with --report: the tokenized data whose references the units "
                         "decoded (default: the kept copy's)")
     args = parser.parse_args(argv)
+    results = {p: args.results or ROOT / "results" / p / "units" for p in args.profiles}
     if len(args.profiles) > 1:
         given = [f"--{k}" for k in ("keep", "results", "set", "only", "report", "data") if getattr(args, k)]
         if given:
             parser.error(f"{', '.join(given)}: one profile only (got {', '.join(args.profiles)})")
     if args.list:
-        list_plans({p: args.results or ROOT / "results" / p / "units" for p in args.profiles})
+        list_plans(results)
         return 0
     if args.report:
         profile = args.profiles[0]
-        write_report(profile, args.results or ROOT / "results" / profile / "units",
+        write_report(profile, results[profile],
                      args.data or (args.keep or ROOT / "runs" / profile) / "artifacts" / "tok")
         return 0
     if args.set and not (args.results and args.keep):
         sys.exit("error: --set changes what the units train: give the run its own --results and --keep")
-    if args.only and args.only not in [u.name for u in pending(args.profiles[0], args.results or ROOT / "results"
-                                                                / args.profiles[0] / "units")[0]]:
+    if args.only and args.only not in [u.name for u in pending(args.profiles[0], results[args.profiles[0]])[0]]:
         sys.exit(f"error: {args.only} is not a pending unit of {args.profiles[0]} (--list shows them)")
-    runs = [ProfileRun(p, args.results or ROOT / "results" / p / "units",
-                       (args.keep or ROOT / "runs" / p).resolve(), args.set, args.commit) for p in args.profiles]
+    runs = [ProfileRun(p, results[p], (args.keep or ROOT / "runs" / p).resolve(), args.set, args.commit)
+            for p in args.profiles]
     ran = 0
     while args.units != 0:  # the late matches pending before each unit and after the last
         for r in runs:
