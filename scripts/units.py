@@ -154,7 +154,7 @@ def commit(unit: str, folder: Path, also: list[Path] = ()) -> None:
         figures += (f"; at dev-selected tau {label(from_json(manifest['summary']['dev']['selected_tau']))}: "
                     f"BLEU {test['selected']['bleu']}, window {test['selected']['window']}")
     message = (f"{manifest['profile']} unit {unit} ({_shown(folder)}): {manifest['training']['epochs']} epochs, {figures}; "
-               f"{manifest['minutes']['total']} min on {manifest['machine']['cpu']}")
+               f"{manifest['minutes']['total']} min{cpu_share(manifest['minutes'])} on {manifest['machine']['cpu']}")
     _commit([folder, *also], message)
 
 
@@ -343,6 +343,14 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def cpu_share(minutes: dict) -> str:
+    """`` (cpu 97%)``: the unit's CPU minutes over its wall minutes times its threads, the share of
+    its cores it had (lower when other work ran beside it); empty for units that did not record it."""
+    if "cpu" not in minutes or not minutes["total"]:
+        return ""
+    return f" (cpu {100 * minutes['cpu'] / (minutes['total'] * minutes['threads']):.0f}%)"
+
+
 def list_plans(results: dict[str, Path]) -> None:
     """``--list``: each profile's finished units with their minutes, commit and figures, its late
     matches, then the units pending in the order they run (over several profiles, stage by stage:
@@ -353,7 +361,7 @@ def list_plans(results: dict[str, Path]) -> None:
         lead = f"{profile + ':':{width}}" if len(results) > 1 else ""
         todo, done = pending(profile, folder)
         for name, m in done.items():
-            print(f"{lead}done     {name:24s} {m['minutes']['total']:6.1f} min  "
+            print(f"{lead}done     {name:24s} {m['minutes']['total']:6.1f} min{cpu_share(m['minutes'])}  "
                   f"commit {str(m['source'].get('commit'))[:7]}  {figures(m)}")
         spec = read_plan(ROOT / "conf/units" / f"{profile}.yaml")
         for name, found in late_matches(spec, done).items():

@@ -181,6 +181,7 @@ def test_a_units_products_are_complete_and_load(smoke_unit):
     assert (m["unit"], m["variant"], m["seed"], m["model"]["attention"]) == ("flexible-s2", "flexible", 2, "flexible")
     assert m["training"]["stopped_by"] == "budget" and m["training"]["checkpoint"] == "last"
     assert m["training"]["lr_sequence"] == [float(row["lr"]) for row in products["curve"]]
+    assert m["minutes"]["cpu"] > 0 and m["minutes"]["threads"] == 1
     records = {(r["split"], r["tau"]): r for r in products["decodes"]["records"]}
     n = {split: len((smoke_unit / f"artifacts/tok/{split}.ref").read_text().splitlines()) for split in ("dev", "test")}
     for split in ("dev", "test"):
@@ -371,6 +372,8 @@ def test_the_script_lists_the_plan_and_refuses_data_that_differ(tmp_path, capsys
     assert units.main(["converged", "--results", str(results), "--list"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:2] == ["done", "global-s1"] and out[1].split() == ["pending", "local_m_d5-s1"]
+    assert units.cpu_share({"total": 40.0, "cpu": 76.0, "threads": 2}) == " (cpu 95%)"
+    assert units.cpu_share({"total": 41.5}) == ""  # a manifest without CPU minutes
     assert units.figures({"summary": {"test": {"inf": {"bleu": 30.123, "window": 25.04}, "aer": {"inf": 0.61},
                                                "aer_diagonal": 0.7}}}) == \
         "test BLEU 30.12 window 25.0, AER 0.610 (diagonal 0.700)"

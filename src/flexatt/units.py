@@ -18,7 +18,8 @@ need no checkpoint:
   (at τ = ∞ and at the selected τ), their AER, the AER of a length-proportional diagonal on the
   same links (:func:`diagonal_links`: the alignment that reads no words), and the g_t values;
 - its learning curve, learning-rate sequence and provenance (commit, machine, threads,
-  precision, wall minutes).
+  precision, wall minutes and the process's CPU minutes: against wall minutes times its threads,
+  the share of its cores it had, so that a unit slowed by other work on the machine shows it).
 
 A model that later units fine-tune (``parents``) keeps its weights, rounded to float16
 (``weights.fp16.pt``, about half of a float32 state); the unit then decodes those rounded weights,
@@ -629,7 +630,7 @@ def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str =
     from flexatt.parallel import intra_op_threads
     from flexatt.trainer import model_config, train
 
-    started = time.perf_counter()
+    started, started_cpu = time.perf_counter(), time.process_time()
     base = schema.params(C.load_params(params, list(overrides)))
     t = base.train
     if t.lr_schedule != "fixed" or t.early_stopping_patience is not None:
@@ -701,7 +702,8 @@ def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str =
         "machine": _machine(),
         "minutes": {"train": round((trained - started) / 60, 1),
                     "decode": round((time.perf_counter() - trained) / 60, 1),
-                    "total": round((time.perf_counter() - started) / 60, 1)},
+                    "total": round((time.perf_counter() - started) / 60, 1),
+                    "cpu": round((time.process_time() - started_cpu) / 60, 1), "threads": p.train.threads},
     }
     write_products(out, manifest, files)
     print(f"unit {unit.name}: {manifest['minutes']['total']} min, products "
