@@ -270,22 +270,27 @@ UNITS_CORPUS = {"converged": ("Bible", "`make converged` (Spanish → English Bi
 
 def units_section(runs: dict[str, Path]) -> str:
     """The long runs made of units (``results/<profile>/units/``, ``scripts/units.py``), both
-    corpora side by side: how many of each plan's units are done; each model over the seeds done
+    corpora side by side: how many of each plan's units are done (and where the plan waits for a
+    longer budget, :func:`flexatt.units.budget_short`); each model over the seeds done
     (a flexible model also at its dev-selected τ): test BLEU, window and AER as mean ± sd
     (:func:`flexatt.unit_claims.model_table`), the diagonal's AER once per corpus; the minutes a
     unit took; the Greek probes' outcome once one aligns (:func:`probes_block`); then the claims
     of each run's current report (:func:`units_claims`). Only finished units count; nothing is
     promised for the rest (``scripts/units.py <profile> --list``)."""
     from flexatt.unit_claims import Units, model_table
-    from flexatt.units import plan, read_plan
+    from flexatt.units import budget_short, plan, read_plan
 
-    found = {}
+    found, waiting = {}, set()
     for profile, run in runs.items():
         spec = read_plan(ROOT / "conf" / "units" / f"{profile}.yaml")
         units = Units(run / "units", spec)
         names = [u.name for u in plan(spec, units.manifests)]
         found[profile] = (run, units, len(names) + len([n for n in units.manifests if n not in names]))
-    counts = ", ".join(f"{UNITS_CORPUS[p][1]} {len(u.manifests)} of {total}" for p, (run, u, total) in found.items())
+        if budget_short(spec, units.manifests):
+            waiting.add(profile)
+    counts = ", ".join(f"{UNITS_CORPUS[p][1]} {len(u.manifests)} of {total}"
+                       + (" (its other seeds wait for a longer budget: the budget check failed)" if p in waiting else "")
+                       for p, (run, u, total) in found.items())
     lead = (f"**Equal-budget models** ([long runs](#configuration)), units done so far: {counts}; a unit is one model "
             f"trained for its profile's budget and decoded.")
     done = {p: v for p, v in found.items() if v[1].manifests}

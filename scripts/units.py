@@ -41,7 +41,7 @@ from profile_run import dvc_env, make_copy, tree_state  # noqa: E402
 
 from flexatt.schedule import PROGRESS_ENV  # noqa: E402
 from flexatt.tau import from_json, label  # noqa: E402
-from flexatt.units import WEIGHTS, Unit, done_units, phase, plan, read_plan  # noqa: E402
+from flexatt.units import WEIGHTS, Unit, budget_gain, budget_short, done_units, phase, plan, read_plan  # noqa: E402
 
 #: the data files whose digests every unit of a profile shares
 DATA_KEYS = ("train.npz", "dev.npz", "test.npz", "src.model", "tgt.model", "dev.ref", "test.ref")
@@ -278,6 +278,15 @@ class ProfileRun:
         return 0
 
 
+def budget_note(spec, done: dict[str, dict]) -> str | None:
+    """Why a profile's plan ends with its first seed: its budget check failed (None otherwise)."""
+    if not budget_short(spec, done):
+        return None
+    check = spec.budget_check
+    return (f"waiting  the other seeds and the pairs: {check.variant} trained x{check.factor:g} gains "
+            f"{budget_gain(spec, done):+.2f} dev BLEU, so the budget is short: raise train.epochs first")
+
+
 def next_unit(runs: list[ProfileRun]) -> tuple[ProfileRun, Unit] | None:
     """The unit to run next over several profiles: the earliest stage of the plan (:func:`phase`)
     among each profile's next unit, the profiles in the order given; ``None`` when all are done.
@@ -340,6 +349,9 @@ def main(argv: list[str] | None = None) -> int:
         if (code := chosen[0].run(chosen[1])) != 0:
             return code
         ran += 1
+    for r in runs:
+        if note := budget_note(r.spec(), done_units(r.results)):
+            print(f"units: {r.profile}: {note}")
     return 0
 
 
@@ -366,6 +378,8 @@ def list_plans(results: dict[str, Path]) -> None:
         spec = read_plan(ROOT / "conf/units" / f"{profile}.yaml")
         for name, found in late_matches(spec, done).items():
             print(f"{lead}pending  {name} matched to {', '.join(found)} (from its kept weights)")
+        if note := budget_note(spec, done):
+            print(f"{lead}{note}")
         queue += [(phase(spec, u), i, k, lead, u.name) for k, u in enumerate(todo)]
     for *_, lead, name in sorted(queue):
         print(f"{lead}pending  {name}")

@@ -13,8 +13,8 @@ import pytest
 
 from conftest import ROOT, copy_of, load_script, run_module
 from flexatt.errors import ConfigError, DataError
-from flexatt.units import (Plan, Unit, budget_overrides, diagonal_links, load_products, load_weights,
-                           nearest_fixed, pack_json, parse_unit, phase, plan, read_plan, select_beta, write_products)
+from flexatt.units import (Plan, Unit, budget_gain, budget_overrides, budget_short, diagonal_links, load_products,
+                           load_weights, nearest_fixed, pack_json, parse_unit, phase, plan, read_plan, select_beta, write_products)
 
 
 def _manifest(dev_inf: float, selected: float | None = None) -> dict:
@@ -33,6 +33,20 @@ def test_the_first_seed_of_every_model_comes_first_flexible_last_then_the_budget
     assert names == ["global-s1", "local_m_d5-s1", "local_m-s1", "sact-s1", "flexible-s1", "flexible-s1-x1.5",
                      "global-s2", "flexible-s2", "global-s3", "flexible-s3"]
     assert [u.keep_weights for u in plan(CONVERGED_LIKE, {}) if u.variant == "flexible" and u.budget == 1.0] == [True] * 3
+
+
+def test_the_other_seeds_wait_for_a_budget_that_passes_its_check():
+    def dev(bleu: float) -> dict:
+        return {"summary": {"dev": {"inf": {"bleu": bleu}}}}
+
+    first = ["global-s1", "local_m_d5-s1", "local_m-s1", "sact-s1", "flexible-s1", "flexible-s1-x1.5"]
+    assert budget_gain(CONVERGED_LIKE, {"flexible-s1": dev(36.14)}) is None  # the check not run yet
+    done = {"flexible-s1": dev(36.14), "flexible-s1-x1.5": dev(36.63)}
+    assert budget_gain(CONVERGED_LIKE, done) == 0.49 and not budget_short(CONVERGED_LIKE, done)
+    assert [u.name for u in plan(CONVERGED_LIKE, done)][-4:] == ["global-s2", "flexible-s2", "global-s3", "flexible-s3"]
+    done["flexible-s1-x1.5"] = dev(36.64)  # 0.5 gained: the budget is short, the plan ends with the first seed
+    assert budget_short(CONVERGED_LIKE, done) and [u.name for u in plan(CONVERGED_LIKE, done)] == first
+    assert not budget_short(Plan(seeds=[1], seeded=["flexible"]), done)  # a plan without a check
 
 
 def test_the_fixed_window_nearest_flexibles_selected_window_gets_the_seeds_once_known():
@@ -107,13 +121,30 @@ def test_several_profiles_refuse_the_options_of_one_and_list_each_plan(tmp_path,
             script.main(["converged", "grc", *option])
         assert exc.value.code == 2
         assert f"{option[0]}: one profile only (got converged, grc)" in capsys.readouterr().err
-    assert script.main(["converged", "grc", "--list"]) == 0
+    assert script.main(["converged", "grc", "--list"]) == 0  # the committed units
+    assert {line.split(":")[0] for line in capsys.readouterr().out.splitlines()} == {"converged", "grc"}
+
+    def unit(folder: Path, name: str, dev_bleu: float = 30.0) -> None:
+        (folder / name).mkdir(parents=True)
+        (folder / name / "unit.json").write_text(json.dumps({
+            "minutes": {"total": 30.0}, "source": {"commit": "abcdef0123"},
+            "summary": {"dev": {"inf": {"bleu": dev_bleu, "window": 30.0}}}}))
+
+    results = {"converged": tmp_path / "converged", "grc": tmp_path / "grc"}
+    unit(results["grc"], "global-s1")
+    script.list_plans(results)
     lines = capsys.readouterr().out.splitlines()
-    assert {line.split(":")[0] for line in lines} == {"converged", "grc"}
     assert any(line.split()[:3] == ["grc:", "done", "global-s1"] for line in lines)
     queue = [line.split() for line in lines if line.split()[1] == "pending" and "matched" not in line]
     stages = [phase(read_plan(ROOT / f"conf/units/{p[:-1]}.yaml"), parse_unit(name)) for p, _, name in queue]
     assert stages == sorted(stages) and {p for p, *_ in queue} == {"converged:", "grc:"}  # stage by stage
+    assert set(stages) == {0, 1}  # the pairs wait for β
+    unit(results["converged"], "flexible-s1", 36.1)
+    unit(results["converged"], "flexible-s1-x1.5", 37.3)  # the budget check failed: +1.2
+    script.list_plans(results)
+    lines = capsys.readouterr().out.splitlines()
+    assert "converged: waiting  the other seeds and the pairs: flexible trained x1.5 gains +1.20 dev BLEU" in "\n".join(lines)
+    assert not any(line.startswith("converged: pending") and parse_unit(line.split()[2]).seed > 1 for line in lines)
 
 
 def test_the_budget_check_adds_epochs_at_the_full_rate_and_keeps_the_halvings():

@@ -50,7 +50,7 @@ from flexatt.claims import (ALPHA, FAILS, HOLDS, INCONCLUSIVE, MARGIN, MATCH_TOL
                             verdict_better, verdict_cut, verdict_effect, verdict_narrowing, verdict_not_worse,
                             verdict_within, windows_match)
 from flexatt.tau import INF
-from flexatt.units import Plan, Unit, done_units, load_products, select_beta, tau_key
+from flexatt.units import BUDGET_GAIN, Plan, Unit, budget_gain, done_units, load_products, select_beta, tau_key
 
 #: SACT's gain over Global in its paper (Lin et al. 2018), the effect claim e2 tests
 SACT_EFFECT = 2.0
@@ -273,23 +273,16 @@ def model_table(units: Units) -> list[dict]:
     return rows
 
 
-#: the most dev BLEU that training longer may still gain for the budget to count as enough
-BUDGET_GAIN = 0.5
-
-
 def budget_check(units: Units) -> dict | None:
     """The budget check: the dev (and test) BLEU of the first seed's model trained for the budget
     and for ``factor`` times it, both at their last epoch and τ = ∞ (beam search), and whether
     the longer run gains less than :data:`BUDGET_GAIN` dev BLEU; ``None`` until both are done."""
     check = units.plan.budget_check
-    if check is None:
+    gain = budget_gain(units.plan, units.manifests)
+    if gain is None:
         return None
     seed = units.plan.seeds[0]
-    base, longer = Unit(check.variant, seed).name, Unit(check.variant, seed, check.factor).name
-    if not (units.has(base) and units.has(longer)):
-        return None
-    a, b = units.manifests[base], units.manifests[longer]
-    gain = round(b["summary"]["dev"]["inf"]["bleu"] - a["summary"]["dev"]["inf"]["bleu"], 2)
+    a, b = units.manifests[Unit(check.variant, seed).name], units.manifests[Unit(check.variant, seed, check.factor).name]
     return {"variant": check.variant, "factor": check.factor,
             "epochs": [a["training"]["epochs"], b["training"]["epochs"]],
             "dev_bleu": [a["summary"]["dev"]["inf"]["bleu"], b["summary"]["dev"]["inf"]["bleu"]],

@@ -172,7 +172,9 @@ def plan(spec: Plan, done: dict[str, dict]) -> list[Unit]:
     check, the fine-tuning's β sweep beside its control, then the other seeds of the seeded
     models and of the fixed window nearest flexible's (per seed, flexible last again), then the
     fine-tuning/control pairs at the selected β. Units that wait for a choice made from finished units (``done``: name ->
-    manifest) are listed once it can be made: the nearest fixed window's seeds, the pairs."""
+    manifest) are listed once it can be made: the nearest fixed window's seeds, the pairs. Where the
+    budget check has failed (:func:`budget_short`) the plan ends with the first seed: more seeds of
+    models trained too short would not decide anything; the profile's budget is raised first."""
     first, rest = spec.seeds[0], spec.seeds[1:]
     order = [*dict.fromkeys([*spec.seeded, *spec.fixed, *spec.others])]
     order = [v for v in order if v != spec.flexible]
@@ -185,6 +187,8 @@ def plan(spec: Plan, done: dict[str, dict]) -> list[Unit]:
     if ft is not None:
         units.append(Unit(ft.parent, first, beta=0.0, run=1))
         units += [Unit(ft.parent, first, beta=b, run=1) for b in ft.betas]
+    if budget_short(spec, done):
+        return units  # the other seeds and the pairs wait for a budget that passes its check
     nearest = nearest_fixed(spec, first, done)
     seeded = [v for v in spec.seeded if v != spec.flexible] + ([nearest] if nearest and nearest not in spec.seeded else [])
     seeded += [spec.flexible] if spec.flexible in spec.seeded else []  # last: matched to that seed's fixed window
@@ -193,6 +197,30 @@ def plan(spec: Plan, done: dict[str, dict]) -> list[Unit]:
     if beta is not None:
         units += [Unit(ft.parent, first, beta=b, run=r) for r in range(2, ft.pairs + 1) for b in (beta, 0.0)]
     return units
+
+
+#: the most dev BLEU that training longer may still gain for the budget to count as enough
+BUDGET_GAIN = 0.5
+
+
+def budget_gain(spec: Plan, done: dict[str, dict]) -> float | None:
+    """The dev BLEU (τ = ∞, beam search) that the budget check's model, trained ``factor`` times
+    the budget, gains over the same model trained for the budget, at the first seed; ``None``
+    without a check or until both units are done."""
+    check = spec.budget_check
+    if check is None:
+        return None
+    base, longer = (done.get(Unit(check.variant, spec.seeds[0], f).name) for f in (1.0, check.factor))
+    if base is None or longer is None:
+        return None
+    return round(longer["summary"]["dev"]["inf"]["bleu"] - base["summary"]["dev"]["inf"]["bleu"], 2)
+
+
+def budget_short(spec: Plan, done: dict[str, dict]) -> bool:
+    """Whether the budget check is done and failed: training longer gains :data:`BUDGET_GAIN` dev
+    BLEU or more."""
+    gain = budget_gain(spec, done)
+    return gain is not None and gain >= BUDGET_GAIN
 
 
 def phase(spec: Plan, unit: Unit) -> int:
@@ -703,7 +731,7 @@ def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str =
         "minutes": {"train": round((trained - started) / 60, 1),
                     "decode": round((time.perf_counter() - trained) / 60, 1),
                     "total": round((time.perf_counter() - started) / 60, 1),
-                    "cpu": round((time.process_time() - started_cpu) / 60, 1), "threads": p.train.threads},
+                    "cpu": round((time.process_time() - started_cpu) / 60, 2), "threads": p.train.threads},
     }
     write_products(out, manifest, files)
     print(f"unit {unit.name}: {manifest['minutes']['total']} min, products "
