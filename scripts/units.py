@@ -41,6 +41,9 @@ from profile_run import dvc_env, make_copy, tree_state  # noqa: E402
 
 from flexatt.schedule import PROGRESS_ENV  # noqa: E402
 from flexatt.tau import from_json, label  # noqa: E402
+# read with the rest at start: a run of hours writes its reports with the code it started with,
+# whatever the working tree holds by then
+from flexatt.unit_claims import Units, figure, report  # noqa: E402
 from flexatt.units import WEIGHTS, Unit, budget_gain, budget_short, done_units, phase, plan, read_plan  # noqa: E402
 
 #: the data files whose digests every unit of a profile shares
@@ -182,7 +185,6 @@ def write_report(profile: str, results: Path, data: Path, quiet: bool = False) -
     files written); the references are ``data``'s, refused where their digest differs from the
     units' record."""
     from flexatt.io import file_digest, write_json
-    from flexatt.unit_claims import Units, figure, report
 
     done = done_units(results)
     references = {}
