@@ -50,7 +50,7 @@ from flexatt.claims import (ALPHA, FAILS, HOLDS, INCONCLUSIVE, MARGIN, MATCH_TOL
                             verdict_better, verdict_cut, verdict_effect, verdict_narrowing, verdict_not_worse,
                             verdict_within, windows_match)
 from flexatt.tau import INF
-from flexatt.units import BUDGET_GAIN, Plan, Unit, budget_gain, done_units, load_products, select_beta, tau_key
+from flexatt.units import BUDGET_GAIN, Plan, Unit, budget_gain, budget_short, done_units, load_products, select_beta, tau_key
 
 #: SACT's gain over Global in its paper (Lin et al. 2018), the effect claim e2 tests
 SACT_EFFECT = 2.0
@@ -287,7 +287,7 @@ def budget_check(units: Units) -> dict | None:
             "epochs": [a["training"]["epochs"], b["training"]["epochs"]],
             "dev_bleu": [a["summary"]["dev"]["inf"]["bleu"], b["summary"]["dev"]["inf"]["bleu"]],
             "test_bleu": [a["summary"]["test"]["inf"]["bleu"], b["summary"]["test"]["inf"]["bleu"]],
-            "dev_gain": gain, "enough": gain < BUDGET_GAIN}
+            "dev_gain": gain, "enough": not budget_short(units.plan, units.manifests)}
 
 
 def _ms(stat: dict | None, digits: int = 2) -> str:
