@@ -292,7 +292,8 @@ def units_section(runs: dict[str, Path]) -> str:
                        + (" (its other seeds wait for a longer budget: the budget check failed)" if p in waiting else "")
                        for p, (run, u, total) in found.items())
     lead = (f"**Equal-budget models** ([long runs](#configuration)), units done so far: {counts}; a unit is one model "
-            f"trained for its profile's budget and decoded.")
+            f"trained for its profile's budget and decoded." + "".join(f" {s}" for p, run in runs.items()
+                                                                      for s in superseded_budgets(p, run)))
     done = {p: v for p, v in found.items() if v[1].manifests}
     if not done:
         return textwrap.fill(lead, width=100, break_on_hyphens=False)
@@ -329,6 +330,22 @@ def units_section(runs: dict[str, Path]) -> str:
     return "\n".join([textwrap.fill(lead, width=100, break_on_hyphens=False), "", *lines, "",
                       textwrap.fill(f"{note} {text}", width=100, break_on_hyphens=False, break_long_words=False),
                       *([""] + table if table else [])])
+
+
+def superseded_budgets(profile: str, run: Path) -> list[str]:
+    """A sentence for each earlier budget of a long run whose budget check failed
+    (``<run>/budget-<epochs>/``: its units and report, moved there when the profile's budget rose):
+    what training longer gained there, and where its report is."""
+    out = []
+    for path in sorted(run.glob("budget-*/report.json"), key=lambda p: p.parent.name):
+        check = _json(path).get("budget_check")
+        if check and not check["enough"]:
+            corpus = UNITS_CORPUS[profile][0]
+            out.append(f"The {corpus} units under the earlier budget of {check['epochs'][0]} epochs are kept "
+                       f"(`{_shown(path.parent)}/report.md`): there {check['variant']} trained for "
+                       f"{check['epochs'][1]} epochs gained {_signed(check['dev_gain'])} dev BLEU, so the budget "
+                       f"rose.")
+    return out
 
 
 def units_claims(runs: dict[str, Path]) -> tuple[str, list[str]]:
@@ -573,14 +590,15 @@ def pipeline_summary(pipe: dict) -> str:
 def blocks_of(path: Path, runs: dict[str, Path] | None = None) -> dict[str, str]:
     """The generated blocks of ``path`` (the README or ``benchmarks/README.md``); ``runs``: the
     long runs made of units by profile (default ``results/converged`` and ``results/grc``), those
-    with a ``units/`` folder shown side by side in the converged block."""
+    with a ``units/`` folder (or the units of an earlier budget) shown side by side in the
+    converged block."""
     metrics = _json(ROOT / "results" / "metrics.json")
     pipe = _json(ROOT / "benchmarks" / "results" / "pipeline.json")
     filt = _json(ROOT / "results" / "filter.json")
     if path == BENCH_README:
         return {"pipeline": pipeline_table(pipe)}
     runs = runs or {"converged": ROOT / "results" / "converged", "grc": ROOT / "results" / "grc"}
-    long = {p: run for p, run in runs.items() if (run / "units").is_dir()}
+    long = {p: run for p, run in runs.items() if (run / "units").is_dir() or any(run.glob("budget-*/units"))}
     grc_probes = probes_block(runs["grc"]) if "grc" in runs else ""
     beta = ROOT / "results" / "sweep_beta.json"
     return {
