@@ -230,6 +230,28 @@ def test_the_units_section_gives_the_claims_of_a_current_report_only(tmp_path):
         "Claims: `python scripts/units.py converged --report` decides them from the units done.")
 
 
+def test_the_units_of_an_earlier_budget_that_failed_its_check_are_named_not_counted(tmp_path):
+    """A run whose budget rose keeps the earlier budget's units in ``budget-<epochs>/``: the block
+    counts none of them, says what training longer gained there and where its report is, and shows
+    even while the new budget has no unit done; an earlier budget whose check passed is not named."""
+    from conftest import load_script
+
+    figures = load_script("readme_figures")
+    run = tmp_path / "converged"
+    old = run / "budget-25"
+    (old / "units" / "global-s1").mkdir(parents=True)
+    (old / "units" / "global-s1" / "unit.json").write_text(json.dumps(_unit("global-s1", "global", 1, 30.0, 25.3)))
+    budget = {"variant": "flexible", "factor": 1.5, "epochs": [25, 38], "dev_gain": 1.22, "enough": False}
+    (old / "report.json").write_text(_report(["global-s1"], [], budget))
+    block = figures.blocks_of(figures.README, runs={"converged": run, "grc": tmp_path / "grc"})["converged"]
+    text = " ".join(block.split())
+    assert "(Spanish → English Bible) 0 of 17;" in text and "|" not in block
+    assert text.endswith(f"The Bible units under the earlier budget of 25 epochs are kept (`{old}/report.md`): there "
+                         "flexible trained for 38 epochs gained +1.22 dev BLEU, so the budget rose.")
+    (old / "report.json").write_text(_report(["global-s1"], [], {**budget, "dev_gain": 0.3, "enough": True}))
+    assert "earlier budget" not in figures.blocks_of(figures.README, runs={"converged": run})["converged"]
+
+
 def test_the_committed_units_reports_cover_the_committed_units():
     """Each long run's report.json (written with each committed unit) is that of its units done."""
     from flexatt.units import done_units

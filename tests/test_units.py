@@ -28,18 +28,26 @@ CONVERGED_LIKE = Plan(seeds=[1, 2, 3], seeded=["global", "flexible"], fixed=["lo
             parents=["flexible"], budget_check={"variant": "flexible", "factor": 1.5})
 
 
-def test_the_first_seed_of_every_model_comes_first_flexible_last_then_the_budget_check():
+def test_the_budget_check_comes_first_then_the_first_seed_of_every_model_flexible_last_of_the_seeds():
+    """The check and its model first (a failed check holds the rest); flexible keeps its weights, so
+    the fixed windows that finish after it are matched from them. A flexible model without kept
+    weights cannot be matched later: it stays after the fixed windows, the check after it."""
     names = [u.name for u in plan(CONVERGED_LIKE, {})]
-    assert names == ["global-s1", "local_m_d5-s1", "local_m-s1", "sact-s1", "flexible-s1", "flexible-s1-x1.5",
+    assert names == ["flexible-s1", "flexible-s1-x1.5", "global-s1", "local_m_d5-s1", "local_m-s1", "sact-s1",
                      "global-s2", "flexible-s2", "global-s3", "flexible-s3"]
     assert [u.keep_weights for u in plan(CONVERGED_LIKE, {}) if u.variant == "flexible" and u.budget == 1.0] == [True] * 3
+    unkept = Plan.model_validate({**CONVERGED_LIKE.model_dump(), "parents": []})
+    assert [u.name for u in plan(unkept, {})][:6] == ["global-s1", "local_m_d5-s1", "local_m-s1", "sact-s1",
+                                                      "flexible-s1", "flexible-s1-x1.5"]
+    on_global = Plan.model_validate({**CONVERGED_LIKE.model_dump(), "budget_check": {"variant": "global", "factor": 1.5}})
+    assert [u.name for u in plan(on_global, {})][:3] == ["global-s1", "global-s1-x1.5", "local_m_d5-s1"]
 
 
 def test_the_other_seeds_wait_for_a_budget_that_passes_its_check():
     def dev(bleu: float) -> dict:
         return {"summary": {"dev": {"inf": {"bleu": bleu}}}}
 
-    first = ["global-s1", "local_m_d5-s1", "local_m-s1", "sact-s1", "flexible-s1", "flexible-s1-x1.5"]
+    first = ["flexible-s1", "flexible-s1-x1.5", "global-s1", "local_m_d5-s1", "local_m-s1", "sact-s1"]
     assert budget_gain(CONVERGED_LIKE, {"flexible-s1": dev(36.14)}) is None  # the check not run yet
     done = {"flexible-s1": dev(36.14), "flexible-s1-x1.5": dev(36.63)}
     assert budget_gain(CONVERGED_LIKE, done) == 0.49 and not budget_short(CONVERGED_LIKE, done)
@@ -92,7 +100,7 @@ def test_the_plans_stages_come_in_order_and_several_profiles_finish_a_stage_on_e
             for name, w in (("flexible-s1-ctl-r1", 18.0), ("flexible-s1-ft-b1-r1", 16.0), ("flexible-s1-ft-b10-r1", 12.0))}
     units = plan(spec, done)
     assert [(u.name, phase(spec, u)) for u in units] == [
-        ("global-s1", 0), ("flexible-s1", 0), ("flexible-s1-x1.5", 0), ("flexible-s1-ctl-r1", 0),
+        ("flexible-s1", 0), ("flexible-s1-x1.5", 0), ("global-s1", 0), ("flexible-s1-ctl-r1", 0),
         ("flexible-s1-ft-b1-r1", 0), ("flexible-s1-ft-b10-r1", 0), ("global-s2", 1), ("flexible-s2", 1),
         ("flexible-s1-ft-b10-r2", 2), ("flexible-s1-ctl-r2", 2)]
 
@@ -402,7 +410,7 @@ def test_the_script_lists_the_plan_and_refuses_data_that_differ(tmp_path, capsys
         "minutes": {"total": 41.5}, "source": {"commit": "abcdef0123"}, "data": {"train.npz": "aaaa"}}))
     assert units.main(["converged", "--results", str(results), "--list"]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split()[:2] == ["done", "global-s1"] and out[1].split() == ["pending", "local_m_d5-s1"]
+    assert out[0].split()[:2] == ["done", "global-s1"] and out[1].split() == ["pending", "flexible-s1"]
     assert units.cpu_share({"total": 40.0, "cpu": 76.0, "threads": 2}) == " (cpu 95%)"
     assert units.cpu_share({"total": 41.5}) == ""  # a manifest without CPU minutes
     assert units.figures({"summary": {"test": {"inf": {"bleu": 30.123, "window": 25.04}, "aer": {"inf": 0.61},

@@ -167,9 +167,12 @@ def read_plan(path: str | os.PathLike) -> Plan:
 
 
 def plan(spec: Plan, done: dict[str, dict]) -> list[Unit]:
-    """Every unit of ``spec`` in the order they run: the first seed of every model (fixed windows
-    first, the flexible model last: its test decodes are matched to their windows), the budget
-    check, the fine-tuning's β sweep beside its control, then the other seeds of the seeded
+    """Every unit of ``spec`` in the order they run: the budget check's model at the first seed and
+    the check itself (first: a failed check holds the rest of the plan), the first seed of every
+    other model (fixed windows first, the flexible model last: its test decodes are matched to
+    their windows; a flexible model that ran first with the check keeps its weights, and the fixed
+    windows that finish after it are matched from them), the fine-tuning's β sweep beside its
+    control, then the other seeds of the seeded
     models and of the fixed window nearest flexible's (per seed, flexible last again), then the
     fine-tuning/control pairs at the selected β. Units that wait for a choice made from finished units (``done``: name ->
     manifest) are listed once it can be made: the nearest fixed window's seeds, the pairs. Where the
@@ -182,7 +185,11 @@ def plan(spec: Plan, done: dict[str, dict]) -> list[Unit]:
         order.append(spec.flexible)
     units = [Unit(v, first, keep_weights=v in spec.parents) for v in order]
     if spec.budget_check is not None:
-        units.append(Unit(spec.budget_check.variant, first, spec.budget_check.factor))
+        check = spec.budget_check.variant
+        units.append(Unit(check, first, spec.budget_check.factor))
+        if check != spec.flexible or check in spec.parents:  # the check first: it decides whether the rest is worth it
+            base = [u for u in units[:-1] if u.variant == check]
+            units = [*base, units[-1], *[u for u in units[:-1] if u not in base]]
     ft = spec.finetuning
     if ft is not None:
         units.append(Unit(ft.parent, first, beta=0.0, run=1))
