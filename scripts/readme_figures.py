@@ -341,10 +341,8 @@ def superseded_budgets(profile: str, run: Path) -> list[str]:
         check = _json(path).get("budget_check")
         if check and not check["enough"]:
             corpus = UNITS_CORPUS[profile][0]
-            out.append(f"The {corpus} units under the earlier budget of {check['epochs'][0]} epochs are kept "
-                       f"(`{_shown(path.parent)}/report.md`): there {check['variant']} trained for "
-                       f"{check['epochs'][1]} epochs gained {_signed(check['dev_gain'])} dev BLEU, so the budget "
-                       f"rose.")
+            out.append(f"{corpus}'s earlier budget, {check['epochs'][0]} epochs, failed its check ({check['variant']} "
+                       f"at {check['epochs'][1]}: {_signed(check['dev_gain'])} dev BLEU; `{_shown(path.parent)}/`).")
     return out
 
 

@@ -246,8 +246,7 @@ def test_the_units_of_an_earlier_budget_that_failed_its_check_are_named_not_coun
     block = figures.blocks_of(figures.README, runs={"converged": run, "grc": tmp_path / "grc"})["converged"]
     text = " ".join(block.split())
     assert "(Spanish → English Bible) 0 of 17;" in text and "|" not in block
-    assert text.endswith(f"The Bible units under the earlier budget of 25 epochs are kept (`{old}/report.md`): there "
-                         "flexible trained for 38 epochs gained +1.22 dev BLEU, so the budget rose.")
+    assert text.endswith(f"Bible's earlier budget, 25 epochs, failed its check (flexible at 38: +1.22 dev BLEU; `{old}/`).")
     (old / "report.json").write_text(_report(["global-s1"], [], {**budget, "dev_gain": 0.3, "enough": True}))
     assert "earlier budget" not in figures.blocks_of(figures.README, runs={"converged": run})["converged"]
 
@@ -299,6 +298,8 @@ def test_both_long_runs_with_every_unit_and_claim_keep_the_readme_within_its_len
         budget = {"variant": "flexible", "factor": 1.5, "epochs": [25, 38], "dev_bleu": [35.1, 35.42],
                   "test_bleu": [33.2, 33.3], "dev_gain": 0.32, "enough": True}
         (run / "report.json").write_text(json.dumps({"units": sorted(names), "claims": claims, "budget_check": budget}))
+        (run / "budget-25" / "units").mkdir(parents=True)  # an earlier budget whose check failed
+        (run / "budget-25" / "report.json").write_text(_report([], [], {**budget, "dev_gain": 1.22, "enough": False}))
     monkeypatch.setattr(figures, "ROOT", tmp_path)  # the grc block reads ROOT/results/grc
     monkeypatch.setattr(figures, "_shown", lambda path: path.relative_to(tmp_path))
     for name in ("results/metrics.json", "benchmarks/results/pipeline.json", "results/filter.json",
@@ -309,6 +310,7 @@ def test_both_long_runs_with_every_unit_and_claim_keep_the_readme_within_its_len
         target.symlink_to(ROOT / name)
     blocks = figures.blocks_of(figures.README)  # the long runs of ROOT/results: tmp_path's
     assert "of 5 probes (`results/grc/probes/`), the best by dev AER" in " ".join(blocks["converged"].split())
+    assert "Bible's earlier budget, 25 epochs, failed its check" in " ".join(blocks["converged"].split())
     assert "| budget: flexible at ×1.5 epochs gains < 0.5 dev BLEU | **holds**: +0.32 (25 → 38 epochs) | **holds**" \
         in blocks["converged"]
     assert "; window −12% [−16%, −8%] at β = 10 |" in blocks["converged"]
