@@ -441,11 +441,11 @@ def test_the_script_runs_a_profiles_next_unit_in_a_kept_copy_and_resumes_the_pla
     cmd = [sys.executable, str(ROOT / "scripts/units.py"), "smoke", "--results", str(results), "--keep", str(copy)]
     run = subprocess.run([*cmd, "--units", "1"], capture_output=True, text=True, env=stage_env(), timeout=1200)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "units: global-s1 done" in run.stdout
-    products = load_products(results / "global-s1")
+    assert "units: flexible-s1 done" in run.stdout  # the budget check's model comes first
+    products = load_products(results / "flexible-s1")
     m = products["manifest"]
     assert m["profile"] == "smoke" and m["source"]["commit"] and m["training"]["epochs"] == 10
-    assert (copy / ".resume/units/global-s1/model/global/last.ckpt").is_file()  # the resume state stays in the copy
+    assert (copy / ".resume/units/flexible-s1/model/flexible/last.ckpt").is_file()  # the resume state stays in the copy
     listed = subprocess.run([*cmd, "--list"], capture_output=True, text=True, env=stage_env(), timeout=600)
-    assert listed.stdout.splitlines()[0].startswith("done     global-s1")
-    assert listed.stdout.splitlines()[1].split() == ["pending", "local_m-s1"]
+    assert listed.stdout.splitlines()[0].startswith("done     flexible-s1")
+    assert listed.stdout.splitlines()[1].split() == ["pending", "flexible-s1-x1.5"]
