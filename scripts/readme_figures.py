@@ -332,18 +332,57 @@ def units_section(runs: dict[str, Path]) -> str:
                       *([""] + table if table else [])])
 
 
-def superseded_budgets(profile: str, run: Path) -> list[str]:
-    """A sentence for each earlier budget of a long run whose budget check failed
-    (``<run>/budget-<epochs>/``: its units and report, moved there when the profile's budget rose):
-    what training longer gained there, and where its report is."""
+def earlier_checks(run: Path) -> list[dict]:
+    """The budget checks of a long run's earlier budgets (``<run>/budget-<epochs>/``: their units,
+    moved there when the profile's budget rose), by epochs: ``{"variant", "epochs": [budget,
+    longer], "dev_gain", "enough", "folder"}``. From the folder's ``report.json`` where it has the
+    check; else from its units: the check's longer model against the same model trained for the
+    budget, found in any of the run's budget folders by variant, seed and schedule (an earlier
+    check's longer model is trained exactly as the next budget's: the same epochs and halvings)."""
+    from flexatt.unit_claims import BUDGET_GAIN
+    from flexatt.units import done_units
+
+    def schedule(m: dict) -> tuple:
+        return m["variant"], m["seed"], m["training"]["epochs"], m["training"].get("lr_halve_from_epoch")
+
+    folders = sorted(run.glob("budget-*/"), key=lambda f: int(f.name.split("-")[1]))
+    units = {f: done_units(f / "units") for f in folders}
+    trained = {schedule(m): m for found in units.values() for m in found.values() if m.get("kind", "train") == "train"}
     out = []
-    for path in sorted(run.glob("budget-*/report.json"), key=lambda p: p.parent.name):
-        check = _json(path).get("budget_check")
-        if check and not check["enough"]:
-            corpus = UNITS_CORPUS[profile][0]
-            out.append(f"{corpus}'s earlier budget, {check['epochs'][0]} epochs, failed its check ({check['variant']} "
-                       f"at {check['epochs'][1]}: {_signed(check['dev_gain'])} dev BLEU; `{_shown(path.parent)}/`).")
+    for folder in folders:
+        check = _json(folder / "report.json").get("budget_check") if (folder / "report.json").is_file() else None
+        if check:
+            out.append({**{k: check[k] for k in ("variant", "epochs", "dev_gain", "enough")}, "folder": folder})
+            continue
+        epochs = int(folder.name.split("-")[1])
+        for m in units[folder].values():
+            if m.get("kind", "train") != "train" or m.get("budget", 1.0) == 1.0:
+                continue
+            longer = m["training"]
+            halved = longer["epochs"] - longer["lr_halve_from_epoch"]
+            base = trained.get((m["variant"], m["seed"], epochs, epochs - halved))
+            if base is not None:
+                gain = round(m["summary"]["dev"]["inf"]["bleu"] - base["summary"]["dev"]["inf"]["bleu"], 2)
+                out.append({"variant": m["variant"], "epochs": [epochs, longer["epochs"]], "dev_gain": gain,
+                            "enough": gain < BUDGET_GAIN, "folder": folder})
     return out
+
+
+def superseded_budgets(profile: str, run: Path) -> list[str]:
+    """One sentence on the earlier budgets of a long run whose budget checks failed
+    (:func:`earlier_checks`): what training longer gained there, and where their units are."""
+    failed = [c for c in earlier_checks(run) if not c["enough"]]
+    if not failed:
+        return []
+    corpus = UNITS_CORPUS[profile][0]
+    if len(failed) == 1:
+        c = failed[0]
+        return [f"{corpus}'s earlier budget, {c['epochs'][0]} epochs, failed its check ({c['variant']} at "
+                f"{c['epochs'][1]}: {_signed(c['dev_gain'])} dev BLEU; `{_shown(c['folder'])}/`)."]
+    gains = [f"{c['epochs'][1]} gained {_signed(c['dev_gain'])} over {c['epochs'][0]}" for c in failed]
+    gains[0] = gains[0].replace(" gained ", " epochs gained ").replace(" over ", " dev BLEU over ")
+    return [f"{corpus}'s earlier budgets failed their checks ({failed[0]['variant']} trained {', '.join(gains)}; "
+            f"`{_shown(run)}/budget-*/`)."]
 
 
 def units_claims(runs: dict[str, Path]) -> tuple[str, list[str]]:

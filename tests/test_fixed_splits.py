@@ -162,7 +162,7 @@ def test_the_grc_profile_trains_on_the_greek_corpus_under_the_converged_budget_r
     assert {"global", "local_m", "flexible"} <= set(params.variants) and params.finetune.variants == ["flexible"]
     assert {"global", "local_m", "flexible", "flexible_ft"} <= set(params.evaluate.checkpoints)
     # the budget is grc's own (chosen with the alignment probes); the rule is converged's
-    assert (params.train.epochs, params.train.lr_schedule, params.train.early_stopping_patience) == (30, "fixed", None)
+    assert (params.train.epochs, params.train.lr_schedule, params.train.early_stopping_patience) == (45, "fixed", None)
     rule = schema.validate(OmegaConf.load(compose_params(tmp_path / "c", "profile=converged", test_precision=False)))
     # the same schedule: full rate, then as many epochs halved one after another; two threads
     assert params.train.lr_schedule == rule.train.lr_schedule == "fixed"

@@ -251,6 +251,36 @@ def test_the_units_of_an_earlier_budget_that_failed_its_check_are_named_not_coun
     assert "earlier budget" not in figures.blocks_of(figures.README, runs={"converged": run})["converged"]
 
 
+def test_an_earlier_budgets_check_is_read_from_its_units_when_its_report_lacks_it(tmp_path):
+    """A budget folder holding only its check's longer model takes the base from the folder before
+    it (that budget's check trained exactly this budget: the same epochs and halvings), and the
+    failed budgets are one sentence; a base of another schedule is not taken."""
+    from conftest import load_script
+
+    figures = load_script("readme_figures")
+    run = tmp_path / "converged"
+
+    def unit(folder: str, name: str, budget: float, epochs: int, halve: int, dev: float) -> None:
+        m = _unit(name, "flexible", 1, 30.0, 25.3)
+        m.update(budget=budget, training={"epochs": epochs, "lr_halve_from_epoch": halve})
+        m["summary"]["dev"] = {"inf": {"tau": None, "window": 30.0, "bleu": dev}}
+        (run / folder / "units" / name).mkdir(parents=True, exist_ok=True)
+        (run / folder / "units" / name / "unit.json").write_text(json.dumps(m))
+
+    unit("budget-25", "flexible-s1", 1.0, 25, 20, 36.14)
+    unit("budget-25", "flexible-s1-x1.5", 1.5, 38, 33, 37.36)
+    unit("budget-38", "flexible-s1-x1.5", 1.5, 57, 52, 38.02)
+    checks = figures.earlier_checks(run)
+    assert [(c["epochs"], c["dev_gain"], c["enough"]) for c in checks] == [([25, 38], 1.22, False), ([38, 57], 0.66, False)]
+    assert figures.superseded_budgets("converged", run) == [
+        f"Bible's earlier budgets failed their checks (flexible trained 38 epochs gained +1.22 dev BLEU over 25, "
+        f"57 gained +0.66 over 38; `{run}/budget-*/`)."]
+    unit("budget-38", "flexible-s1-x1.5", 1.5, 57, 50, 38.02)  # eight halvings: not the 38-epoch model's schedule
+    assert [c["epochs"] for c in figures.earlier_checks(run)] == [[25, 38]]
+    unit("budget-38", "flexible-s1-x1.5", 1.5, 57, 52, 37.70)
+    assert figures.superseded_budgets("converged", run)[0].startswith("Bible's earlier budget, 25 epochs, failed")
+
+
 def test_the_committed_units_reports_cover_the_committed_units():
     """Each long run's report.json (written with each committed unit) is that of its units done."""
     from flexatt.units import done_units
