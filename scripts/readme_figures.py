@@ -313,23 +313,36 @@ def units_section(runs: dict[str, Path]) -> str:
         lines.append(f"| {key[0]} | {key[1]} | {' | '.join(cells)} |")
     diagonal = ", ".join(f"{t[rows[0]]['diagonal']['mean']:.3f} {UNITS_CORPUS[p][0]}" for p, t in tables.items()
                             if t.get(rows[0], {}).get("diagonal"))
+    def span(minutes: list[float]) -> str:
+        return (f"{min(minutes):.0f}" if round(min(minutes)) == round(max(minutes))
+                else f"{min(minutes):.0f}–{max(minutes):.0f}") + " min"
+
     took = []
     for p, (_, u, _) in done.items():
-        minutes = [m["minutes"]["total"] for m in u.manifests.values()]
-        span = (f"{min(minutes):.0f}" if round(min(minutes)) == round(max(minutes))
-                else f"{min(minutes):.0f}–{max(minutes):.0f}")
-        took.append(f"{span} min ({UNITS_CORPUS[p][0]})")
+        # a unit resumed at its training's end (an earlier budget's check trained it) only decoded
+        decoded = [m["minutes"]["total"] for m in u.manifests.values() if resumed_at_end(m)]
+        trained = [m["minutes"]["total"] for m in u.manifests.values() if not resumed_at_end(m)]
+        parts = ([span(trained)] if trained else []) + (
+            [f"{len(decoded)} only decoded in {span(decoded)} (trained as an earlier budget's check)"] if decoded else [])
+        took.append(f"{UNITS_CORPUS[p][0]} {', '.join(parts)}")
     machines = sorted({m["machine"]["cpu"] for _, u, _ in done.values() for m in u.manifests.values()})
     beam = next(iter(next(iter(done.values()))[1].manifests.values()))["decode"]["beam_size"]
     probes = probes_block(runs["grc"]) if "grc" in runs else ""
     aligned = " ".join(probes.split()) + " " if probes and "| probe" not in probes else ""  # else: the grc block
     note = (f"Mean ± sd over seeds; sacrebleu, beam {beam}; window: positions scored per step; test AER (a "
-            f"length-proportional diagonal that reads no words: {diagonal}). {aligned}A unit took "
-            f"{', '.join(took)} on {', '.join(machines)}.")
+            f"length-proportional diagonal that reads no words: {diagonal}). {aligned}A unit took: "
+            f"{'; '.join(took)} on {', '.join(machines)}.")
     text, table = units_claims({p: run for p, (run, _, _) in done.items()})
     return "\n".join([textwrap.fill(lead, width=100, break_on_hyphens=False), "", *lines, "",
                       textwrap.fill(f"{note} {text}", width=100, break_on_hyphens=False, break_long_words=False),
                       *([""] + table if table else [])])
+
+
+def resumed_at_end(manifest: dict) -> bool:
+    """Whether a unit's training was resumed after its last epoch (it only decoded: the run it
+    resumed from, an earlier budget's check, trained it)."""
+    training = manifest.get("training", {})
+    return training.get("resumed_from_epoch") is not None and training["resumed_from_epoch"] == training.get("epochs")
 
 
 def earlier_checks(run: Path) -> list[dict]:

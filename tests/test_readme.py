@@ -281,6 +281,23 @@ def test_an_earlier_budgets_check_is_read_from_its_units_when_its_report_lacks_i
     assert figures.superseded_budgets("converged", run)[0].startswith("Bible's earlier budget, 25 epochs, failed")
 
 
+def test_a_unit_resumed_at_its_trainings_end_is_timed_as_decoding_only(tmp_path):
+    """A unit whose training an earlier budget's check did (resumed after its last epoch) is not
+    shown as a unit's wall time; it is counted as decoded only."""
+    from conftest import load_script
+
+    figures = load_script("readme_figures")
+    run = tmp_path / "converged"
+    resumed = {**_unit("flexible-s1", "flexible", 1, 31.1, 25.3), "minutes": {"total": 2.2},
+               "training": {"epochs": 57, "resumed_from_epoch": 57}}
+    for unit in (_unit("global-s1", "global", 1, 30.0, 25.3), resumed):
+        (run / "units" / unit["unit"]).mkdir(parents=True)
+        (run / "units" / unit["unit"] / "unit.json").write_text(json.dumps(unit))
+    text = " ".join(figures.units_section({"converged": run}).split())
+    assert "A unit took: Bible 52 min, 1 only decoded in 2 min (trained as an earlier budget's check) on Some CPU." in text
+    assert figures.resumed_at_end(resumed) and not figures.resumed_at_end({"training": {"epochs": 57, "resumed_from_epoch": 30}})
+
+
 def test_the_committed_units_reports_cover_the_committed_units():
     """Each long run's report.json (written with each committed unit) is that of its units done."""
     from flexatt.units import done_units
@@ -328,8 +345,14 @@ def test_both_long_runs_with_every_unit_and_claim_keep_the_readme_within_its_len
         budget = {"variant": "flexible", "factor": 1.5, "epochs": [25, 38], "dev_bleu": [35.1, 35.42],
                   "test_bleu": [33.2, 33.3], "dev_gain": 0.32, "enough": True}
         (run / "report.json").write_text(json.dumps({"units": sorted(names), "claims": claims, "budget_check": budget}))
-        (run / "budget-25" / "units").mkdir(parents=True)  # an earlier budget whose check failed
+        (run / "budget-25" / "units").mkdir(parents=True)  # earlier budgets whose checks failed
         (run / "budget-25" / "report.json").write_text(_report([], [], {**budget, "dev_gain": 1.22, "enough": False}))
+        for folder, epochs, dev in (("budget-25", 38, 37.36), ("budget-38", 57, 38.02)):
+            check = {**_unit("flexible-s1-x1.5", "flexible", 1, 36.5, 35.24), "budget": 1.5,
+                     "training": {"epochs": epochs, "lr_halve_from_epoch": epochs - 5}}
+            check["summary"]["dev"]["inf"]["bleu"] = dev
+            (run / folder / "units" / "flexible-s1-x1.5").mkdir(parents=True)
+            (run / folder / "units" / "flexible-s1-x1.5" / "unit.json").write_text(json.dumps(check))
     monkeypatch.setattr(figures, "ROOT", tmp_path)  # the grc block reads ROOT/results/grc
     monkeypatch.setattr(figures, "_shown", lambda path: path.relative_to(tmp_path))
     for name in ("results/metrics.json", "benchmarks/results/pipeline.json", "results/filter.json",
@@ -340,7 +363,8 @@ def test_both_long_runs_with_every_unit_and_claim_keep_the_readme_within_its_len
         target.symlink_to(ROOT / name)
     blocks = figures.blocks_of(figures.README)  # the long runs of ROOT/results: tmp_path's
     assert "of 5 probes (`results/grc/probes/`), the best by dev AER" in " ".join(blocks["converged"].split())
-    assert "Bible's earlier budget, 25 epochs, failed its check" in " ".join(blocks["converged"].split())
+    assert "Bible's earlier budgets failed their checks (flexible trained 38 epochs gained +1.22 dev BLEU over 25, " \
+        "57 gained +0.66 over 38; `results/converged/budget-*/`)." in " ".join(blocks["converged"].split())
     assert "| budget: flexible at ×1.5 epochs gains < 0.5 dev BLEU | **holds**: +0.32 (25 → 38 epochs) | **holds**" \
         in blocks["converged"]
     assert "; window −12% [−16%, −8%] at β = 10 |" in blocks["converged"]
