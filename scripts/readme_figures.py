@@ -313,6 +313,7 @@ def units_section(runs: dict[str, Path]) -> str:
         lines.append(f"| {key[0]} | {key[1]} | {' | '.join(cells)} |")
     diagonal = ", ".join(f"{t[rows[0]]['diagonal']['mean']:.3f} {UNITS_CORPUS[p][0]}" for p, t in tables.items()
                             if t.get(rows[0], {}).get("diagonal"))
+
     def span(minutes: list[float]) -> str:
         return (f"{min(minutes):.0f}" if round(min(minutes)) == round(max(minutes))
                 else f"{min(minutes):.0f}–{max(minutes):.0f}") + " min"
@@ -353,7 +354,7 @@ def earlier_checks(run: Path) -> list[dict]:
     budget, found in any of the run's budget folders by variant, seed and schedule (an earlier
     check's longer model is trained exactly as the next budget's: the same epochs and halvings)."""
     from flexatt.unit_claims import BUDGET_GAIN
-    from flexatt.units import done_units
+    from flexatt.units import dev_gain, done_units
 
     def schedule(m: dict) -> tuple:
         return m["variant"], m["seed"], m["training"]["epochs"], m["training"].get("lr_halve_from_epoch")
@@ -375,7 +376,7 @@ def earlier_checks(run: Path) -> list[dict]:
             halved = longer["epochs"] - longer["lr_halve_from_epoch"]
             base = trained.get((m["variant"], m["seed"], epochs, epochs - halved))
             if base is not None:
-                gain = round(m["summary"]["dev"]["inf"]["bleu"] - base["summary"]["dev"]["inf"]["bleu"], 2)
+                gain = dev_gain(base, m)
                 out.append({"variant": m["variant"], "epochs": [epochs, longer["epochs"]], "dev_gain": gain,
                             "enough": gain < BUDGET_GAIN, "folder": folder})
     return out
@@ -392,8 +393,9 @@ def superseded_budgets(profile: str, run: Path) -> list[str]:
         c = failed[0]
         return [f"{corpus}'s earlier budget, {c['epochs'][0]} epochs, failed its check ({c['variant']} at "
                 f"{c['epochs'][1]}: {_signed(c['dev_gain'])} dev BLEU; `{_shown(c['folder'])}/`)."]
-    gains = [f"{c['epochs'][1]} gained {_signed(c['dev_gain'])} over {c['epochs'][0]}" for c in failed]
-    gains[0] = gains[0].replace(" gained ", " epochs gained ").replace(" over ", " dev BLEU over ")
+    first, *rest = failed
+    gains = [f"{first['epochs'][1]} epochs gained {_signed(first['dev_gain'])} dev BLEU over {first['epochs'][0]}",
+             *(f"{c['epochs'][1]} gained {_signed(c['dev_gain'])} over {c['epochs'][0]}" for c in rest)]
     return [f"{corpus}'s earlier budgets failed their checks ({failed[0]['variant']} trained {', '.join(gains)}; "
             f"`{_shown(run)}/budget-*/`)."]
 

@@ -220,6 +220,11 @@ def budget_gain(spec: Plan, done: dict[str, dict]) -> float | None:
     base, longer = (done.get(Unit(check.variant, spec.seeds[0], f).name) for f in (1.0, check.factor))
     if base is None or longer is None:
         return None
+    return dev_gain(base, longer)
+
+
+def dev_gain(base: dict, longer: dict) -> float:
+    """The dev BLEU (τ = ∞) the unit ``longer`` gains over the unit ``base`` (manifests)."""
     return round(longer["summary"]["dev"]["inf"]["bleu"] - base["summary"]["dev"]["inf"]["bleu"], 2)
 
 
