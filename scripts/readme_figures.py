@@ -271,25 +271,28 @@ UNITS_CORPUS = {"converged": ("Bible", "`make converged` (Spanish → English Bi
 def units_section(runs: dict[str, Path]) -> str:
     """The long runs made of units (``results/<profile>/units/``, ``scripts/units.py``), both
     corpora side by side: how many of each plan's units are done (and where the plan waits for a
-    longer budget, :func:`flexatt.units.budget_short`); each model over the seeds done
-    (a flexible model also at its dev-selected τ): test BLEU, window and AER as mean ± sd
+    longer budget, :func:`flexatt.units.budget_waits`, or keeps one whose check failed); each model
+    over the seeds done (a flexible model also at its dev-selected τ): test BLEU, window and AER as mean ± sd
     (:func:`flexatt.unit_claims.model_table`), the diagonal's AER once per corpus; the minutes a
     unit took; the Greek probes' outcome once one aligns (:func:`probes_block`); then the claims
     of each run's current report (:func:`units_claims`). Only finished units count; nothing is
     promised for the rest (``scripts/units.py <profile> --list``)."""
     from flexatt.unit_claims import Units, model_table
-    from flexatt.units import budget_short, plan, read_plan
+    from flexatt.units import budget_short, budget_waits, plan, read_plan
 
-    found, waiting = {}, set()
+    found, waiting, kept = {}, set(), set()
     for profile, run in runs.items():
         spec = read_plan(ROOT / "conf" / "units" / f"{profile}.yaml")
         units = Units(run / "units", spec)
         names = [u.name for u in plan(spec, units.manifests)]
         found[profile] = (run, units, len(names) + len([n for n in units.manifests if n not in names]))
-        if budget_short(spec, units.manifests):
+        if budget_waits(spec, units.manifests):
             waiting.add(profile)
+        elif budget_short(spec, units.manifests):
+            kept.add(profile)
     counts = ", ".join(f"{UNITS_CORPUS[p][1]} {len(u.manifests)} of {total}"
-                       + (" (its other seeds wait for a longer budget: the budget check failed)" if p in waiting else "")
+                       + (" (its other seeds wait for a longer budget: the budget check failed)" if p in waiting else
+                          " (its budget kept although the budget check failed)" if p in kept else "")
                        for p, (run, u, total) in found.items())
     lead = (f"**Equal-budget models** ([long runs](#configuration)), units done so far: {counts}; a unit is one model "
             f"trained for its profile's budget and decoded." + "".join(f" {s}" for p, run in runs.items()
@@ -450,7 +453,8 @@ def units_claims(runs: dict[str, Path]) -> tuple[str, list[str]]:
         if budget:
             out[f"budget: {budget['variant']} at ×{budget['factor']:g} epochs gains < {BUDGET_GAIN} dev BLEU"] = (
                 f"**{'holds' if budget['enough'] else 'fails'}**: {_signed(budget['dev_gain'])} "
-                f"({budget['epochs'][0]} → {budget['epochs'][1]} epochs)")
+                f"({budget['epochs'][0]} → {budget['epochs'][1]} epochs"
+                + ("; budget kept)" if budget.get("final") and not budget["enough"] else ")"))
         return out
 
     columns = {p: cells_of(r) for p, r in reports.items()}

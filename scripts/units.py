@@ -281,12 +281,15 @@ class ProfileRun:
 
 
 def budget_note(spec, done: dict[str, dict]) -> str | None:
-    """Why a profile's plan ends with its first seed: its budget check failed (None otherwise)."""
+    """A failed budget check: why a profile's plan ends with its first seed, or that the plan keeps
+    its budget as final all the same (None where the check passed or is not done)."""
     if not budget_short(spec, done):
         return None
     check = spec.budget_check
-    return (f"waiting  the other seeds and the pairs: {check.variant} trained x{check.factor:g} gains "
-            f"{budget_gain(spec, done):+.2f} dev BLEU, so the budget is short: raise train.epochs first")
+    gains = f"{check.variant} trained x{check.factor:g} gains {budget_gain(spec, done):+.2f} dev BLEU"
+    if check.final:
+        return f"kept     the budget (budget_check.final), although {gains}"
+    return f"waiting  the other seeds and the pairs: {gains}, so the budget is short: raise train.epochs first"
 
 
 def next_unit(runs: list[ProfileRun]) -> tuple[ProfileRun, Unit] | None:

@@ -13,8 +13,9 @@ import pytest
 
 from conftest import ROOT, copy_of, load_script, run_module
 from flexatt.errors import ConfigError, DataError
-from flexatt.units import (Plan, Unit, budget_gain, budget_overrides, budget_short, diagonal_links, load_products,
-                           load_weights, nearest_fixed, pack_json, parse_unit, phase, plan, read_plan, select_beta, write_products)
+from flexatt.units import (Plan, Unit, budget_gain, budget_overrides, budget_short, budget_waits, diagonal_links,
+                           load_products, load_weights, nearest_fixed, pack_json, parse_unit, phase, plan, read_plan,
+                           select_beta, write_products)
 
 
 def _manifest(dev_inf: float, selected: float | None = None) -> dict:
@@ -55,6 +56,12 @@ def test_the_other_seeds_wait_for_a_budget_that_passes_its_check():
     done["flexible-s1-x1.5"] = dev(36.64)  # 0.5 gained: the budget is short, the plan ends with the first seed
     assert budget_short(CONVERGED_LIKE, done) and [u.name for u in plan(CONVERGED_LIKE, done)] == first
     assert not budget_short(Plan(seeds=[1], seeded=["flexible"]), done)  # a plan without a check
+    kept = Plan.model_validate({**CONVERGED_LIKE.model_dump(), "budget_check": {"variant": "flexible", "final": True}})
+    assert budget_short(kept, done) and not budget_waits(kept, done)  # a budget kept as final: the seeds run at it
+    assert [u.name for u in plan(kept, done)][-4:] == ["global-s2", "flexible-s2", "global-s3", "flexible-s3"]
+    notes = load_script("units").budget_note
+    assert notes(CONVERGED_LIKE, done).startswith("waiting  the other seeds and the pairs: flexible trained x1.5 gains +0.50")
+    assert notes(kept, done) == "kept     the budget (budget_check.final), although flexible trained x1.5 gains +0.50 dev BLEU"
 
 
 def test_the_fixed_window_nearest_flexibles_selected_window_gets_the_seeds_once_known():
@@ -148,11 +155,12 @@ def test_several_profiles_refuse_the_options_of_one_and_list_each_plan(tmp_path,
     assert stages == sorted(stages) and {p for p, *_ in queue} == {"converged:", "grc:"}  # stage by stage
     assert set(stages) == {0, 1}  # the pairs wait for β
     unit(results["converged"], "flexible-s1", 36.1)
-    unit(results["converged"], "flexible-s1-x1.5", 37.3)  # the budget check failed: +1.2
+    unit(results["converged"], "flexible-s1-x1.5", 37.3)  # the budget check failed: +1.2, the budget kept as final
     script.list_plans(results)
     lines = capsys.readouterr().out.splitlines()
-    assert "converged: waiting  the other seeds and the pairs: flexible trained x1.5 gains +1.20 dev BLEU" in "\n".join(lines)
-    assert not any(line.startswith("converged: pending") and parse_unit(line.split()[2]).seed > 1 for line in lines)
+    assert ("converged: kept     the budget (budget_check.final), although flexible trained x1.5 gains +1.20 dev BLEU"
+            in lines)
+    assert any(line.startswith("converged: pending") and parse_unit(line.split()[2]).seed > 1 for line in lines)
 
 
 def test_the_budget_check_adds_epochs_at_the_full_rate_and_keeps_the_halvings():

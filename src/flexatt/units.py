@@ -75,11 +75,14 @@ SPLITS = ("dev", "test")
 
 
 class BudgetCheck(BaseModel):
-    """The budget check: ``variant`` trained at ``factor`` times the profile's epochs."""
+    """The budget check: ``variant`` trained at ``factor`` times the profile's epochs. ``final``
+    keeps the budget even where the check fails: the other seeds then run at it, and the report
+    says what longer training still gains (for a budget whose next check no longer fits a unit)."""
 
     model_config = ConfigDict(extra="forbid")
     variant: str
     factor: Annotated[float, Field(gt=1.0)] = 1.5
+    final: bool = False
 
 
 class Finetuning(BaseModel):
@@ -176,8 +179,9 @@ def plan(spec: Plan, done: dict[str, dict]) -> list[Unit]:
     models and of the fixed window nearest flexible's (per seed, flexible last again), then the
     fine-tuning/control pairs at the selected β. Units that wait for a choice made from finished units (``done``: name ->
     manifest) are listed once it can be made: the nearest fixed window's seeds, the pairs. Where the
-    budget check has failed (:func:`budget_short`) the plan ends with the first seed: more seeds of
-    models trained too short would not decide anything; the profile's budget is raised first."""
+    budget check has failed (:func:`budget_short`) and the budget is not kept as final, the plan ends
+    with the first seed: more seeds of models trained too short would not decide anything; the
+    profile's budget is raised first (:func:`budget_waits`)."""
     first, rest = spec.seeds[0], spec.seeds[1:]
     order = [*dict.fromkeys([*spec.seeded, *spec.fixed, *spec.others])]
     order = [v for v in order if v != spec.flexible]
@@ -194,7 +198,7 @@ def plan(spec: Plan, done: dict[str, dict]) -> list[Unit]:
     if ft is not None:
         units.append(Unit(ft.parent, first, beta=0.0, run=1))
         units += [Unit(ft.parent, first, beta=b, run=1) for b in ft.betas]
-    if budget_short(spec, done):
+    if budget_waits(spec, done):
         return units  # the other seeds and the pairs wait for a budget that passes its check
     nearest = nearest_fixed(spec, first, done)
     seeded = [v for v in spec.seeded if v != spec.flexible] + ([nearest] if nearest and nearest not in spec.seeded else [])
@@ -233,6 +237,12 @@ def budget_short(spec: Plan, done: dict[str, dict]) -> bool:
     BLEU or more."""
     gain = budget_gain(spec, done)
     return gain is not None and gain >= BUDGET_GAIN
+
+
+def budget_waits(spec: Plan, done: dict[str, dict]) -> bool:
+    """Whether the other seeds and the pairs wait for a longer budget: the check failed
+    (:func:`budget_short`) and the plan does not keep its budget as final."""
+    return budget_short(spec, done) and not spec.budget_check.final
 
 
 def phase(spec: Plan, unit: Unit) -> int:
