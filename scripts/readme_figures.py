@@ -454,7 +454,7 @@ def units_claims(runs: dict[str, Path]) -> tuple[str, list[str]]:
             out[f"budget: {budget['variant']} at ×{budget['factor']:g} epochs gains < {BUDGET_GAIN} dev BLEU"] = (
                 f"**{'holds' if budget['enough'] else 'fails'}**: {_signed(budget['dev_gain'])} "
                 f"({budget['epochs'][0]} → {budget['epochs'][1]} epochs"
-                + ("; budget kept)" if budget.get("final") and not budget["enough"] else ")"))
+                + ("; budget kept)" if budget.get("kept_short") else ")"))
         return out
 
     columns = {p: cells_of(r) for p, r in reports.items()}

@@ -135,10 +135,11 @@ def test_the_budget_check_says_what_longer_training_gains(run):
         path.write_text(__import__("json").dumps(manifest))
     check = budget_check(Units(run, plan))
     assert check["epochs"] == [25, 38] and check["dev_gain"] == 0.7 and not check["enough"]
+    assert not check["final"] and not check["kept_short"]
     md = report(run, plan, {"test": REFERENCES}, **OPTIONS)["markdown"]
     assert "gains +0.70 dev BLEU" in md and "is not enough by this check." in md and "kept all the same" not in md
     kept = Plan(**{**PLAN.model_dump(), "budget_check": {"variant": "flexible", "factor": 1.5, "final": True}})
-    assert budget_check(Units(run, kept))["final"]
+    assert budget_check(Units(run, kept))["kept_short"]
     assert "It is kept all the same" in report(run, kept, {"test": REFERENCES}, **OPTIONS)["markdown"]
 
 
