@@ -223,7 +223,8 @@ def test_the_units_section_gives_the_claims_of_a_current_report_only(tmp_path):
                     "| f. Flexible > a fixed window of equal size | **inconclusive** |",
                     "| f. vs local_m_d5 | **holds**: +1.10 (1 seed); pooled +1.08 [+0.61, +1.52] |",
                     "| budget: flexible at ×1.5 epochs gains < 0.5 dev BLEU | **fails**: +0.61 (25 → 38 epochs) |"]
-    (run / "report.json").write_text(_report(["flexible-s1", "global-s1"], claims, {**budget, "final": True, "kept_short": True}))
+    kept = {**budget, "final": True, "kept_short": True}
+    (run / "report.json").write_text(_report(["flexible-s1", "global-s1"], claims, kept))
     assert figures.units_section({"converged": run}).splitlines()[-1] == (
         "| budget: flexible at ×1.5 epochs gains < 0.5 dev BLEU | **fails**: +0.61 (25 → 38 epochs; budget kept) |")
     (run / "units" / "global-s2").mkdir()
