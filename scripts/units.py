@@ -20,6 +20,12 @@ way. With ``--commit``, each finished unit's folder is committed to this working
 (nothing else is staged). A unit's log is ``logs/units/<copy>/<unit>.log`` (the copy's folder
 name: ``<profile>`` by default).
 
+Every unit records the precision it trained at (``trainer.precision: auto`` resolves per machine:
+bf16-mixed only where bf16 products are native). The two sides of a paired comparison (the models
+of one seed; a fine-tuning and the control of its run) train at one precision
+(:func:`flexatt.units.precision_conflicts`): a unit whose pairs trained at another precision than
+this machine's is skipped, said so, and ``--only`` refuses it.
+
 Given several profiles, each keeps its own copy and results; the next unit is always from the
 earliest stage of their plans (``flexatt.units.phase``: the first seed of every claim, then the
 other seeds, then the fine-tuning pairs), so every corpus has each claim's first seed before any
@@ -44,7 +50,8 @@ from flexatt.tau import from_json, label  # noqa: E402
 # read with the rest at start: a run of hours writes its reports with the code it started with,
 # whatever the working tree holds by then
 from flexatt.unit_claims import Units, figure, report  # noqa: E402
-from flexatt.units import WEIGHTS, Unit, budget_gain, budget_short, done_units, phase, plan, read_plan  # noqa: E402
+from flexatt.units import (WEIGHTS, Unit, budget_gain, budget_short, done_units, phase, plan,  # noqa: E402
+                           precision_conflicts, read_plan)
 
 #: the data files whose digests every unit of a profile shares
 DATA_KEYS = ("train.npz", "dev.npz", "test.npz", "src.model", "tgt.model", "dev.ref", "test.ref")
@@ -82,6 +89,31 @@ def check_data(digests: dict[str, str], done: dict[str, dict]) -> None:
             if key in recorded and recorded[key] != digest:
                 sys.exit(f"error: the data made here differ from unit {name}'s ({key}): its units "
                          f"would not be comparable with the finished ones")
+
+
+def machine_precision(copy: Path) -> tuple[str, str]:
+    """The precision a unit trains at in ``copy`` on this machine, and why: ``trainer.precision``
+    of its ``params.yaml`` as training resolves it (:func:`flexatt.runtime.resolve_precision`;
+    ``auto``: bf16-mixed only where bf16 products are native)."""
+    import yaml
+
+    from flexatt.runtime import resolve_precision
+
+    trainer = yaml.safe_load((copy / "params.yaml").read_text())["trainer"]
+    precision, reason = resolve_precision(trainer.get("precision", "32-true"), str(trainer.get("accelerator", "auto")))
+    return str(precision), reason
+
+
+def precision_refusal(unit: Unit, precision: str, reason: str, done: dict[str, dict]) -> str | None:
+    """Why ``unit`` may not train here (None: it may): units it is paired with trained at another
+    precision (:func:`flexatt.units.precision_conflicts`)."""
+    conflicts = precision_conflicts(unit, precision, done)
+    if not conflicts:
+        return None
+    theirs = ", ".join(f"{name} ({p})" for name, p in conflicts.items())
+    return (f"{unit.name} would train at {precision} here ({reason}), but the units it is paired with "
+            f"trained at another precision: {theirs}; run it where training resolves theirs "
+            f"(or set trainer.precision to it, if that is not emulated and slow there)")
 
 
 def targets(unit: Unit, spec, done: dict[str, dict]) -> dict[str, float]:
@@ -241,13 +273,27 @@ class ProfileRun:
         self.profile, self.results, self.copy, self.commit = profile, results, copy, commit
         self.source = {**tree_state(), "overrides": overrides}
         check_data(prepare(copy, profile, overrides), done_units(results))
+        self.precision, self.precision_reason = machine_precision(copy)
+        self._skipped: set[str] = set()
 
     def spec(self):
         """The plan of the code the units run: the copy's."""
         return read_plan(self.copy / "conf/units" / f"{self.profile}.yaml")
 
+    def refusal(self, unit: Unit) -> str | None:
+        """Why ``unit`` may not train on this machine (:func:`precision_refusal`), or None."""
+        return precision_refusal(unit, self.precision, self.precision_reason, done_units(self.results))
+
     def todo(self) -> list[Unit]:
-        return pending(self.profile, self.results, self.copy)[0]
+        """The pending units this machine may train, in order; each one skipped is said once."""
+        units = []
+        for unit in pending(self.profile, self.results, self.copy)[0]:
+            if (why := self.refusal(unit)) is None:
+                units.append(unit)
+            elif unit.name not in self._skipped:
+                self._skipped.add(unit.name)
+                print(f"units: {self.profile}: skipped: {why}", flush=True)
+        return units
 
     def log(self, name: str) -> Path:
         return ROOT / "logs/units" / self.copy.name / f"{name}.log"  # the copy's name: a probe has its own
@@ -338,6 +384,9 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit(f"error: {args.only} is not a pending unit of {args.profiles[0]} (--list shows them)")
     runs = [ProfileRun(p, results[p], (args.keep or ROOT / "runs" / p).resolve(), args.set, args.commit)
             for p in args.profiles]
+    if args.only and (why := runs[0].refusal(next(u for u in pending(args.profiles[0], results[args.profiles[0]])[0]
+                                                  if u.name == args.only))):
+        sys.exit(f"error: {why}")
     ran = 0
     while args.units != 0:  # the late matches pending before each unit and after the last
         for r in runs:

@@ -14,8 +14,8 @@ import pytest
 from conftest import ROOT, copy_of, load_script, run_module
 from flexatt.errors import ConfigError, DataError
 from flexatt.units import (Plan, Unit, budget_gain, budget_overrides, budget_short, budget_waits, diagonal_links,
-                           load_products, load_weights, nearest_fixed, pack_json, parse_unit, phase, plan, read_plan,
-                           select_beta, write_products)
+                           load_products, load_weights, nearest_fixed, pack_json, parse_unit, phase, plan, precision_conflicts,
+                           read_plan, select_beta, write_products)
 
 
 def _manifest(dev_inf: float, selected: float | None = None) -> dict:
@@ -434,6 +434,53 @@ def test_the_script_lists_the_plan_and_refuses_data_that_differ(tmp_path, capsys
         ["--match=local_m_d5-s1=10.9", "--match=local_m-s1=19.8"]
     assert units.targets(Unit("flexible", 1, beta=0.0, run=2), spec, done) == {"local_m_d5-s1": 10.9, "local_m-s1": 19.8}
     assert units.targets(Unit("flexible", 2), spec, done) == {} == units.targets(Unit("global", 1), spec, done)
+
+
+def test_the_two_sides_of_a_pair_train_at_one_precision(tmp_path, capsys):
+    """A seed's models are paired with each other, a fine-tuning with the control of its run: a unit
+    is refused where those that finished trained at another precision, and skipped (said once) by a
+    run that goes on with the units this machine may train; other seeds and runs may differ."""
+    trained = {"global-s1": "bf16-mixed", "flexible-s1": "bf16-mixed", "flexible-s1-x1.5": "bf16-mixed",
+               "flexible-s1-ctl-r1": "bf16-mixed", "flexible-s1-ft-b10-r1": "bf16-mixed",
+               "global-s2": "32-true", "flexible-s1-ft-b10-r2": "32-true"}
+    done = {name: {"training": {"precision": p}} for name, p in trained.items()}
+    assert precision_conflicts(Unit("local_m_d5", 1), "32-true", done) == \
+        {"flexible-s1": "bf16-mixed", "flexible-s1-x1.5": "bf16-mixed", "global-s1": "bf16-mixed"}
+    assert precision_conflicts(Unit("local_m_d5", 1), "bf16-mixed", done) == {}
+    assert precision_conflicts(Unit("flexible", 2), "32-true", done) == {}  # its seed trained at float32
+    assert precision_conflicts(Unit("flexible", 2), "bf16-mixed", done) == {"global-s2": "32-true"}
+    assert precision_conflicts(Unit("flexible", 1, beta=0.0, run=2), "32-true", done) == {}
+    assert precision_conflicts(Unit("flexible", 1, beta=0.0, run=2), "bf16-mixed", done) == \
+        {"flexible-s1-ft-b10-r2": "32-true"}
+    assert precision_conflicts(Unit("flexible", 1, beta=100.0, run=1), "32-true", done) == \
+        {"flexible-s1-ctl-r1": "bf16-mixed", "flexible-s1-ft-b10-r1": "bf16-mixed"}
+    assert precision_conflicts(Unit("sact", 3), "32-true", done) == {}
+    assert precision_conflicts(Unit("global", 1), "32-true", {"flexible-s1": {"training": {}}}) == {}
+
+    script = load_script("units")
+    why = script.precision_refusal(Unit("local_m_d5", 1), "32-true", "auto: no native bf16", done)
+    assert why.startswith("local_m_d5-s1 would train at 32-true here (auto: no native bf16)")
+    assert "global-s1 (bf16-mixed)" in why and "flexible-s1-x1.5 (bf16-mixed)" in why
+    assert script.precision_refusal(Unit("local_m_d5", 1), "bf16-mixed", "", done) is None
+    (tmp_path / "params.yaml").write_text("trainer:\n  accelerator: cpu\n  precision: 32-true\n")
+    assert script.machine_precision(tmp_path) == ("32-true", "set in trainer.precision")
+
+    results = tmp_path / "units"
+    for name in ("global-s1", "flexible-s1"):
+        (results / name).mkdir(parents=True)
+        (results / name / "unit.json").write_text(json.dumps({"training": {"precision": "bf16-mixed"}}))
+    run = object.__new__(script.ProfileRun)  # its state without making the copy's data
+    run.profile, run.results, run.copy = "grc", results, ROOT
+    run.precision, run.precision_reason, run._skipped = "32-true", "auto: no native bf16", set()
+    pending = [u.name for u in script.pending("grc", results)[0]]
+    todo = [u.name for u in run.todo()]
+    assert todo == [n for n in pending if parse_unit(n).seed != 1 or parse_unit(n).kind != "train"]
+    assert {"flexible-s1-ctl-r1", "global-s2"} <= set(todo)  # a run of its own, a seed of its own
+    skipped = capsys.readouterr().out.splitlines()
+    assert [line.split()[3] for line in skipped] == [n for n in pending if n not in todo]
+    assert "units: grc: skipped: local_m_d5-s1 would train at 32-true here (auto: no native bf16)" in "\n".join(skipped)
+    run.todo()
+    assert capsys.readouterr().out == ""  # said once
 
 
 @pytest.mark.slow

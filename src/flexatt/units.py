@@ -253,6 +253,26 @@ def phase(spec: Plan, unit: Unit) -> int:
     return 1 if unit.seed != spec.seeds[0] else 2 if unit.run > 1 else 0
 
 
+def comparison_group(unit: Unit) -> tuple:
+    """The units that ``unit``'s numbers are paired with, as a key: the models trained at its seed
+    (each paired claim compares two models of one seed, the budget check one model at two
+    budgets), or the fine-tunings and control of its parent at its run (the β sweep at run 1, a
+    fine-tuning/control pair at each later run)."""
+    return ("seed", unit.seed) if unit.kind == "train" else ("run", unit.parent, unit.run)
+
+
+def precision_conflicts(unit: Unit, precision: str, done: dict[str, dict]) -> dict[str, str]:
+    """The finished units of ``unit``'s :func:`comparison_group` that trained at another precision
+    than ``precision`` (name -> theirs, ``training.precision`` of the manifest). The two sides of
+    a paired comparison train at one precision: bf16-mixed and float32 training end in different
+    models, as another seed does, and a pair that mixed them would count that difference as the
+    variants'. Different seeds (or pairs) may differ: the interval over seeds takes it in."""
+    key = comparison_group(unit)
+    return {name: str(m["training"]["precision"]) for name, m in sorted(done.items())
+            if name != unit.name and "precision" in m.get("training", {})
+            and comparison_group(parse_unit(name)) == key and str(m["training"]["precision"]) != str(precision)}
+
+
 def select_beta(spec: Plan, done: dict[str, dict]) -> float | None:
     """The fine-tuning's β, chosen on dev once the sweep's units are done, by the rule the
     ``sweep_beta`` stage uses (:func:`flexatt.tau_search.select_beta`): among the βs whose dev BLEU
