@@ -10,7 +10,7 @@ import pytest
 
 from flexatt.claims import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED
 from flexatt.metrics import corpus_bleu
-from flexatt.unit_claims import report, t_interval
+from flexatt.unit_claims import precisions, report, t_interval
 from flexatt.units import Plan, Unit, pack_json, write_products
 
 N = 120
@@ -150,6 +150,18 @@ def test_the_report_renders_every_claim(run):
     claim_rows = [line for line in md.splitlines() if line.startswith("| claim") or line.startswith("| a:")
                   or line.startswith("| f:") or line.startswith("| f vs")]
     assert len({line.count("|") for line in claim_rows}) == 1  # every row as many columns as the header
+
+
+def test_the_report_names_the_precisions_the_units_trained_at(run):
+    class Found:  # what precisions reads of the units: their manifests
+        manifests = {**{f"u{i}-s1": {"training": {"precision": "bf16-mixed"}} for i in range(6)},
+                     "flexible-s1-ft-b10-r2": {"training": {"precision": "32-true"}},
+                     "flexible-s1-ctl-r2": {"training": {"precision": "32-true"}}, "old-s1": {"training": {}}}
+
+    assert precisions(Found) == ["bf16-mixed (6 units)", "32-true (flexible-s1-ctl-r2, flexible-s1-ft-b10-r2)"]
+    Found.manifests = {f"u{i}-s2": {"training": {"precision": "32-true"}} for i in range(5)}
+    assert precisions(Found) == ["32-true (5 units)"]
+    assert "Trained at" not in report(run, PLAN, {"test": REFERENCES}, **OPTIONS)["markdown"]  # none recorded
 
 
 def test_the_script_writes_the_report_and_figure_from_units_alone(run, tmp_path, capsys):

@@ -293,6 +293,18 @@ def budget_check(units: Units) -> dict | None:
             "dev_gain": gain, "enough": enough, "final": check.final, "kept_short": check.final and not enough}
 
 
+def precisions(units: Units) -> list[str]:
+    """The training precisions of the units, the most used first: ``bf16-mixed (17 units)``, the
+    others with their units' names where they are few (``32-true (a-s1, b-s1)``)."""
+    found: dict[str, list[str]] = {}
+    for name, m in sorted(units.manifests.items()):
+        if "precision" in m.get("training", {}):
+            found.setdefault(str(m["training"]["precision"]), []).append(name)
+    ranked = sorted(found.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    return [f"{p} ({len(names)} units)" if i == 0 or len(names) > 4 else f"{p} ({', '.join(names)})"
+            for i, (p, names) in enumerate(ranked)]
+
+
 def _ms(stat: dict | None, digits: int = 2) -> str:
     if stat is None:
         return "–"
@@ -310,6 +322,8 @@ def render(table: list[dict], claims: list[dict], units: Units, budget: dict | N
                      f"{_ms(r['window'])} | {_ms(r['aer'], 3)} | {_ms(r['diagonal'], 3)} |")
     lines += ["", "mean ± sd over training seeds; AER against the gold links, beside a length-proportional "
               "diagonal's.", ""]
+    if trained := precisions(units):
+        lines += ["Trained at " + ", ".join(trained) + "; the two sides of every pair at one precision.", ""]
     if budget is not None:
         lines += [f"Budget check: {budget['variant']} trained {budget['epochs'][1]} epochs instead of "
                   f"{budget['epochs'][0]} gains {budget['dev_gain']:+.2f} dev BLEU ({budget['dev_bleu'][0]:.2f} → "
