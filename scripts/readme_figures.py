@@ -415,10 +415,10 @@ def units_claims(runs: dict[str, Path]) -> tuple[str, list[str]]:
     from flexatt.unit_claims import BUDGET_GAIN
     from flexatt.units import done_units
 
-    def delta(e: dict) -> str:
+    def delta(e: dict, of: str = "seed") -> str:
         over, pooled = e["over_seeds"], e["pooled"]
-        seeds = (f"{_signed(over['mean'])} [{_signed(over['ci'][0])}, {_signed(over['ci'][1])}] ({over['n']} seeds)"
-                 if over["ci"] else f"{_signed(over['mean'])} (1 seed)")
+        seeds = (f"{_signed(over['mean'])} [{_signed(over['ci'][0])}, {_signed(over['ci'][1])}] ({over['n']} {of}s)"
+                 if over["ci"] else f"{_signed(over['mean'])} (1 {of})")
         return f"{seeds}; pooled {_signed(pooled['delta'])} [{_signed(pooled['ci'][0])}, {_signed(pooled['ci'][1])}]"
 
     def share(stat: dict, sign: str = "") -> str:
@@ -431,7 +431,8 @@ def units_claims(runs: dict[str, Path]) -> tuple[str, list[str]]:
         extra = (f"; cut {share(c['cut'])}" if "cut" in c else
                  f"; window {share(c['window_change'], '+')} at β = {c['beta']:g}" if "window_change" in c else "")
         e2 = f", by +2 (e2): **{effect['verdict']}**" if effect else ""
-        return f"**{c['verdict']}**{e2}" + ("" if "pairs" in c else f": {delta(c)}{extra}")
+        of = "pair" if "window_change" in c else "seed"  # c: fine-tuning/control pairs of one parent
+        return f"**{c['verdict']}**{e2}" + ("" if "pairs" in c else f": {delta(c, of)}{extra}")
 
     reports, stale = {}, []
     for profile, run in runs.items():

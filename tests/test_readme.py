@@ -193,7 +193,7 @@ def _report(names: list[str], claims: list[dict], budget: dict | None = None) ->
 
 def test_the_units_section_gives_the_claims_of_a_current_report_only(tmp_path):
     """The claims come from a run's report.json only while that report covers exactly the units
-    done: per measured claim its verdict, the Δ over seeds (one seed said so) and pooled; f per
+    done: per measured claim its verdict, the Δ over seeds (over pairs for c; one said so) and pooled; f per
     fixed window; the budget check; the claims not measured on any corpus are left out."""
     from conftest import load_script
 
@@ -209,7 +209,9 @@ def test_the_units_section_gives_the_claims_of_a_current_report_only(tmp_path):
               {"id": "b", "claim": "cut", "verdict": "inconclusive", **stats,
                "over_seeds": {"n": 3, "mean": -0.3, "sd": 0.2, "ci": [-0.8, 0.2]},
                "cut": {"n": 3, "mean": 0.52, "sd": 0.01, "ci": [0.5, 0.55]}},
-              {"id": "c", "claim": "narrows", "verdict": "not measured"},
+              {"id": "c", "claim": "narrows", "verdict": "inconclusive", **stats, "beta": 10.0,
+               "over_seeds": {"n": 2, "mean": -0.32, "sd": 0.13, "ci": [-1.52, 0.89]},
+               "window_change": {"n": 2, "mean": -0.149, "sd": 0.01, "ci": [-0.251, -0.048]}},
               {"id": "f", "claim": "fixed", "verdict": "inconclusive",
                "pairs": [{"fixed": "local_m_d5", "verdict": "holds", **stats}, {"fixed": "local_m", "verdict": "not measured"}]}]
     budget = {"variant": "flexible", "factor": 1.5, "epochs": [25, 38], "dev_gain": 0.61, "enough": False}
@@ -220,6 +222,8 @@ def test_the_units_section_gives_the_claims_of_a_current_report_only(tmp_path):
                     "| a. Flexible τ=∞ ≥ Global | **holds**: +1.10 (1 seed); pooled +1.08 [+0.61, +1.52] |",
                     "| b. the selected τ cuts positions at ≤ 0.5 BLEU | **inconclusive**: −0.30 [−0.80, +0.20] (3 seeds); "
                     "pooled +1.08 [+0.61, +1.52]; cut 52% [50%, 55%] |",
+                    "| c. fine-tuning narrows the window (vs a control) | **inconclusive**: −0.32 [−1.52, +0.89] "
+                    "(2 pairs); pooled +1.08 [+0.61, +1.52]; window −15% [−25%, −5%] at β = 10 |",
                     "| f. Flexible > a fixed window of equal size | **inconclusive** |",
                     "| f. vs local_m_d5 | **holds**: +1.10 (1 seed); pooled +1.08 [+0.61, +1.52] |",
                     "| budget: flexible at ×1.5 epochs gains < 0.5 dev BLEU | **fails**: +0.61 (25 → 38 epochs) |"]

@@ -346,7 +346,7 @@ def render(table: list[dict], claims: list[dict], units: Units, budget: dict | N
                 continue
             over = e["over_seeds"]
             over_text = (f"{over['mean']:+.2f} [{over['ci'][0]:+.2f}, {over['ci'][1]:+.2f}]" if over["ci"]
-                         else f"{over['mean']:+.2f} (one seed)")
+                         else f"{over['mean']:+.2f} (one {'pair' if 'window_change' in c else 'seed'})")
             pooled = e["pooled"]
             label = f"{c['id']}: {c['claim']}" + (f" — vs {e['fixed']}" if "fixed" in e else "")
             detail = ""
