@@ -51,7 +51,7 @@ from flexatt.tau import from_json, label  # noqa: E402
 # whatever the working tree holds by then
 from flexatt.unit_claims import Units, figure, report  # noqa: E402
 from flexatt.units import (WEIGHTS, Unit, budget_gain, budget_short, done_units, phase, plan,  # noqa: E402
-                           precision_conflicts, read_plan)
+                           parse_unit, precision_conflicts, read_plan)
 
 #: the data files whose digests every unit of a profile shares
 DATA_KEYS = ("train.npz", "dev.npz", "test.npz", "src.model", "tgt.model", "dev.ref", "test.ref")
@@ -384,8 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.exit(f"error: {args.only} is not a pending unit of {args.profiles[0]} (--list shows them)")
     runs = [ProfileRun(p, results[p], (args.keep or ROOT / "runs" / p).resolve(), args.set, args.commit)
             for p in args.profiles]
-    if args.only and (why := runs[0].refusal(next(u for u in pending(args.profiles[0], results[args.profiles[0]])[0]
-                                                  if u.name == args.only))):
+    if args.only and (why := runs[0].refusal(parse_unit(args.only))):
         sys.exit(f"error: {why}")
     ran = 0
     while args.units != 0:  # the late matches pending before each unit and after the last
