@@ -24,7 +24,7 @@ Every unit records the precision it trained at (``trainer.precision: auto`` reso
 bf16-mixed only where bf16 products are native). The two sides of a paired comparison (the models
 of one seed; a fine-tuning and the control of its run) train at one precision
 (:func:`flexatt.units.precision_conflicts`): a unit whose pairs trained at another precision than
-this machine's is skipped, said so, and ``--only`` refuses it.
+this machine's is skipped, said so, ``--only`` refuses it and ``--list`` marks it.
 
 Given several profiles, each keeps its own copy and results; the next unit is always from the
 earliest stage of their plans (``flexatt.units.phase``: the first seed of every claim, then the
@@ -93,13 +93,25 @@ def check_data(digests: dict[str, str], done: dict[str, dict]) -> None:
 
 def machine_precision(copy: Path) -> tuple[str, str]:
     """The precision a unit trains at in ``copy`` on this machine, and why: ``trainer.precision``
-    of its ``params.yaml`` as training resolves it (:func:`flexatt.runtime.resolve_precision`;
-    ``auto``: bf16-mixed only where bf16 products are native)."""
+    of its ``params.yaml`` as training resolves it (:func:`trainer_precision`)."""
     import yaml
 
+    return trainer_precision(yaml.safe_load((copy / "params.yaml").read_text())["trainer"])
+
+
+def profile_precision(profile: str, root: Path = ROOT) -> tuple[str, str]:
+    """:func:`machine_precision` for ``profile`` composed from ``root``'s ``conf/`` (no copy needed)."""
+    from flexatt.config import compose
+
+    return trainer_precision(compose([f"profile={profile}"], root / "conf")["trainer"])
+
+
+def trainer_precision(trainer) -> tuple[str, str]:
+    """``trainer.precision`` as training resolves it on this machine, and why
+    (:func:`flexatt.runtime.resolve_precision`; ``auto``: bf16-mixed only where bf16 products are
+    native)."""
     from flexatt.runtime import resolve_precision
 
-    trainer = yaml.safe_load((copy / "params.yaml").read_text())["trainer"]
     precision, reason = resolve_precision(trainer.get("precision", "32-true"), str(trainer.get("accelerator", "auto")))
     return str(precision), reason
 
@@ -371,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         if given:
             parser.error(f"{', '.join(given)}: one profile only (got {', '.join(args.profiles)})")
     if args.list:
-        list_plans(results)
+        list_plans(results, {p: profile_precision(p) for p in args.profiles})
         return 0
     if args.report:
         profile = args.profiles[0]
@@ -416,10 +428,12 @@ def cpu_share(minutes: dict) -> str:
     return f" (cpu {100 * minutes['cpu'] / (minutes['total'] * minutes['threads']):.0f}%)"
 
 
-def list_plans(results: dict[str, Path]) -> None:
+def list_plans(results: dict[str, Path], precisions: dict[str, tuple[str, str]] | None = None) -> None:
     """``--list``: each profile's finished units with their minutes, commit and figures, its late
     matches, then the units pending in the order they run (over several profiles, stage by stage:
-    :func:`next_unit`'s order as the plans stand now; each line then led by its profile)."""
+    :func:`next_unit`'s order as the plans stand now; each line then led by its profile). Given
+    the precision each profile trains at here (``precisions``), a pending unit this machine may not
+    train (:func:`precision_refusal`) says so, with the partners that trained otherwise."""
     width = max(len(p) for p in results) + 2
     queue = []
     for i, (profile, folder) in enumerate(results.items()):
@@ -433,10 +447,22 @@ def list_plans(results: dict[str, Path]) -> None:
             print(f"{lead}pending  {name} matched to {', '.join(found)} (from its kept weights)")
         if note := budget_note(spec, done):
             print(f"{lead}{note}")
-        queue += [(phase(spec, u), i, k, lead, u.name) for k, u in enumerate(todo)]
+        here = (precisions or {}).get(profile)
+        queue += [(phase(spec, u), i, k, lead, u.name + (not_here(u, here, done) if here else ""))
+                  for k, u in enumerate(todo)]
     for *_, lead, name in sorted(queue):
         print(f"{lead}pending  {name}")
 
+
+def not_here(unit: Unit, here: tuple[str, str], done: dict[str, dict]) -> str:
+    """The ``--list`` mark of a unit that would train at ``here``'s precision while its partners
+    trained at another (empty: it may train here)."""
+    conflicts = precision_conflicts(unit, here[0], done)
+    if not conflicts:
+        return ""
+    theirs = sorted(set(conflicts.values()))
+    return (f"{'':{max(0, 24 - len(unit.name))}} not here: {here[0]} ({here[1]}); "
+            f"{', '.join(sorted(conflicts))} trained at {', '.join(theirs)}")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -468,7 +468,8 @@ def test_the_two_sides_of_a_pair_train_at_one_precision(tmp_path, capsys):
     results = tmp_path / "units"
     for name in ("global-s1", "flexible-s1"):
         (results / name).mkdir(parents=True)
-        (results / name / "unit.json").write_text(json.dumps({"training": {"precision": "bf16-mixed"}}))
+        (results / name / "unit.json").write_text(json.dumps({
+            "training": {"precision": "bf16-mixed"}, "minutes": {"total": 30.0}, "source": {"commit": "abcdef0"}}))
     run = object.__new__(script.ProfileRun)  # its state without making the copy's data
     run.profile, run.results, run.copy = "grc", results, ROOT
     run.precision, run.precision_reason, run._skipped = "32-true", "auto: no native bf16", set()
@@ -481,6 +482,14 @@ def test_the_two_sides_of_a_pair_train_at_one_precision(tmp_path, capsys):
     assert "units: grc: skipped: local_m_d5-s1 would train at 32-true here (auto: no native bf16)" in "\n".join(skipped)
     run.todo()
     assert capsys.readouterr().out == ""  # said once
+
+    script.list_plans({"grc": results}, {"grc": ("32-true", "auto: no native bf16")})
+    listed = {line.split()[1]: line for line in capsys.readouterr().out.splitlines() if line.startswith("pending")}
+    assert listed["local_m_d5-s1"].endswith(
+        "not here: 32-true (auto: no native bf16); flexible-s1, global-s1 trained at bf16-mixed")
+    assert [n for n, line in listed.items() if "not here" not in line] == todo  # the rest may train here
+    assert script.profile_precision("paper") == ("bf16-mixed", "set in trainer.precision")  # its trainer: gpu
+    assert script.profile_precision("grc")[1].startswith("auto: ")
 
 
 @pytest.mark.slow
