@@ -122,6 +122,26 @@ def test_c_fails_when_the_fine_tuned_window_is_not_narrower_at_its_own_tau(run):
     assert c["window_change"]["ci"][0] > -0.05 and c["verdict"] == FAILS
 
 
+def test_the_figure_shows_each_fine_tuning_pair_beside_the_trade_off(run, tmp_path_factory):
+    import shutil
+
+    from PIL import Image
+
+    from flexatt.unit_claims import Units, figure, finetuning_pairs
+
+    out = tmp_path_factory.mktemp("figures")
+    assert finetuning_pairs(Units(run, PLAN)) == (
+        10.0, {r: (f"flexible-s1-ft-b10-r{r}", f"flexible-s1-ctl-r{r}") for r in (1, 2, 3)})
+    both = Image.open(figure(Units(run, PLAN), out / "both.png")).size
+    shutil.rmtree(run / "flexible-s1-ctl-r3")
+    assert list(finetuning_pairs(Units(run, PLAN))[1]) == [1, 2]  # a pair once both sides finished
+    for r in (1, 2):
+        shutil.rmtree(run / f"flexible-s1-ctl-r{r}")
+    assert finetuning_pairs(Units(run, PLAN)) is None  # β waits for the sweep's control
+    alone = Image.open(figure(Units(run, PLAN), out / "alone.png")).size
+    assert both[0] > 1.5 * alone[0]  # the pairs' panel beside the trade-off
+
+
 def test_the_budget_check_says_what_longer_training_gains(run):
     from flexatt.unit_claims import Units, budget_check
 

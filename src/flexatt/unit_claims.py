@@ -135,16 +135,8 @@ def claim_pairs(units: Units) -> dict[str, list[tuple[dict, dict]]]:
     pairs["b"] = [(units.record(Unit(flex, s).name, _selected(units, Unit(flex, s).name)),
                    units.record(Unit(flex, s).name, INF)) for s in units.seeds(flex)
                   if not math.isinf(_selected(units, Unit(flex, s).name))]
-    ft = p.finetuning
-    beta = select_beta(p, units.manifests) if ft is not None else None
-    if beta is not None:
-        first = p.seeds[0]
-        runs = [r for r in range(1, ft.pairs + 1)
-                if units.has(Unit(ft.parent, first, beta=beta, run=r).name)
-                and units.has(Unit(ft.parent, first, beta=0.0, run=r).name)]
-        pairs["c"] = [tuple(units.record(n, _selected(units, n)) for n in
-                            (Unit(ft.parent, first, beta=beta, run=r).name, Unit(ft.parent, first, beta=0.0, run=r).name))
-                      for r in runs]
+    if (found := finetuning_pairs(units)) is not None:
+        pairs["c"] = [tuple(units.record(n, _selected(units, n)) for n in names) for names in found[1].values()]
     for claim, variant in (("d", "local_p"), ("e", "sact")):
         pairs[claim] = [(units.record(Unit(variant, s).name, INF), units.record(Unit("global", s).name, INF))
                         for s in units.seeds(variant, "global")]
@@ -156,6 +148,19 @@ def claim_pairs(units: Units) -> dict[str, list[tuple[dict, dict]]]:
                 found.append((units.record(Unit(flex, s).name, matched["tau"]), units.record(Unit(fixed, s).name, INF)))
         pairs[f"f:{fixed}"] = found
     return pairs
+
+
+def finetuning_pairs(units: Units) -> tuple[float, dict[int, tuple[str, str]]] | None:
+    """The selected β and, per run r, the names of its finished pair (fine-tuned, control) at that β
+    from the first seed's parent; ``None`` while β is not selected (or the plan has no fine-tuning)."""
+    p = units.plan
+    ft = p.finetuning
+    beta = select_beta(p, units.manifests) if ft is not None else None
+    if beta is None:
+        return None
+    names = {r: (Unit(ft.parent, p.seeds[0], beta=beta, run=r).name, Unit(ft.parent, p.seeds[0], beta=0.0, run=r).name)
+             for r in range(1, ft.pairs + 1)}
+    return beta, {r: pair for r, pair in names.items() if all(units.has(n) for n in pair)}
 
 
 def _selected(units: Units, name: str) -> float:
@@ -383,11 +388,24 @@ def report(folder: str | Path, plan: Plan, references: dict[str, list[str]], *, 
 
 
 def figure(units: Units, path: str | Path) -> Path:
-    """Test BLEU against the window of every trained unit (one point per seed at τ = ∞), with each
-    flexible unit's test curve over τ and its dev-selected τ marked: the trade-off the claims read."""
+    """Test BLEU against the window of every trained unit (:func:`_tradeoff_panel`) and, once β is
+    selected and a pair finished, each fine-tuning pair at its own dev-selected τ
+    (:func:`_pairs_panel`): what claims a–f read."""
     from flexatt.figures import _save, plt
 
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    found = finetuning_pairs(units)
+    pairs = found is not None and bool(found[1])
+    fig, axes = plt.subplots(1, 2 if pairs else 1, figsize=(13 if pairs else 7, 4.5), squeeze=False)
+    _tradeoff_panel(units, axes[0][0])
+    if pairs:
+        _pairs_panel(units, *found, axes[0][1])
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _tradeoff_panel(units: Units, ax) -> None:
+    """One point per trained unit at τ = ∞, each flexible unit's test curve over τ and its
+    dev-selected τ marked."""
     colours: dict[str, str] = {}
     for name, m in sorted(units.manifests.items()):
         if m.get("kind", "train") != "train" or m.get("budget", 1.0) != 1.0:
@@ -405,8 +423,28 @@ def figure(units: Units, path: str | Path) -> Path:
                        zorder=4, label=None)
     ax.set_xlabel("positions scored per decoding step (test)")
     ax.set_ylabel("test BLEU")
-    ax.set_title("Units: every seed at τ = ∞ (dots), flexible's τ curve, its dev-selected τ (stars)")
+    ax.set_title("Every seed at τ = ∞ (dots), flexible's τ curve, its dev-selected τ (stars)", fontsize=10)
     if colours:
         ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
-    return _save(fig, path)
+
+
+def _pairs_panel(units: Units, beta: float, pairs: dict[int, tuple[str, str]], ax) -> None:
+    """Claim c: each run's control (circle) and fine-tuning (triangle), each at its own
+    dev-selected τ on test, an arrow from the one to the other."""
+    for r, (tuned, control) in sorted(pairs.items()):
+        a, b = (units.manifests[n]["summary"]["test"]["selected"] for n in (tuned, control))
+        colour = f"C{(r - 1) % 10}"
+        ax.annotate("", xy=(a["window"], a["bleu"]), xytext=(b["window"], b["bleu"]),
+                    arrowprops={"arrowstyle": "->", "color": colour, "alpha": 0.6})
+        ax.scatter([b["window"]], [b["bleu"]], facecolors="none", edgecolors=colour, zorder=3,
+                   label="control (β = 0)" if r == min(pairs) else None)
+        ax.scatter([a["window"]], [a["bleu"]], color=colour, marker="^", zorder=3,
+                   label=f"fine-tuned (β = {beta:g})" if r == min(pairs) else None)
+        ax.annotate(f"r{r}", (a["window"], a["bleu"]), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    ax.set_xlabel("positions scored per decoding step (test), at each model's dev-selected τ")
+    ax.set_ylabel("test BLEU")
+    ax.set_title(f"Fine-tuning vs its control, {len(pairs)} pair{'s' * (len(pairs) != 1)} from one parent",
+                 fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
