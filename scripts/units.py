@@ -433,7 +433,7 @@ def list_plans(results: dict[str, Path], precisions: dict[str, tuple[str, str]] 
     matches, then the units pending in the order they run (over several profiles, stage by stage:
     :func:`next_unit`'s order as the plans stand now; each line then led by its profile). Given
     the precision each profile trains at here (``precisions``), a pending unit this machine may not
-    train (:func:`precision_refusal`) says so, with the partners that trained otherwise."""
+    train says so, with the partners that trained otherwise (:func:`not_here`)."""
     width = max(len(p) for p in results) + 2
     queue = []
     for i, (profile, folder) in enumerate(results.items()):
@@ -463,6 +463,7 @@ def not_here(unit: Unit, here: tuple[str, str], done: dict[str, dict]) -> str:
     theirs = sorted(set(conflicts.values()))
     return (f"{'':{max(0, 24 - len(unit.name))}} not here: {here[0]} ({here[1]}); "
             f"{', '.join(sorted(conflicts))} trained at {', '.join(theirs)}")
+
 
 if __name__ == "__main__":
     sys.exit(main())
