@@ -302,6 +302,8 @@ def units_section(runs: dict[str, Path]) -> str:
         return textwrap.fill(lead, width=100, break_on_hyphens=False)
     ms = lambda st, d=2: "–" if st is None else (  # noqa: E731
         f"{st['mean']:.{d}f}" + ("" if st["sd"] is None else f" ± {st['sd']:.{d}f}"))
+    # a window every seed shares (at τ = ∞: every source position) is shown once, without a ± of 0
+    same_once = lambda st: st if st is None or st["sd"] != 0 else {**st, "sd": None}  # noqa: E731
     tables = {p: {(r["model"], r["at"]): r for r in model_table(u)} for p, (_, u, _) in done.items()}
     rows = list(dict.fromkeys(key for t in tables.values() for key in t))
     rows.sort(key=lambda k: (k[0] != "global", k[0], k[1] != "τ=∞"))
@@ -312,7 +314,7 @@ def units_section(runs: dict[str, Path]) -> str:
         for p in done:
             r = tables[p].get(key)
             cells += (["", "", "", ""] if r is None else
-                      [str(len(r["seeds"])), ms(r["bleu"]), ms(r["window"]), ms(r["aer"], 3)])
+                      [str(len(r["seeds"])), ms(r["bleu"]), ms(same_once(r["window"])), ms(r["aer"], 3)])
         lines.append(f"| {key[0]} | {key[1]} | {' | '.join(cells)} |")
     diagonal = ", ".join(f"{t[rows[0]]['diagonal']['mean']:.3f} {UNITS_CORPUS[p][0]}" for p, t in tables.items()
                             if t.get(rows[0], {}).get("diagonal"))
@@ -334,7 +336,8 @@ def units_section(runs: dict[str, Path]) -> str:
     probes = probes_block(runs["grc"]) if "grc" in runs else ""
     aligned = " ".join(probes.split()) + " " if probes and "| probe" not in probes else ""  # else: the grc block
     note = (f"Mean ± sd over seeds; sacrebleu, beam {beam}; window: positions scored per step; test AER (a "
-            f"length-proportional diagonal that reads no words: {diagonal}). {aligned}A unit took: "
+            f"length-proportional diagonal that reads no words: {diagonal}); a window without ± is the same "
+            f"for every seed. {aligned}A unit took: "
             f"{'; '.join(took)} on {', '.join(machines)}.")
     text, table = units_claims({p: run for p, (run, _, _) in done.items()})
     return "\n".join([textwrap.fill(lead, width=100, break_on_hyphens=False), "", *lines, "",

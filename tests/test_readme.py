@@ -171,7 +171,7 @@ def test_the_units_section_shows_the_models_over_their_finished_units_and_no_pro
         (run / "units" / unit["unit"] / "unit.json").write_text(json.dumps(unit))
     block = figures.units_section({"converged": run})
     text = " ".join(block.split())
-    assert "(Spanish → English Bible) 3 of 17;" in text and "reads no words: 0.610 Bible)." in text
+    assert "(Spanish → English Bible) 3 of 17;" in text and "reads no words: 0.610 Bible);" in text
     assert "Claims: `python scripts/units.py converged --report` decides them from the units done." in text
     rows = [line for line in block.splitlines() if line.startswith("| global") or line.startswith("| flexible")]
     assert rows == ["| global | τ=∞ | 2 | 30.50 ± 0.71 | 25.20 ± 0.14 | 0.480 ± 0.000 |",
@@ -185,6 +185,12 @@ def test_the_units_section_shows_the_models_over_their_finished_units_and_no_pro
     assert both.splitlines()[[i for i, line in enumerate(both.splitlines()) if line.startswith("| model")][0] + 2] \
         == "| global | τ=∞ | 2 | 30.50 ± 0.71 | 25.20 ± 0.14 | 0.480 ± 0.000 | 1 | 12.00 | 38.00 | 0.480 |"
     assert "| flexible | τ=∞ | 1 | 31.10 | 25.30 | 0.480 |  |  |  |  |" in both
+    # a window every seed shares (every source position at τ = ∞) carries no ± of 0
+    (grc / "units" / "global-s2").mkdir()
+    (grc / "units" / "global-s2" / "unit.json").write_text(json.dumps(_unit("global-s2", "global", 2, 13.0, 38.0)))
+    shared = figures.units_section({"grc": grc})
+    assert "| global | τ=∞ | 2 | 12.50 ± 0.71 | 38.00 | 0.480 ± 0.000 |" in shared.splitlines()
+    assert "a window without ± is the same for every seed" in " ".join(shared.split())
 
 
 def _report(names: list[str], claims: list[dict], budget: dict | None = None) -> str:
