@@ -782,10 +782,16 @@ def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str =
 
 
 def _machine() -> dict:
-    """Where a unit (or a later match) ran: CPU, cores, Python and torch versions."""
+    """Where a unit (or a later match) ran: CPU, cores, Python and torch versions, and whether the
+    CPU multiplies bf16 natively (``bf16_native``: :func:`flexatt.runtime.native_cpu_bf16`;
+    ``None`` where its flags cannot tell), which one model name may not say (an AMD EPYC has AVX-512
+    BF16 or not)."""
     import torch
 
-    return {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__}
+    from flexatt.runtime import native_cpu_bf16
+
+    return {"cpu": _cpu(), "cores": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
+            "bf16_native": native_cpu_bf16()}
 
 
 def _cpu() -> str:
