@@ -13,6 +13,7 @@ import pytest
 
 from conftest import ROOT, copy_of, load_script, run_module
 from flexatt.errors import ConfigError, DataError
+from flexatt.runtime import native_cpu_bf16
 from flexatt.units import (Plan, Unit, budget_gain, budget_overrides, budget_short, budget_waits, diagonal_links,
                            load_products, load_weights, nearest_fixed, pack_json, parse_unit, phase, plan, precision_conflicts,
                            read_plan, select_beta, write_products)
@@ -229,7 +230,6 @@ def test_a_units_products_are_complete_and_load(smoke_unit):
     assert m["training"]["stopped_by"] == "budget" and m["training"]["checkpoint"] == "last"
     assert m["training"]["lr_sequence"] == [float(row["lr"]) for row in products["curve"]]
     assert m["minutes"]["cpu"] > 0 and m["minutes"]["threads"] == 1
-    from flexatt.runtime import native_cpu_bf16
     assert m["machine"]["bf16_native"] == native_cpu_bf16()  # the model name alone may not tell
     records = {(r["split"], r["tau"]): r for r in products["decodes"]["records"]}
     n = {split: len((smoke_unit / f"artifacts/tok/{split}.ref").read_text().splitlines()) for split in ("dev", "test")}
@@ -336,7 +336,6 @@ def test_a_flexible_unit_is_matched_later_from_its_kept_weights(smoke_unit, tmp_
     late = m["summary"]["matched"]["local_m_d5-s2"]
     assert late["target"] == 3.0 and m["amended"][0]["matched"] == ["local_m_d5-s2"]
     assert "commit" in m["amended"][0]["source"] and m["amended"][0]["machine"]["cpu"] and m["amended"][0]["minutes"] >= 0
-    from flexatt.runtime import native_cpu_bf16
     assert m["amended"][0]["machine"]["bf16_native"] == native_cpu_bf16()
     old = before["decodes"]["records"]
     assert all(r in after["decodes"]["records"] for r in old)  # nothing decoded before is changed
