@@ -346,10 +346,12 @@ def units_section(runs: dict[str, Path]) -> str:
 
 
 def resumed_at_end(manifest: dict) -> bool:
-    """Whether a unit's training was resumed after its last epoch (it only decoded: the run it
-    resumed from, an earlier budget's check, trained it)."""
+    """Whether a unit's training was resumed after its last epoch from a run that is not one of
+    its own attempts (it only decoded: that run, an earlier budget's check, trained it; a unit's
+    own earlier attempts count in its minutes)."""
     training = manifest.get("training", {})
-    return training.get("resumed_from_epoch") is not None and training["resumed_from_epoch"] == training.get("epochs")
+    return (training.get("resumed_from_epoch") is not None and training["resumed_from_epoch"] == training.get("epochs")
+            and manifest.get("minutes", {}).get("attempts", 1) == 1)
 
 
 def earlier_checks(run: Path) -> list[dict]:

@@ -15,10 +15,11 @@ unit runs the code of the commit it names (``unit.json``: ``source``). The profi
 made there by its own stages (``dvc repro tokenize``), and their digests must equal those the
 finished units recorded: a unit is only ever compared with units trained on the same data. A
 unit's training checkpoints stay in the copy (``units/<unit>/``): started again after an
-interruption, the unit resumes from its last epoch; a lost copy costs at most the unit under
-way. With ``--commit``, each finished unit's folder is committed to this working tree's git
-(nothing else is staged). A unit's log is ``logs/units/<copy>/<unit>.log`` (the copy's folder
-name: ``<profile>`` by default).
+interruption, the unit resumes from its last epoch (its minutes then add up its attempts', and
+``--list`` says how many); a lost copy costs at most the unit under way. With ``--commit``,
+each finished unit's folder is committed to this working tree's git (nothing else is staged).
+A unit's log is ``logs/units/<copy>/<unit>.log`` (the copy's folder name: ``<profile>`` by
+default).
 
 Every unit records the precision it trained at (``trainer.precision: auto`` resolves per machine:
 bf16-mixed only where bf16 products are native). The two sides of a paired comparison (the models
@@ -422,10 +423,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def cpu_share(minutes: dict) -> str:
     """`` (cpu 97%)``: the unit's CPU minutes over its wall minutes times its threads, the share of
-    its cores it had (lower when other work ran beside it); empty for units that did not record it."""
-    if "cpu" not in minutes or not minutes["total"]:
-        return ""
-    return f" (cpu {100 * minutes['cpu'] / (minutes['total'] * minutes['threads']):.0f}%)"
+    its cores it had (lower when other work ran beside it), and ``, 2 attempts`` for a unit whose
+    training was interrupted and resumed (its minutes add up the attempts'); empty for units that
+    recorded neither."""
+    parts = []
+    if "cpu" in minutes and minutes["total"]:
+        parts.append(f"cpu {100 * minutes['cpu'] / (minutes['total'] * minutes['threads']):.0f}%")
+    if minutes.get("attempts", 1) > 1:
+        parts.append(f"{minutes['attempts']} attempts")
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def list_plans(results: dict[str, Path], precisions: dict[str, tuple[str, str]] | None = None) -> None:

@@ -310,6 +310,8 @@ def test_a_unit_resumed_at_its_trainings_end_is_timed_as_decoding_only(tmp_path)
     text = " ".join(figures.units_section({"converged": run}).split())
     assert "A unit took: Bible 52 min, 1 only decoded in 2 min (trained as an earlier budget's check) on Some CPU." in text
     assert figures.resumed_at_end(resumed) and not figures.resumed_at_end({"training": {"epochs": 57, "resumed_from_epoch": 30}})
+    # resumed at the end from an attempt of its own (interrupted while decoding): it trained
+    assert not figures.resumed_at_end({**resumed, "minutes": {"total": 52.0, "attempts": 2}})
 
 
 def test_the_committed_units_reports_cover_the_committed_units():

@@ -14,7 +14,7 @@ import pytest
 from conftest import ROOT, copy_of, load_script, run_module
 from flexatt.errors import ConfigError, DataError
 from flexatt.runtime import native_cpu_bf16
-from flexatt.units import (Plan, Unit, budget_gain, budget_overrides, budget_short, budget_waits, diagonal_links,
+from flexatt.units import (AttemptClock, Plan, Unit, budget_gain, budget_overrides, budget_short, budget_waits, diagonal_links,
                            load_products, load_weights, nearest_fixed, pack_json, parse_unit, phase, plan, precision_conflicts,
                            read_plan, select_beta, write_products)
 
@@ -208,6 +208,43 @@ def test_the_profiles_plans_are_valid_and_name_their_variants(tmp_path):
         read_plan(bad)
 
 
+def test_a_units_clock_adds_up_the_attempts_that_trained_its_model(tmp_path):
+    """Each attempt writes its seconds, added to its predecessors', beside the resume state; a
+    training that starts afresh deletes that folder, and the earlier attempts no longer count."""
+    import time
+
+    path = tmp_path / ".resume/units/global-s1/model/clock.json"
+    with AttemptClock(path, every=0.01) as first:
+        deadline = time.monotonic() + 10
+        while not path.is_file() and time.monotonic() < deadline:  # the heartbeat, while training
+            time.sleep(0.01)
+        assert json.loads(path.read_text())["attempts"] == 1  # what a killed process leaves
+        time.sleep(0.05)
+    # an attempt that failed (left by an exception) still records what it took
+    left = json.loads(path.read_text())
+    assert left["attempts"] == 1 and left["wall"] >= 0.05 and left["cpu"] >= 0
+
+    with AttemptClock(path, every=60) as second:  # resumed: the first attempt's seconds count
+        earlier = second.stop(fresh=False)
+    assert earlier == left
+    again = json.loads(path.read_text())
+    assert again["attempts"] == 2 and again["wall"] >= left["wall"]
+
+    with AttemptClock(path, every=0.01) as third:  # started afresh: the trainer deletes the folder
+        import shutil
+
+        shutil.rmtree(path.parent)
+        path.parent.mkdir(parents=True)
+        deadline = time.monotonic() + 10
+        while not path.is_file() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert json.loads(path.read_text())["attempts"] == 1
+        assert third.stop(fresh=False) == {"wall": 0.0, "cpu": 0.0, "attempts": 0}
+    with AttemptClock(path, every=60) as fourth:  # the trainer says it started afresh
+        assert fourth.stop(fresh=True)["attempts"] == 0
+    assert json.loads(path.read_text())["attempts"] == 1
+
+
 #: a short τ search: what a unit decodes, not how long it takes
 SHORT = ["train.epochs=1", "logger.enabled=false", "sweep_tau.grid=[1.0]", "sweep_tau.search_steps=1",
          "sweep_tau.add_log_mean_len=false", "sweep_tau.curve_taus=[0.5]"]
@@ -230,6 +267,9 @@ def test_a_units_products_are_complete_and_load(smoke_unit):
     assert m["training"]["stopped_by"] == "budget" and m["training"]["checkpoint"] == "last"
     assert m["training"]["lr_sequence"] == [float(row["lr"]) for row in products["curve"]]
     assert m["minutes"]["cpu"] > 0 and m["minutes"]["threads"] == 1
+    assert m["minutes"]["attempts"] == 1  # trained in one go
+    clock = json.loads((smoke_unit / ".resume/units/flexible-s2/model/flexible/clock.json").read_text())
+    assert clock["attempts"] == 1 and clock["wall"] / 60 <= m["minutes"]["train"] + 0.05
     assert m["machine"]["bf16_native"] == native_cpu_bf16()  # the model name alone may not tell
     records = {(r["split"], r["tau"]): r for r in products["decodes"]["records"]}
     n = {split: len((smoke_unit / f"artifacts/tok/{split}.ref").read_text().splitlines()) for split in ("dev", "test")}
@@ -424,6 +464,7 @@ def test_the_script_lists_the_plan_and_refuses_data_that_differ(tmp_path, capsys
     assert out[0].split()[:2] == ["done", "global-s1"] and out[1].split() == ["pending", "flexible-s1"]
     assert units.cpu_share({"total": 40.0, "cpu": 76.0, "threads": 2}) == " (cpu 95%)"
     assert units.cpu_share({"total": 41.5}) == ""  # a manifest without CPU minutes
+    assert units.cpu_share({"total": 40.0, "cpu": 76.0, "threads": 2, "attempts": 2}) == " (cpu 95%, 2 attempts)"
     assert units.figures({"summary": {"test": {"inf": {"bleu": 30.123, "window": 25.04}, "aer": {"inf": 0.61},
                                                "aer_diagonal": 0.7}}}) == \
         "test BLEU 30.12 window 25.0, AER 0.610 (diagonal 0.700)"

@@ -20,6 +20,8 @@ need no checkpoint:
 - its learning curve, learning-rate sequence and provenance (commit, machine, threads,
   precision, wall minutes and the process's CPU minutes: against wall minutes times its threads,
   the share of its cores it had, so that a unit slowed by other work on the machine shows it).
+  A unit interrupted and started again resumes its training from the last epoch; its minutes are
+  then those of every attempt that trained its model (:class:`AttemptClock`), and it says how many.
 
 A model that later units fine-tune (``parents``) keeps its weights, rounded to float16
 (``weights.fp16.pt``, about half of a float32 state); the unit then decodes those rounded weights,
@@ -49,6 +51,7 @@ import os
 import platform
 import re
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -682,6 +685,83 @@ def _git_commit() -> dict:
             "uncommitted_edits": bool(git("status", "--porcelain", "--untracked-files=no"))}
 
 
+class AttemptClock:
+    """The wall and CPU seconds a unit's training took over all of its attempts.
+
+    A unit whose process ended mid-training (killed, the machine gone) resumes from its last
+    epoch when started again, so the minutes of its last process alone would understate it. The
+    running attempt writes its seconds so far, added to its predecessors', to ``path`` every
+    ``every`` seconds (a killed process writes nothing on its way out: an interruption loses at
+    most ``every`` seconds of the record); the part of an epoch an interruption cut off, which the
+    next attempt trains again, counts, since it was spent. ``path`` lies in the training's resume
+    folder, beside ``last.ckpt``: a run that starts afresh (its resume state was of other code or
+    data) deletes that folder, and the earlier attempts' seconds with it, since they trained
+    another model; :meth:`seconds` notices the file gone and counts this attempt alone.
+    Hand-written: a heartbeat file of three numbers needs no library."""
+
+    def __init__(self, path: Path, every: float = 30.0, since: tuple[float, float] | None = None):
+        """``since``: this attempt's start, ``(time.perf_counter(), time.process_time())``
+        (default: now)."""
+        self.path, self.every = Path(path), every
+        self._wall0, self._cpu0 = since or (time.perf_counter(), time.process_time())
+        self._earlier = self._read()  # {"wall", "cpu", "attempts"} of the attempts before this one
+        self._expected = self._earlier is not None  # whether path should exist now
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="unit-clock", daemon=True)
+
+    def _read(self) -> dict | None:
+        try:
+            state = json.loads(self.path.read_text(encoding="utf-8"))
+            return {k: state[k] for k in ("wall", "cpu", "attempts")}
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def seconds(self, *, fresh: bool = False) -> dict:
+        """``{"wall", "cpu", "attempts"}`` so far; ``fresh``: the training is known to have
+        started afresh in this attempt (the earlier attempts are then not counted)."""
+        if fresh or (self._expected and not self.path.is_file()):
+            self._earlier = None
+        earlier = self._earlier or {"wall": 0.0, "cpu": 0.0, "attempts": 0}
+        return {"wall": earlier["wall"] + time.perf_counter() - self._wall0,
+                "cpu": earlier["cpu"] + time.process_time() - self._cpu0, "attempts": earlier["attempts"] + 1}
+
+    def _write(self) -> None:
+        from flexatt.io import write_json
+
+        state = self.seconds()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_json(self.path, state)
+        except OSError:  # the folder deleted under it (a run starting afresh): the next beat sees it
+            pass
+        else:
+            self._expected = True
+
+    def _beat(self) -> None:
+        while not self._stopped.wait(self.every):
+            self._write()
+
+    def __enter__(self) -> "AttemptClock":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if not self._stopped.is_set():  # training failed: what it took is kept for the next attempt
+            self._stopped.set()
+            self._thread.join()
+            self._write()
+
+    def stop(self, *, fresh: bool) -> dict:
+        """Stop the heartbeat and write the final count (training is over: a later interruption,
+        while decoding, leaves the training's seconds). Returns the earlier attempts' seconds,
+        ``{"wall", "cpu", "attempts"}`` (zeros where ``fresh`` or there were none)."""
+        self._stopped.set()
+        self._thread.join()
+        self.seconds(fresh=fresh)
+        self._write()
+        return dict(self._earlier or {"wall": 0.0, "cpu": 0.0, "attempts": 0})
+
+
 def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str = "params.yaml",
              overrides: tuple[str, ...] = (), source: dict | None = None, parent: Path | None = None,
              targets: dict[str, float] | None = None) -> dict:
@@ -698,7 +778,7 @@ def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str =
     from flexatt.checkpoints import load_model
     from flexatt.io import save_torch
     from flexatt.parallel import intra_op_threads
-    from flexatt.trainer import model_config, train
+    from flexatt.trainer import model_config, resume_folder, train
 
     started, started_cpu = time.perf_counter(), time.process_time()
     base = schema.params(C.load_params(params, list(overrides)))
@@ -709,30 +789,34 @@ def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str =
     folder = work / unit.name
     common = dict(out_dir=str(folder / "model"), metrics_file=folder / f"{unit.variant}.json", run_name=unit.name)
     finetuning: dict = {}
-    if unit.kind == "train":
-        extra = [f"train.seed={unit.seed}"]
-        if unit.budget != 1.0:
-            extra += budget_overrides(t.epochs, t.lr_halve_from_epoch, unit.budget)
-        p = schema.validate(C.load_params(params, [*overrides, *extra]))
-        metrics, objects = train(p, unit.variant, job_type="unit", **common)
-    else:
-        p = schema.validate(C.load_params(params, [*overrides, f"train.seed={unit.run}"]))
-        spec = read_plan(Path("conf/units") / f"{p.profile}.yaml").finetuning
-        if spec is None:
-            raise ConfigError(f"conf/units/{p.profile}.yaml", "has no finetuning section")
-        if parent is None or not Path(parent).is_file():
-            raise DataError(parent or unit.parent, f"the weights of {unit.parent} not found (run that unit first)")
-        init = folder / "parent.ckpt"
-        init.parent.mkdir(parents=True, exist_ok=True)
-        saved = torch.load(parent, map_location="cpu", weights_only=True)
-        save_torch({"state_dict": {f"model.{k}": v.float() if v.is_floating_point() else v
-                                   for k, v in saved["state_dict"].items()}}, init)
-        rates = [p.finetune.lr] * spec.epochs  # the fine-tuning's sequence; its control replays it
-        metrics, objects = train(p, unit.variant, epochs=spec.epochs, lr=p.finetune.lr, beta=unit.beta,
-                                 init_from=init, lr_epochs=rates, job_type=unit.kind, **common)
-        finetuning = {"parent": unit.parent, "parent_sha256": _sha256(Path(parent)), "beta": unit.beta,
-                      "run": unit.run}
-    trained = time.perf_counter()
+    # beside the training's resume state (train's ckpt_dir: <out_dir>/<variant>)
+    with AttemptClock(resume_folder(folder / "model" / unit.variant) / "clock.json", since=(started, started_cpu)) as clock:
+        if unit.kind == "train":
+            extra = [f"train.seed={unit.seed}"]
+            if unit.budget != 1.0:
+                extra += budget_overrides(t.epochs, t.lr_halve_from_epoch, unit.budget)
+            p = schema.validate(C.load_params(params, [*overrides, *extra]))
+            metrics, objects = train(p, unit.variant, job_type="unit", **common)
+        else:
+            p = schema.validate(C.load_params(params, [*overrides, f"train.seed={unit.run}"]))
+            spec = read_plan(Path("conf/units") / f"{p.profile}.yaml").finetuning
+            if spec is None:
+                raise ConfigError(f"conf/units/{p.profile}.yaml", "has no finetuning section")
+            if parent is None or not Path(parent).is_file():
+                raise DataError(parent or unit.parent, f"the weights of {unit.parent} not found (run that unit first)")
+            init = folder / "parent.ckpt"
+            init.parent.mkdir(parents=True, exist_ok=True)
+            saved = torch.load(parent, map_location="cpu", weights_only=True)
+            save_torch({"state_dict": {f"model.{k}": v.float() if v.is_floating_point() else v
+                                       for k, v in saved["state_dict"].items()}}, init)
+            rates = [p.finetune.lr] * spec.epochs  # the fine-tuning's sequence; its control replays it
+            metrics, objects = train(p, unit.variant, epochs=spec.epochs, lr=p.finetune.lr, beta=unit.beta,
+                                     init_from=init, lr_epochs=rates, job_type=unit.kind, **common)
+            finetuning = {"parent": unit.parent, "parent_sha256": _sha256(Path(parent)), "beta": unit.beta,
+                          "run": unit.run}
+        trained = time.perf_counter()
+        # an attempt that resumed counts the seconds of the attempts before it
+        earlier = clock.stop(fresh=metrics["resumed_from_epoch"] is None)
     checkpoint = objects["resume_dir"] / "last.ckpt"  # the budget's last epoch: the unit's checkpoint rule
     files: dict[str, bytes] = {"curve.csv": (folder / f"{unit.variant}.csv").read_bytes()}
     with torch.inference_mode(False):
@@ -770,10 +854,11 @@ def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str =
                  ("train.npz", "dev.npz", "test.npz", "src.model", "tgt.model", "dev.ref", "test.ref")},
         "source": source or _git_commit(),
         "machine": _machine(),
-        "minutes": {"train": round((trained - started) / 60, 1),
+        "minutes": {"train": round((earlier["wall"] + trained - started) / 60, 1),
                     "decode": round((time.perf_counter() - trained) / 60, 1),
-                    "total": round((time.perf_counter() - started) / 60, 1),
-                    "cpu": round((time.process_time() - started_cpu) / 60, 2), "threads": p.train.threads},
+                    "total": round((earlier["wall"] + time.perf_counter() - started) / 60, 1),
+                    "cpu": round((earlier["cpu"] + time.process_time() - started_cpu) / 60, 2),
+                    "threads": p.train.threads, "attempts": earlier["attempts"] + 1},
     }
     write_products(out, manifest, files)
     print(f"unit {unit.name}: {manifest['minutes']['total']} min, products "
