@@ -696,7 +696,7 @@ class AttemptClock:
     next attempt trains again, counts, since it was spent. ``path`` lies in the training's resume
     folder, beside ``last.ckpt``: a run that starts afresh (its resume state was of other code or
     data) deletes that folder, and the earlier attempts' seconds with it, since they trained
-    another model; :meth:`seconds` notices the file gone and counts this attempt alone.
+    another model; the clock notices the file gone and counts this attempt alone.
     Hand-written: a heartbeat file of three numbers needs no library."""
 
     def __init__(self, path: Path, every: float = 30.0, since: tuple[float, float] | None = None):
@@ -716,19 +716,19 @@ class AttemptClock:
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
-    def seconds(self, *, fresh: bool = False) -> dict:
-        """``{"wall", "cpu", "attempts"}`` so far; ``fresh``: the training is known to have
-        started afresh in this attempt (the earlier attempts are then not counted)."""
+    def _before(self, fresh: bool = False) -> dict:
+        """The earlier attempts' ``{"wall", "cpu", "attempts"}``: none once the training is known
+        to have started afresh (``fresh``, or its resume folder, and this file, gone)."""
         if fresh or (self._expected and not self.path.is_file()):
             self._earlier = None
-        earlier = self._earlier or {"wall": 0.0, "cpu": 0.0, "attempts": 0}
-        return {"wall": earlier["wall"] + time.perf_counter() - self._wall0,
-                "cpu": earlier["cpu"] + time.process_time() - self._cpu0, "attempts": earlier["attempts"] + 1}
+        return dict(self._earlier or {"wall": 0.0, "cpu": 0.0, "attempts": 0})
 
     def _write(self) -> None:
         from flexatt.io import write_json
 
-        state = self.seconds()
+        before = self._before()
+        state = {"wall": before["wall"] + time.perf_counter() - self._wall0,
+                 "cpu": before["cpu"] + time.process_time() - self._cpu0, "attempts": before["attempts"] + 1}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             write_json(self.path, state)
@@ -741,25 +741,27 @@ class AttemptClock:
         while not self._stopped.wait(self.every):
             self._write()
 
+    def _halt(self) -> None:
+        """Stop the heartbeat and write the final count, once."""
+        if not self._stopped.is_set():
+            self._stopped.set()
+            self._thread.join()
+            self._write()
+
     def __enter__(self) -> "AttemptClock":
         self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        if not self._stopped.is_set():  # training failed: what it took is kept for the next attempt
-            self._stopped.set()
-            self._thread.join()
-            self._write()
+        self._halt()  # also where training failed: what it took is kept for the next attempt
 
     def stop(self, *, fresh: bool) -> dict:
-        """Stop the heartbeat and write the final count (training is over: a later interruption,
-        while decoding, leaves the training's seconds). Returns the earlier attempts' seconds,
-        ``{"wall", "cpu", "attempts"}`` (zeros where ``fresh`` or there were none)."""
-        self._stopped.set()
-        self._thread.join()
-        self.seconds(fresh=fresh)
-        self._write()
-        return dict(self._earlier or {"wall": 0.0, "cpu": 0.0, "attempts": 0})
+        """Training is over: stop the count (an interruption while decoding leaves the training's
+        seconds) and return the earlier attempts' ``{"wall", "cpu", "attempts"}`` (zeros where
+        ``fresh``, the training having started afresh, or where there were none)."""
+        before = self._before(fresh)
+        self._halt()
+        return before
 
 
 def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str = "params.yaml",
