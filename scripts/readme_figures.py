@@ -278,9 +278,9 @@ def units_section(runs: dict[str, Path]) -> str:
     of each run's current report (:func:`units_claims`). Only finished units count; nothing is
     promised for the rest (``scripts/units.py <profile> --list``)."""
     from flexatt.unit_claims import Units, model_table
-    from flexatt.units import budget_short, budget_waits, plan, read_plan
+    from flexatt.units import budget_waits, plan, read_plan
 
-    found, waiting, kept = {}, set(), set()
+    found, waiting = {}, set()
     for profile, run in runs.items():
         spec = read_plan(ROOT / "conf" / "units" / f"{profile}.yaml")
         units = Units(run / "units", spec)
@@ -288,15 +288,12 @@ def units_section(runs: dict[str, Path]) -> str:
         found[profile] = (run, units, len(names) + len([n for n in units.manifests if n not in names]))
         if budget_waits(spec, units.manifests):
             waiting.add(profile)
-        elif budget_short(spec, units.manifests):
-            kept.add(profile)
+    # a budget kept although its check failed is said in the claims' budget row
     counts = ", ".join(f"{UNITS_CORPUS[p][1]} {len(u.manifests)} of {total}"
-                       + (" (its other seeds wait for a longer budget: the budget check failed)" if p in waiting else
-                          " (its budget kept although the budget check failed)" if p in kept else "")
+                       + (" (its other seeds wait for a longer budget: the budget check failed)" if p in waiting else "")
                        for p, (run, u, total) in found.items())
     lead = (f"**Equal-budget models** ([long runs](#configuration)), units done so far: {counts}; a unit is one model "
-            f"trained for its profile's budget and decoded." + "".join(f" {s}" for p, run in runs.items()
-                                                                      for s in superseded_budgets(p, run)))
+            f"trained for its profile's budget and decoded." + "".join(f" {s}" for s in superseded_budgets(runs)))
     done = {p: v for p, v in found.items() if v[1].manifests}
     if not done:
         return textwrap.fill(lead, width=100, break_on_hyphens=False)
@@ -329,8 +326,8 @@ def units_section(runs: dict[str, Path]) -> str:
         decoded = [m["minutes"]["total"] for m in u.manifests.values() if resumed_at_end(m)]
         trained = [m["minutes"]["total"] for m in u.manifests.values() if not resumed_at_end(m)]
         parts = ([span(trained)] if trained else []) + (
-            [f"{len(decoded)} only decoded in {span(decoded)} (trained as an earlier budget's check)"] if decoded else [])
-        took.append(f"{UNITS_CORPUS[p][0]} {', '.join(parts)}")
+            [f"{len(decoded)} only decoded, {span(decoded)}: an earlier check trained it"] if decoded else [])
+        took.append(f"{UNITS_CORPUS[p][0]} {parts[0]}" + (f" ({parts[1]})" if len(parts) > 1 else ""))
     machines = sorted({m["machine"]["cpu"] for _, u, _ in done.values() for m in u.manifests.values()})
     beam = next(iter(next(iter(done.values()))[1].manifests.values()))["decode"]["beam_size"]
     probes = probes_block(runs["grc"]) if "grc" in runs else ""
@@ -390,22 +387,23 @@ def earlier_checks(run: Path) -> list[dict]:
     return out
 
 
-def superseded_budgets(profile: str, run: Path) -> list[str]:
-    """One sentence on the earlier budgets of a long run whose budget checks failed
-    (:func:`earlier_checks`): what training longer gained there, and where their units are."""
-    failed = [c for c in earlier_checks(run) if not c["enough"]]
+def superseded_budgets(runs: dict[str, Path]) -> list[str]:
+    """One sentence on the earlier budgets of the long runs whose budget checks failed
+    (:func:`earlier_checks`): what training longer gained there, per corpus, and where their
+    units are (one folder, or ``budget-*`` for several)."""
+    failed = {p: [c for c in earlier_checks(run) if not c["enough"]] for p, run in runs.items()}
+    failed = {p: checks for p, checks in failed.items() if checks}
     if not failed:
         return []
-    corpus = UNITS_CORPUS[profile][0]
-    if len(failed) == 1:
-        c = failed[0]
-        return [f"{corpus}'s earlier budget, {c['epochs'][0]} epochs, failed its check ({c['variant']} at "
-                f"{c['epochs'][1]}: {_signed(c['dev_gain'])} dev BLEU; `{_shown(c['folder'])}/`)."]
-    first, *rest = failed
-    gains = [f"{first['epochs'][1]} epochs gained {_signed(first['dev_gain'])} dev BLEU over {first['epochs'][0]}",
-             *(f"{c['epochs'][1]} gained {_signed(c['dev_gain'])} over {c['epochs'][0]}" for c in rest)]
-    return [f"{corpus}'s earlier budgets failed their checks ({failed[0]['variant']} trained {', '.join(gains)}; "
-            f"`{_shown(run)}/budget-*/`)."]
+    variants = {c["variant"] for checks in failed.values() for c in checks}
+    parts = []
+    for profile, checks in failed.items():
+        folder = (f"{_shown(checks[0]['folder'])}/" if len(checks) == 1 else f"{_shown(runs[profile])}/budget-*/")
+        gains = ", ".join(f"{c['epochs'][0]} → {c['epochs'][1]} epochs {_signed(c['dev_gain'])}" for c in checks)
+        who = "" if len(variants) == 1 else f" ({checks[0]['variant']})"
+        parts.append(f"{UNITS_CORPUS[profile][0]}{who} {gains} (`{folder}`)")
+    whose = f"{next(iter(variants))}'s " if len(variants) == 1 else ""
+    return [f"Earlier budgets failed their checks ({whose}dev BLEU gain from training longer: {'; '.join(parts)})."]
 
 
 def units_claims(runs: dict[str, Path]) -> tuple[str, list[str]]:
@@ -477,9 +475,8 @@ def units_claims(runs: dict[str, Path]) -> tuple[str, list[str]]:
         return " ".join(text), []
     lines = [f"| claim | {' | '.join(UNITS_CORPUS[p][0] for p in reports)} |", "|---|" + "---|" * len(reports)]
     lines += [f"| {label} | {' | '.join(columns[p].get(label, '') for p in reports)} |" for label in labels]
-    lead = (f"**Claims** (test; Δ BLEU [95% t-interval] over seeds, pooled [95% paired bootstrap]; p-values and "
-            f"more: `results/<profile>/units/`, `report.md` and `figures/units.png` beside; "
-            f"[rules](docs/method.md#claims)):")
+    lead = (f"**Claims** (test; Δ BLEU [95% t-interval] over seeds, pooled [95% paired bootstrap]; p-values: "
+            f"`results/<profile>/report.md`, `figures/units.png` beside; [rules](docs/method.md#claims)):")
     return " ".join([*text, lead]), lines
 
 

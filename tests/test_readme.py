@@ -260,9 +260,10 @@ def test_the_units_of_an_earlier_budget_that_failed_its_check_are_named_not_coun
     block = figures.blocks_of(figures.README, runs={"converged": run, "grc": tmp_path / "grc"})["converged"]
     text = " ".join(block.split())
     assert "(Spanish → English Bible) 0 of 17;" in text and "|" not in block
-    assert text.endswith(f"Bible's earlier budget, 25 epochs, failed its check (flexible at 38: +1.22 dev BLEU; `{old}/`).")
+    assert text.endswith("Earlier budgets failed their checks (flexible's dev BLEU gain from training longer: "
+                         f"Bible 25 → 38 epochs +1.22 (`{old}/`)).")
     (old / "report.json").write_text(_report(["global-s1"], [], {**budget, "dev_gain": 0.3, "enough": True}))
-    assert "earlier budget" not in figures.blocks_of(figures.README, runs={"converged": run})["converged"]
+    assert "Earlier budgets" not in figures.blocks_of(figures.README, runs={"converged": run})["converged"]
 
 
 def test_an_earlier_budgets_check_is_read_from_its_units_when_its_report_lacks_it(tmp_path):
@@ -286,13 +287,22 @@ def test_an_earlier_budgets_check_is_read_from_its_units_when_its_report_lacks_i
     unit("budget-38", "flexible-s1-x1.5", 1.5, 57, 52, 38.02)
     checks = figures.earlier_checks(run)
     assert [(c["epochs"], c["dev_gain"], c["enough"]) for c in checks] == [([25, 38], 1.22, False), ([38, 57], 0.66, False)]
-    assert figures.superseded_budgets("converged", run) == [
-        f"Bible's earlier budgets failed their checks (flexible trained 38 epochs gained +1.22 dev BLEU over 25, "
-        f"57 gained +0.66 over 38; `{run}/budget-*/`)."]
+    assert figures.superseded_budgets({"converged": run}) == [
+        "Earlier budgets failed their checks (flexible's dev BLEU gain from training longer: Bible 25 → 38 epochs "
+        f"+1.22, 38 → 57 epochs +0.66 (`{run}/budget-*/`))."]
     unit("budget-38", "flexible-s1-x1.5", 1.5, 57, 50, 38.02)  # eight halvings: not the 38-epoch model's schedule
     assert [c["epochs"] for c in figures.earlier_checks(run)] == [[25, 38]]
     unit("budget-38", "flexible-s1-x1.5", 1.5, 57, 52, 37.70)
-    assert figures.superseded_budgets("converged", run)[0].startswith("Bible's earlier budget, 25 epochs, failed")
+    assert figures.superseded_budgets({"converged": run}) == [
+        "Earlier budgets failed their checks (flexible's dev BLEU gain from training longer: Bible 25 → 38 epochs "
+        f"+1.22 (`{run}/budget-25/`))."]
+    grc = tmp_path / "grc" / "budget-30"  # another corpus, whose check trained another model: named per corpus
+    grc.mkdir(parents=True)
+    (grc / "report.json").write_text(_report([], [], {"variant": "global", "epochs": [30, 45], "dev_gain": 1.72,
+                                                      "enough": False}))
+    assert figures.superseded_budgets({"converged": run, "grc": tmp_path / "grc"}) == [
+        "Earlier budgets failed their checks (dev BLEU gain from training longer: Bible (flexible) 25 → 38 epochs "
+        f"+1.22 (`{run}/budget-25/`); Greek NT (global) 30 → 45 epochs +1.72 (`{grc}/`))."]
 
 
 def test_a_unit_resumed_at_its_trainings_end_is_timed_as_decoding_only(tmp_path):
@@ -308,7 +318,7 @@ def test_a_unit_resumed_at_its_trainings_end_is_timed_as_decoding_only(tmp_path)
         (run / "units" / unit["unit"]).mkdir(parents=True)
         (run / "units" / unit["unit"] / "unit.json").write_text(json.dumps(unit))
     text = " ".join(figures.units_section({"converged": run}).split())
-    assert "A unit took: Bible 52 min, 1 only decoded in 2 min (trained as an earlier budget's check) on Some CPU." in text
+    assert "A unit took: Bible 52 min (1 only decoded, 2 min: an earlier check trained it) on Some CPU." in text
     assert figures.resumed_at_end(resumed) and not figures.resumed_at_end({"training": {"epochs": 57, "resumed_from_epoch": 30}})
     # resumed at the end from an attempt of its own (interrupted while decoding): it trained
     assert not figures.resumed_at_end({**resumed, "minutes": {"total": 52.0, "attempts": 2}})
@@ -326,24 +336,32 @@ def test_the_committed_units_reports_cover_the_committed_units():
 
 
 def test_both_long_runs_with_every_unit_and_claim_keep_the_readme_within_its_length(tmp_path, monkeypatch):
-    """The README once both corpora's plans are done: every model of the plan over three seeds in
-    each units block, every claim measured (f against each fixed window), the budget check."""
+    """The README once both corpora's plans are done, written as the committed runs write it: every
+    model of the plan over three seeds in each units block, every claim measured (f against each
+    fixed window) with figures as wide as the measured ones, the budget check failed and its budget
+    kept, the earlier budgets' failed checks, a unit only decoded, units from two machines."""
     from conftest import load_script
 
     from flexatt.unit_claims import CLAIM_TEXT
     from flexatt.units import read_plan
 
     figures = load_script("readme_figures")
-    stats = {"over_seeds": {"n": 3, "mean": -0.31, "sd": 0.2, "ci": [-0.81, 0.19]},
-             "pooled": {"delta": -0.29, "ci": [-0.55, -0.04]}, "p": 0.0123, "p_ar": 0.02}
+    stats = {"over_seeds": {"n": 3, "mean": -3.91, "sd": 2.2, "ci": [-10.49, +6.23]},
+             "pooled": {"delta": -3.91, "ci": [-14.55, -13.29]}, "p": 0.0123, "p_ar": 0.02}
+    earlier = {"converged": [(25, 38, 1.22), (38, 57, 0.66)], "grc": [(30, 45, 1.72)]}
     for profile in ("converged", "grc"):
         spec = read_plan(ROOT / "conf" / "units" / f"{profile}.yaml")
         run = tmp_path / "results" / profile
         names = []
         for variant in dict.fromkeys([*spec.seeded, *spec.fixed, *spec.others]):
             for seed in spec.seeds:
-                selected = {"tau": 2.1234, "window": 9.87} if variant == spec.flexible else None
+                selected = {"tau": 2.1234, "window": 19.87} if variant == spec.flexible else None
                 unit = _unit(f"{variant}-s{seed}", variant, seed, 33.12, 35.24, selected)
+                unit["minutes"]["total"] = 8.4 + 118.6 * (seed == 3)
+                unit["machine"]["cpu"] = "Intel(R) Xeon(R) Processor" if seed == 2 else "AMD EPYC"
+                if variant == spec.flexible and seed == 1:  # trained by an earlier budget's check
+                    unit["training"] = {"epochs": 25, "resumed_from_epoch": 25}
+                    unit["minutes"] = {"total": 2.2, "attempts": 1}
                 (run / "units" / unit["unit"]).mkdir(parents=True)
                 (run / "units" / unit["unit"] / "unit.json").write_text(json.dumps(unit))
                 names.append(unit["unit"])
@@ -351,24 +369,21 @@ def test_both_long_runs_with_every_unit_and_claim_keep_the_readme_within_its_len
         for cid, (text, _, _) in CLAIM_TEXT.items():
             claim = {"id": cid, "claim": text, "verdict": "inconclusive", **stats}
             if cid == "b":
-                claim["cut"] = {"n": 3, "mean": 0.72, "sd": 0.01, "ci": [0.69, 0.75]}
+                claim["cut"] = {"n": 3, "mean": 0.54, "sd": 0.2, "ci": [0.11, 0.97]}
             if cid == "c":
-                claim["window_change"] = {"n": 5, "mean": -0.12, "sd": 0.03, "ci": [-0.16, -0.08]}
-                claim["beta"] = 10.0
+                claim["window_change"] = {"n": 5, "mean": -0.17, "sd": 0.03, "ci": [-0.19, -0.16]}
+                claim["beta"] = 100.0
             if cid == "f":
-                claim["pairs"] = [{"fixed": v, "verdict": "holds", **stats} for v in spec.fixed]
+                claim["pairs"] = [{"fixed": v, "verdict": "inconclusive", **stats} for v in spec.fixed]
             claims.append(claim)
-        budget = {"variant": "flexible", "factor": 1.5, "epochs": [25, 38], "dev_bleu": [35.1, 35.42],
-                  "test_bleu": [33.2, 33.3], "dev_gain": 0.32, "enough": True}
+        budget = {"variant": "flexible", "factor": 1.5, "epochs": [45, 68], "dev_bleu": [14.44, 15.64],
+                  "test_bleu": [14.31, 14.75], "dev_gain": 1.2, "enough": False, "final": True, "kept_short": True}
         (run / "report.json").write_text(json.dumps({"units": sorted(names), "claims": claims, "budget_check": budget}))
-        (run / "budget-25" / "units").mkdir(parents=True)  # earlier budgets whose checks failed
-        (run / "budget-25" / "report.json").write_text(_report([], [], {**budget, "dev_gain": 1.22, "enough": False}))
-        for folder, epochs, dev in (("budget-25", 38, 37.36), ("budget-38", 57, 38.02)):
-            check = {**_unit("flexible-s1-x1.5", "flexible", 1, 36.5, 35.24), "budget": 1.5,
-                     "training": {"epochs": epochs, "lr_halve_from_epoch": epochs - 5}}
-            check["summary"]["dev"]["inf"]["bleu"] = dev
-            (run / folder / "units" / "flexible-s1-x1.5").mkdir(parents=True)
-            (run / folder / "units" / "flexible-s1-x1.5" / "unit.json").write_text(json.dumps(check))
+        for epochs, longer, gain in earlier[profile]:
+            folder = run / f"budget-{epochs}"
+            (folder / "units").mkdir(parents=True)
+            (folder / "report.json").write_text(_report([], [], {**budget, "epochs": [epochs, longer],
+                                                                 "dev_gain": gain, "enough": False}))
     monkeypatch.setattr(figures, "ROOT", tmp_path)  # the grc block reads ROOT/results/grc
     monkeypatch.setattr(figures, "_shown", lambda path: path.relative_to(tmp_path))
     for name in ("results/metrics.json", "benchmarks/results/pipeline.json", "results/filter.json",
@@ -378,12 +393,18 @@ def test_both_long_runs_with_every_unit_and_claim_keep_the_readme_within_its_len
         target.parent.mkdir(parents=True, exist_ok=True)
         target.symlink_to(ROOT / name)
     blocks = figures.blocks_of(figures.README)  # the long runs of ROOT/results: tmp_path's
-    assert "of 5 probes (`results/grc/probes/`), the best by dev AER" in " ".join(blocks["converged"].split())
-    assert "Bible's earlier budgets failed their checks (flexible trained 38 epochs gained +1.22 dev BLEU over 25, " \
-        "57 gained +0.66 over 38; `results/converged/budget-*/`)." in " ".join(blocks["converged"].split())
-    assert "| budget: flexible at ×1.5 epochs gains < 0.5 dev BLEU | **holds**: +0.32 (25 → 38 epochs) | **holds**" \
+    block = " ".join(blocks["converged"].split())
+    assert "of 5 probes (`results/grc/probes/`), the best by dev AER" in block
+    assert ("Earlier budgets failed their checks (flexible's dev BLEU gain from training longer: Bible 25 → 38 "
+            "epochs +1.22, 38 → 57 epochs +0.66 (`results/converged/budget-*/`); Greek NT 30 → 45 epochs +1.72 "
+            "(`results/grc/budget-30/`)).") in block
+    assert "A unit took: Bible 8–127 min (1 only decoded, 2 min: an earlier check trained it); Greek NT" in block
+    assert "on AMD EPYC, Intel(R) Xeon(R) Processor." in block
+    assert ("| budget: flexible at ×1.5 epochs gains < 0.5 dev BLEU | **fails**: +1.20 (45 → 68 epochs; budget kept) "
+            "| **fails**") in blocks["converged"]
+    assert "; window −17% [−19%, −16%] at β = 100 |" in blocks["converged"]
+    assert "| e. SACT > Global | **inconclusive**, by +2 (e2): **inconclusive**: −3.91 [−10.49, +6.23] (3 seeds)" \
         in blocks["converged"]
-    assert "; window −12% [−16%, −8%] at β = 10 |" in blocks["converged"]
     text = figures.fill(figures.README.read_text(encoding="utf-8"), blocks, figures.README)
     (tmp_path / "README.md").write_text(text)
     assert len(text.splitlines()) <= 250, len(text.splitlines())

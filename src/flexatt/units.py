@@ -591,16 +591,13 @@ def write_products(out: Path, manifest: dict, files: dict[str, bytes]) -> None:
             shutil.rmtree(out)
 
 
-def load_products(folder: str | os.PathLike) -> dict:
-    """A unit's products: ``manifest``, ``decodes``, ``alignments`` (or ``None``), ``g``
-    (name -> array) and ``curve`` (rows of the learning curve).
+def verified_manifest(folder: str | os.PathLike) -> dict:
+    """A unit's manifest (``unit.json``), once every file it lists is the one the unit wrote
+    (size and SHA-256) and it lists every product.
 
     Raises:
-        DataError: a file the manifest lists is missing or differs from what was written
-            (size or SHA-256), or ``unit.json`` is unreadable (the message names the file).
+        DataError: as :func:`load_products`.
     """
-    import csv
-
     folder = Path(folder)
     try:
         manifest = from_json(json.loads((folder / "unit.json").read_text(encoding="utf-8")))
@@ -614,6 +611,21 @@ def load_products(folder: str | os.PathLike) -> dict:
     missing = [name for name in PRODUCTS[1:] if name not in listed and name.replace(".xz", ".gz") not in listed]
     if missing:
         raise DataError(folder / "unit.json", f"lists no {', '.join(missing)}")
+    return manifest
+
+
+def load_products(folder: str | os.PathLike) -> dict:
+    """A unit's products: ``manifest``, ``decodes``, ``alignments`` (or ``None``), ``g``
+    (name -> array) and ``curve`` (rows of the learning curve).
+
+    Raises:
+        DataError: a file the manifest lists is missing or differs from what was written
+            (size or SHA-256), or ``unit.json`` is unreadable (the message names the file).
+    """
+    import csv
+
+    folder = Path(folder)
+    manifest = verified_manifest(folder)
     with open(folder / "curve.csv", newline="", encoding="utf-8") as f:
         curve = list(csv.DictReader(f))
     g = {}
