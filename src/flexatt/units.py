@@ -20,8 +20,10 @@ need no checkpoint:
 - its learning curve, learning-rate sequence and provenance (commit, machine, threads,
   precision, wall minutes and the process's CPU minutes: against wall minutes times its threads,
   the share of its cores it had, so that a unit slowed by other work on the machine shows it).
-  A unit interrupted and started again resumes its training from the last epoch; its minutes are
-  then those of every attempt that trained its model (:class:`AttemptClock`), and it says how many.
+  A unit interrupted and started again resumes its training from the last epoch while the code
+  its process runs (this module's imports, the trainer's among them) is unchanged, else trains
+  afresh; its minutes are those of every attempt that trained its model (:class:`AttemptClock`),
+  and it says how many.
 
 A model that later units fine-tune (``parents``) keeps its weights, rounded to float16
 (``weights.fp16.pt``, about half of a float32 state); the unit then decodes those rounded weights,
