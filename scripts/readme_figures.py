@@ -271,7 +271,8 @@ UNITS_CORPUS = {"converged": ("Bible", "`make converged` (Spanish → English Bi
 def units_section(runs: dict[str, Path]) -> str:
     """The long runs made of units (``results/<profile>/units/``, ``scripts/units.py``), both
     corpora side by side: how many of each plan's units are done (and where the plan waits for a
-    longer budget, :func:`flexatt.units.budget_waits`, or keeps one whose check failed); each model
+    longer budget, :func:`flexatt.units.budget_waits`; a budget kept although its check failed is
+    said in the claims' budget row) and the earlier budgets' failed checks; each model
     over the seeds done (a flexible model also at its dev-selected τ): test BLEU, window and AER as mean ± sd
     (:func:`flexatt.unit_claims.model_table`), the diagonal's AER once per corpus; the minutes a
     unit took; the Greek probes' outcome once one aligns (:func:`probes_block`); then the claims
