@@ -415,6 +415,23 @@ def test_the_script_matches_flexible_units_to_fixed_windows_that_finished_after_
     assert units.late_matches(spec, done) == {}  # no kept weights: nothing to decode
 
 
+def test_a_finished_unit_started_again_trains_no_further_says_so_and_decodes_the_same(smoke_unit):
+    """Its resume state (kept in the work folder) is of the run that ended: the trainer's word is
+    in the unit's log, no epoch is trained, and the products are those of the first run."""
+    result = run_module("flexatt.units", "run", "flexible-s2", "--out", "again", "--keep-weights",
+                        "--match", "local_m-s2=4.5", *SHORT, cwd=smoke_unit, threads="1")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "flexatt.trainer: " in result.stderr and "the run had already ended" in result.stderr
+    first, again = load_products(smoke_unit / "products"), load_products(smoke_unit / "again")
+    assert again["manifest"]["training"]["resumed_from_epoch"] == again["manifest"]["training"]["epochs"]
+    assert again["curve"] == first["curve"]
+
+    def untimed(decodes: dict) -> list[dict]:  # what was decoded, without the seconds it took
+        return [{k: v for k, v in r.items() if k != "seconds"} for r in decodes["records"]]
+
+    assert untimed(again["decodes"]) == untimed(first["decodes"])
+
+
 def test_the_budget_check_trains_longer_and_decodes_at_tau_inf_only(smoke_unit):
     result = run_module("flexatt.units", "run", "flexible-s2-x1.5", "--out", "longer", *SHORT, cwd=smoke_unit,
                         threads="1")

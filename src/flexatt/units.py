@@ -48,6 +48,7 @@ import gzip
 import hashlib
 import io
 import json
+import logging
 import math
 import os
 import platform
@@ -971,5 +972,17 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def log_to_stderr() -> None:
+    """The package's INFO messages to stderr, the unit's log: among them the trainer's word on
+    whether a unit's training resumed (from which checkpoint) or started again (a checkpoint of
+    other code or configuration). A Hydra stage has its job logging; this module has none."""
+    logger = logging.getLogger("flexatt")
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+
+
 if __name__ == "__main__":
+    log_to_stderr()
     sys.exit(main())
