@@ -16,13 +16,12 @@ made there by its own stages (``dvc repro tokenize``), and their digests must eq
 finished units recorded: a unit is only ever compared with units trained on the same data. A
 unit's training checkpoints stay in the copy (``units/<unit>/``): started again after an
 interruption, the unit resumes from its last epoch (its minutes then add up its attempts', and
-``--list`` says how many) if the code its process runs is unchanged: ``python -m flexatt.units``
-and their imports, the trainer's included (a resumed run's code is that of the fingerprint
-:mod:`flexatt.trainer` checks); after a commit that edits them, it trains from its first epoch.
-A lost copy costs at most the unit under way. With ``--commit``,
-each finished unit's folder is committed to this working tree's git (nothing else is staged).
-A unit's log is ``logs/units/<copy>/<unit>.log`` (the copy's folder name: ``<profile>`` by
-default).
+``--list`` says how many) if the code its process runs is unchanged: ``flexatt.units`` and its
+imports, the trainer's included (the code digest of the fingerprint :mod:`flexatt.trainer`
+checks); after a commit that edits them, it trains from its first epoch. A lost copy costs at
+most the unit under way. With ``--commit``, each finished unit's folder is committed to this
+working tree's git (nothing else is staged). A unit's log is ``logs/units/<copy>/<unit>.log``
+(the copy's folder name: ``<profile>`` by default).
 
 Every unit records the precision it trained at (``trainer.precision: auto`` resolves per machine:
 bf16-mixed only where bf16 products are native). The two sides of a paired comparison (the models

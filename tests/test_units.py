@@ -473,6 +473,8 @@ def test_committed_units_load_whichever_compression_they_were_written_with():
             assert pack_json(products["decodes"], name) == (manifest.parent / name).read_bytes(), manifest.parent
             repacked[name] = manifest.parent
     assert set(repacked) == {"decodes.json.gz", "decodes.json.xz"}, repacked
+    with pytest.raises(ValueError, match="decodes.json.bz2"):
+        pack_json({}, "decodes.json.bz2")
 
 
 def test_the_script_lists_the_plan_and_refuses_data_that_differ(tmp_path, capsys):
