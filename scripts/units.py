@@ -27,7 +27,10 @@ Every unit records the precision it trained at (``trainer.precision: auto`` reso
 bf16-mixed only where bf16 products are native). The two sides of a paired comparison (the models
 of one seed; a fine-tuning and the control of its run) train at one precision
 (:func:`flexatt.units.precision_conflicts`): a unit whose pairs trained at another precision than
-this machine's is skipped, said so, ``--only`` refuses it and ``--list`` marks it.
+this machine's is skipped, said so, ``--only`` refuses it and ``--list`` marks it. Such a unit
+may train here all the same at its partners' precision, ``--set trainer.precision=32-true`` (the one
+override that needs no folders of its own: it is recorded in each unit, and the pairing rule holds
+whatever it is), where that precision is native and not emulated.
 
 Given several profiles, each keeps its own copy and results; the next unit is always from the
 earliest stage of their plans (``flexatt.units.phase``: the first seed of every claim, then the
@@ -102,11 +105,12 @@ def machine_precision(copy: Path) -> tuple[str, str]:
     return trainer_precision(yaml.safe_load((copy / "params.yaml").read_text())["trainer"])
 
 
-def profile_precision(profile: str, root: Path = ROOT) -> tuple[str, str]:
-    """:func:`machine_precision` for ``profile`` composed from ``root``'s ``conf/`` (no copy needed)."""
+def profile_precision(profile: str, root: Path = ROOT, overrides: list[str] = ()) -> tuple[str, str]:
+    """:func:`machine_precision` for ``profile`` with ``overrides`` composed from ``root``'s
+    ``conf/`` (no copy needed)."""
     from flexatt.config import compose
 
-    return trainer_precision(compose([f"profile={profile}"], root / "conf")["trainer"])
+    return trainer_precision(compose([f"profile={profile}", *overrides], root / "conf")["trainer"])
 
 
 def trainer_precision(trainer) -> tuple[str, str]:
@@ -126,9 +130,21 @@ def precision_refusal(unit: Unit, precision: str, reason: str, done: dict[str, d
     if not conflicts:
         return None
     theirs = ", ".join(f"{name} ({p})" for name, p in conflicts.items())
+    wanted = sorted(set(conflicts.values()))
+    setting = f"--set trainer.precision={wanted[0]}" if len(wanted) == 1 else "--set trainer.precision=<theirs>"
     return (f"{unit.name} would train at {precision} here ({reason}), but the units it is paired with "
-            f"trained at another precision: {theirs}; run it where training resolves theirs "
-            f"(or set trainer.precision to it, if that is not emulated and slow there)")
+            f"trained at another precision: {theirs}; run it where training resolves theirs, or here with "
+            f"{setting} where that is native, not emulated and slow")
+
+
+PRECISION_KEY = "trainer.precision"
+
+
+def probe_overrides(overrides: list[str]) -> list[str]:
+    """The ``--set`` overrides that change what a unit trains, so that its products belong in a
+    probe's own ``--results`` and ``--keep``: all but ``trainer.precision``, which every unit
+    records and :func:`precision_conflicts` keeps equal within each pair."""
+    return [o for o in overrides if o.split("=", 1)[0].lstrip("+~") != PRECISION_KEY]
 
 
 def targets(unit: Unit, spec, done: dict[str, dict]) -> dict[str, float]:
@@ -369,7 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, help="the kept copy (default: runs/<profile>)")
     parser.add_argument("--results", type=Path, help="default: results/<profile>/units")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                        help="an override of the profile (a probe: give it its own --results and --keep)")
+                        help="an override of the profile (a probe: give it its own --results and --keep), or "
+                             "trainer.precision=... to train the units paired with another precision's here")
     parser.add_argument("--list", action="store_true", help="print the plan and stop")
     parser.add_argument("--units", type=int, help="run at most this many units")
     parser.add_argument("--only", help="run this unit (by name) only")
@@ -386,15 +403,15 @@ def main(argv: list[str] | None = None) -> int:
         if given:
             parser.error(f"{', '.join(given)}: one profile only (got {', '.join(args.profiles)})")
     if args.list:
-        list_plans(results, {p: profile_precision(p) for p in args.profiles})
+        list_plans(results, {p: profile_precision(p, overrides=args.set) for p in args.profiles})
         return 0
     if args.report:
         profile = args.profiles[0]
         write_report(profile, results[profile],
                      args.data or (args.keep or ROOT / "runs" / profile) / "artifacts" / "tok")
         return 0
-    if args.set and not (args.results and args.keep):
-        sys.exit("error: --set changes what the units train: give the run its own --results and --keep")
+    if (probe := probe_overrides(args.set)) and not (args.results and args.keep):
+        sys.exit(f"error: --set {' '.join(probe)} changes what the units train: give the run its own --results and --keep")
     if args.only and args.only not in [u.name for u in pending(args.profiles[0], results[args.profiles[0]])[0]]:
         sys.exit(f"error: {args.only} is not a pending unit of {args.profiles[0]} (--list shows them)")
     runs = [ProfileRun(p, results[p], (args.keep or ROOT / "runs" / p).resolve(), args.set, args.commit)

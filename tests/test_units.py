@@ -529,6 +529,9 @@ def test_the_two_sides_of_a_pair_train_at_one_precision(tmp_path, capsys):
     why = script.precision_refusal(Unit("local_m_d5", 1), "32-true", "auto: no native bf16", done)
     assert why.startswith("local_m_d5-s1 would train at 32-true here (auto: no native bf16)")
     assert "global-s1 (bf16-mixed)" in why and "flexible-s1-x1.5 (bf16-mixed)" in why
+    assert why.endswith("or here with --set trainer.precision=bf16-mixed where that is native, not emulated and slow")
+    mixed = {**done, "flexible-s1-x1.5": {"training": {"precision": "16-mixed"}}}
+    assert "--set trainer.precision=<theirs>" in script.precision_refusal(Unit("local_m_d5", 1), "32-true", "", mixed)
     assert script.precision_refusal(Unit("local_m_d5", 1), "bf16-mixed", "", done) is None
     (tmp_path / "params.yaml").write_text("trainer:\n  accelerator: cpu\n  precision: 32-true\n")
     assert script.machine_precision(tmp_path) == ("32-true", "set in trainer.precision")
@@ -558,6 +561,20 @@ def test_the_two_sides_of_a_pair_train_at_one_precision(tmp_path, capsys):
     assert [n for n, line in listed.items() if "not here" not in line] == todo  # the rest may train here
     assert script.profile_precision("paper") == ("bf16-mixed", "set in trainer.precision")  # its trainer: gpu
     assert script.profile_precision("grc")[1].startswith("auto: ")
+
+    # the partners' precision set here trains the unit with them, in the profile's own results and copy
+    assert script.probe_overrides(["trainer.precision=32-true"]) == []
+    assert script.probe_overrides(["data=nt_grc_en_x3", "trainer.precision=32-true"]) == ["data=nt_grc_en_x3"]
+    assert script.profile_precision("grc", overrides=["trainer.precision=32-true"]) == \
+        ("32-true", "set in trainer.precision")
+    assert script.main(["grc", "--results", str(results), "--list", "--set", "trainer.precision=32-true"]) == 0
+    listed = {line.split()[1]: line for line in capsys.readouterr().out.splitlines() if line.startswith("pending")}
+    assert listed["local_m_d5-s1"].endswith(
+        "not here: 32-true (set in trainer.precision); flexible-s1, global-s1 trained at bf16-mixed")
+    assert script.main(["grc", "--results", str(results), "--list", "--set", "trainer.precision=bf16-mixed"]) == 0
+    assert "not here" not in capsys.readouterr().out
+    with pytest.raises(SystemExit, match=r"--set data=nt_grc_en_x3 changes what the units train: give the run its own"):
+        script.main(["grc", "--set", "data=nt_grc_en_x3", "--set", "trainer.precision=32-true"])
 
 
 @pytest.mark.slow
