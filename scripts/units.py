@@ -1,7 +1,7 @@
 """Run a long profile's units, one at a time, in a kept copy; each unit's products go to
 ``results/<profile>/units/<unit>/`` the moment it finishes (``flexatt.units``).
 
-    python scripts/units.py converged --list              # the plan: done, next, waiting
+    python scripts/units.py converged --list              # the plan: done, next (minutes each), waiting
     python scripts/units.py converged                     # = make converged: every pending unit
     python scripts/units.py converged --units 1 --commit  # the next unit, committed when done
     python scripts/units.py converged --only global-s1    # one unit by name
@@ -46,6 +46,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from statistics import median
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
@@ -456,9 +457,10 @@ def cpu_share(minutes: dict) -> str:
 def list_plans(results: dict[str, Path], precisions: dict[str, tuple[str, str]] | None = None) -> None:
     """``--list``: each profile's finished units with their minutes, commit and figures, its late
     matches, then the units pending in the order they run (over several profiles, stage by stage:
-    :func:`next_unit`'s order as the plans stand now; each line then led by its profile). Given
-    the precision each profile trains at here (``precisions``), a pending unit this machine may not
-    train says so, with the partners that trained otherwise (:func:`not_here`)."""
+    :func:`next_unit`'s order as the plans stand now; each line then led by its profile), each
+    with the minutes it would take at the finished units' pace (:func:`estimate`), and their sum.
+    Given the precision each profile trains at here (``precisions``), a pending unit this machine
+    may not train says so, with the partners that trained otherwise (:func:`not_here`)."""
     width = max(len(p) for p in results) + 2
     queue = []
     for i, (profile, folder) in enumerate(results.items()):
@@ -473,10 +475,48 @@ def list_plans(results: dict[str, Path], precisions: dict[str, tuple[str, str]] 
         if note := budget_note(spec, done):
             print(f"{lead}{note}")
         here = (precisions or {}).get(profile)
-        queue += [(phase(spec, u), i, k, lead, u.name + (not_here(u, here, done) if here else ""))
-                  for k, u in enumerate(todo)]
-    for *_, lead, name in sorted(queue):
-        print(f"{lead}pending  {name}")
+        for k, u in enumerate(todo):
+            mark = not_here(u, here, done) if here else ""
+            minutes = None if mark else estimate(u, here[0] if here else None, done)
+            queue.append((phase(spec, u), i, k, lead, u.name, mark, minutes))
+    for *_, lead, name, mark, minutes in sorted(queue):
+        print(f"{lead}pending  {name}{mark}" if minutes is None else f"{lead}pending  {name:24s} ~{minutes:.0f} min")
+    for i, profile in enumerate(results):
+        if line := pending_total([q[-1] for q in queue if q[1] == i]):
+            print(f"{f'{profile}:':{width}}{line}" if len(results) > 1 else line)
+
+
+def pending_total(minutes: list[float | None]) -> str | None:
+    """The ``--list`` line that adds up the pending units' estimates (``None`` for a unit without
+    one; the line is ``None`` when no unit has one)."""
+    known = [m for m in minutes if m is not None]
+    if not known:
+        return None
+    some = "" if len(known) == len(minutes) else f"; the {len(known)} with an estimate"
+    return (f"pending: {len(minutes)} unit{'s' * (len(minutes) > 1)}{some}, about {sum(known) / 60:.1f} h "
+            "(at the pace of the finished units of their kind and precision)")
+
+
+def estimate(unit: Unit, precision: str | None, done: dict[str, dict]) -> float | None:
+    """The minutes ``unit`` would take at the pace of the finished units of its kind (a trained
+    model, or a fine-tuning or control) that trained at ``precision`` (``None``: at any): their
+    median minutes per epoch (of its variant's units where one finished) times its epochs (the
+    median of their budgets' epochs, scaled by its budget), plus their median decoding minutes.
+    ``None`` where no such unit trained (a unit that only decoded does not count). A planning
+    figure: the units finished on other machines may have been faster or slower than this one."""
+    def kind(manifest: dict) -> str:
+        return "train" if manifest.get("kind") == "train" else "tune"
+
+    want = "train" if unit.kind == "train" else "tune"
+    alike = [m for m in done.values() if kind(m) == want and m.get("minutes", {}).get("train")
+             and "train_minutes_per_epoch" in m.get("training", {})
+             and precision in (None, m["training"].get("precision"))]
+    if not alike:
+        return None
+    own = [m for m in alike if m.get("variant") == unit.variant] or alike
+    epochs = median(m["training"]["epochs_budget"] / m["budget"] for m in alike) * unit.budget
+    return (median(m["training"]["train_minutes_per_epoch"] for m in own) * round(epochs)
+            + median(m["minutes"]["decode"] for m in own))
 
 
 def not_here(unit: Unit, here: tuple[str, str], done: dict[str, dict]) -> str:

@@ -504,6 +504,49 @@ def test_the_script_lists_the_plan_and_refuses_data_that_differ(tmp_path, capsys
     assert units.targets(Unit("flexible", 2), spec, done) == {} == units.targets(Unit("global", 1), spec, done)
 
 
+def test_the_list_estimates_each_pending_unit_at_the_pace_of_the_finished_units_of_its_kind(tmp_path, capsys):
+    def trained(variant, kind="train", budget=1.0, precision="bf16-mixed", per_epoch=1.5, epochs=57, train=85.5,
+                decode=1.0):
+        return {"kind": kind, "variant": variant, "budget": budget, "source": {"commit": "abcdef0"},
+                "minutes": {"train": train, "decode": decode, "total": train + decode},
+                "training": {"precision": precision, "train_minutes_per_epoch": per_epoch, "epochs_budget": epochs}}
+
+    script = load_script("units")
+    done = {"global-s1": trained("global"),
+            "flexible-s1-x1.5": trained("flexible", budget=1.5, per_epoch=1.4, epochs=86, decode=0.5),
+            "flexible-s1": trained("flexible", per_epoch=9.0, train=0.0, decode=3.0),  # only decoded: no pace
+            "flexible-s1-ft-b10-r1": trained("flexible", kind="finetune", per_epoch=2.0, epochs=4, decode=4.0),
+            "global-s2": trained("global", precision="32-true", per_epoch=3.0, decode=2.0)}
+    # no local_m finished: the pace of every trained model at bf16 (1.45 min an epoch), 57 epochs
+    assert script.estimate(Unit("local_m", 1), "bf16-mixed", done) == pytest.approx(1.45 * 57 + 0.75)
+    assert script.estimate(Unit("global", 3), "bf16-mixed", done) == pytest.approx(1.5 * 57 + 1.0)  # its variant's
+    assert script.estimate(Unit("global", 3), "32-true", done) == pytest.approx(3.0 * 57 + 2.0)
+    assert script.estimate(Unit("flexible", 2, budget=1.5), "bf16-mixed", done) == pytest.approx(1.4 * 86 + 0.5)
+    assert script.estimate(Unit("flexible", 1, beta=0.0, run=2), "bf16-mixed", done) == pytest.approx(2.0 * 4 + 4.0)
+    assert script.estimate(Unit("flexible", 1, beta=0.0, run=2), "32-true", done) is None  # none of its kind
+    assert script.estimate(Unit("sact", 1), None, done) == pytest.approx(1.5 * 57 + 1.0)  # any precision
+    assert script.estimate(Unit("sact", 1), "bf16-mixed", {"global-s1": {"minutes": {"total": 41.5}}}) is None
+
+    results = tmp_path / "units"
+    for name in ("global-s1", "flexible-s1"):
+        (results / name).mkdir(parents=True)
+        (results / name / "unit.json").write_text(json.dumps(done[name]))
+    script.list_plans({"converged": results}, {"converged": ("bf16-mixed", "set in trainer.precision")})
+    out = capsys.readouterr().out.splitlines()
+    listed = [line.split() for line in out if line.startswith("pending ")]
+    todo = script.pending("converged", results)[0]
+    assert [line[1] for line in listed] == [u.name for u in todo] and len(todo) > 1
+    minutes = [script.estimate(u, "bf16-mixed", script.done_units(results)) for u in todo]
+    assert [line[2:] for line in listed] == [[] if m is None else [f"~{m:.0f}", "min"] for m in minutes]
+    known = [m for m in minutes if m is not None]
+    assert 0 < len(known) < len(todo)  # the trained models have a pace, the fine-tunings none yet
+    assert out[-1] == (f"pending: {len(todo)} units; the {len(known)} with an estimate, about {sum(known) / 60:.1f} h "
+                       "(at the pace of the finished units of their kind and precision)")
+    assert script.pending_total([60.0]) == \
+        "pending: 1 unit, about 1.0 h (at the pace of the finished units of their kind and precision)"
+    assert script.pending_total([None, None]) is None
+
+
 def test_the_two_sides_of_a_pair_train_at_one_precision(tmp_path, capsys):
     """A seed's models are paired with each other, a fine-tuning with the control of its run: a unit
     is refused where those that finished trained at another precision, and skipped (said once) by a
