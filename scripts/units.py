@@ -500,23 +500,26 @@ def pending_total(minutes: list[float | None]) -> str | None:
 def estimate(unit: Unit, precision: str | None, done: dict[str, dict]) -> float | None:
     """The minutes ``unit`` would take at the pace of the finished units of its kind (a trained
     model, or a fine-tuning or control) that trained at ``precision`` (``None``: at any): their
-    median minutes per epoch (of its variant's units where one finished) times its epochs (the
-    median of their budgets' epochs, scaled by its budget), plus their median decoding minutes.
-    ``None`` where no such unit trained (a unit that only decoded does not count). A planning
-    figure: the units finished on other machines may have been faster or slower than this one."""
+    median wall minutes per epoch, validation included (of its variant's units where one
+    finished), times its epochs (the median of their budgets' epochs, scaled by its budget), plus
+    their median decoding minutes. A resumed unit's pace is its last attempt's, over the epochs
+    that attempt trained. ``None`` where no such unit trained (a unit that only decoded does not
+    count). A planning figure: the finished units' machines may be faster or slower than this one."""
     def kind(manifest: dict) -> str:
         return "train" if manifest.get("kind") == "train" else "tune"
 
+    def pace(manifest: dict) -> float:
+        training = manifest["training"]
+        return training["wall_minutes"] / (training["epochs_budget"] - (training.get("resumed_from_epoch") or 0))
+
     want = "train" if unit.kind == "train" else "tune"
     alike = [m for m in done.values() if kind(m) == want and m.get("minutes", {}).get("train")
-             and "train_minutes_per_epoch" in m.get("training", {})
-             and precision in (None, m["training"].get("precision"))]
+             and "wall_minutes" in m.get("training", {}) and precision in (None, m["training"].get("precision"))]
     if not alike:
         return None
     own = [m for m in alike if m.get("variant") == unit.variant] or alike
     epochs = median(m["training"]["epochs_budget"] / m["budget"] for m in alike) * unit.budget
-    return (median(m["training"]["train_minutes_per_epoch"] for m in own) * round(epochs)
-            + median(m["minutes"]["decode"] for m in own))
+    return median(map(pace, own)) * round(epochs) + median(m["minutes"]["decode"] for m in own)
 
 
 def not_here(unit: Unit, here: tuple[str, str], done: dict[str, dict]) -> str:

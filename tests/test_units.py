@@ -506,20 +506,22 @@ def test_the_script_lists_the_plan_and_refuses_data_that_differ(tmp_path, capsys
 
 def test_the_list_estimates_each_pending_unit_at_the_pace_of_the_finished_units_of_its_kind(tmp_path, capsys):
     def trained(variant, kind="train", budget=1.0, precision="bf16-mixed", per_epoch=1.5, epochs=57, train=85.5,
-                decode=1.0):
+                decode=1.0, resumed=None):
         return {"kind": kind, "variant": variant, "budget": budget, "source": {"commit": "abcdef0"},
                 "minutes": {"train": train, "decode": decode, "total": train + decode},
-                "training": {"precision": precision, "train_minutes_per_epoch": per_epoch, "epochs_budget": epochs}}
+                "training": {"precision": precision, "wall_minutes": per_epoch * (epochs - (resumed or 0)),
+                             "epochs_budget": epochs, "resumed_from_epoch": resumed}}
 
     script = load_script("units")
     done = {"global-s1": trained("global"),
             "flexible-s1-x1.5": trained("flexible", budget=1.5, per_epoch=1.4, epochs=86, decode=0.5),
             "flexible-s1": trained("flexible", per_epoch=9.0, train=0.0, decode=3.0),  # only decoded: no pace
             "flexible-s1-ft-b10-r1": trained("flexible", kind="finetune", per_epoch=2.0, epochs=4, decode=4.0),
-            "global-s2": trained("global", precision="32-true", per_epoch=3.0, decode=2.0)}
+            "global-s2": trained("global", precision="32-true", per_epoch=3.0, decode=2.0, resumed=7)}  # 50 epochs
     # no local_m finished: the pace of every trained model at bf16 (1.45 min an epoch), 57 epochs
     assert script.estimate(Unit("local_m", 1), "bf16-mixed", done) == pytest.approx(1.45 * 57 + 0.75)
     assert script.estimate(Unit("global", 3), "bf16-mixed", done) == pytest.approx(1.5 * 57 + 1.0)  # its variant's
+    # its last attempt trained 50 epochs in 150 minutes (its minutes' 85.5 add up the attempts')
     assert script.estimate(Unit("global", 3), "32-true", done) == pytest.approx(3.0 * 57 + 2.0)
     assert script.estimate(Unit("flexible", 2, budget=1.5), "bf16-mixed", done) == pytest.approx(1.4 * 86 + 0.5)
     assert script.estimate(Unit("flexible", 1, beta=0.0, run=2), "bf16-mixed", done) == pytest.approx(2.0 * 4 + 4.0)
