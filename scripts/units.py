@@ -20,7 +20,8 @@ interruption, the unit resumes from its last epoch (its minutes then add up its 
 imports, the trainer's included (the code digest of the fingerprint :mod:`flexatt.trainer`
 checks); after a commit that edits them, it trains from its first epoch. A lost copy costs at
 most the unit under way. With ``--commit``, each finished unit's folder is committed to this
-working tree's git (nothing else is staged). A unit's log is ``logs/units/<copy>/<unit>.log``
+working tree's git with the profile's report and the README's figures rewritten from them (nothing
+else is staged; a README with uncommitted edits is left alone, said so). A unit's log is ``logs/units/<copy>/<unit>.log``
 (the copy's folder name: ``<profile>`` by default).
 
 Every unit records the precision it trained at (``trainer.precision: auto`` resolves per machine:
@@ -212,8 +213,8 @@ def run_one(unit: Unit, copy: Path, out: Path, source: dict, log: Path, match: d
 
 
 def commit(unit: str, folder: Path, also: list[Path] = ()) -> None:
-    """Commit the unit's folder and ``also`` (the run's report from its units, nothing else) with
-    its figures in the message."""
+    """Commit the unit's folder and ``also`` (the run's report from its units and the README, nothing
+    else) with its figures in the message."""
     manifest = json.loads((folder / "unit.json").read_text(encoding="utf-8"))
     test = manifest["summary"]["test"]
     figures = f"test BLEU {test['inf']['bleu']} at window {test['inf']['window']} (tau = inf)"
@@ -223,6 +224,25 @@ def commit(unit: str, folder: Path, also: list[Path] = ()) -> None:
     message = (f"{manifest['profile']} unit {unit} ({_shown(folder)}): {manifest['training']['epochs']} epochs, {figures}; "
                f"{manifest['minutes']['total']} min{cpu_share(manifest['minutes'])} on {manifest['machine']['cpu']}")
     _commit([folder, *also], message)
+
+
+def refresh_readme(root: Path = ROOT) -> list[Path]:
+    """The README's figures rewritten from the results as they now stand
+    (``scripts/readme_figures.py``), so that a unit's commit leaves them current (its test checks
+    them): ``[README.md]`` to commit with the unit; ``[]``, said so, where README.md holds
+    uncommitted edits (never committed on their author's behalf) or the script fails (the unit is
+    committed all the same)."""
+    readme = root / "README.md"
+    if subprocess.run(["git", "diff", "--quiet", "HEAD", "--", readme.name], cwd=root).returncode != 0:
+        print(f"units: {readme.name} holds uncommitted edits: its figures are left to python scripts/readme_figures.py")
+        return []
+    run = subprocess.run([sys.executable, str(root / "scripts/readme_figures.py")], cwd=root, capture_output=True, text=True)
+    if run.returncode != 0:
+        print(f"units: python scripts/readme_figures.py failed (exit {run.returncode}), {readme.name} left as it was: "
+              f"{run.stderr.strip()[-500:]}")
+        subprocess.run(["git", "checkout", "HEAD", "--", readme.name], cwd=root, check=True)
+        return []
+    return [readme]
 
 
 def _commit(paths: list[Path], message: str) -> None:
@@ -334,18 +354,19 @@ class ProfileRun:
         return write_report(self.profile, self.results, self.copy / "artifacts" / "tok", quiet=True)
 
     def matches(self) -> int:
-        """The late matches pending, each committed with the report when ``commit``."""
+        """The late matches pending, each committed with the report and README when ``commit``."""
         for name, found in late_matches(self.spec(), done_units(self.results)).items():
             code = match_one(name, found, self.copy, self.results / name, self.source, self.log(name))
             if code != 0:
                 print(f"units: matching {name} failed (exit {code}); its log: {self.log(name).relative_to(ROOT)}")
                 return code
             if self.commit:
-                commit_match(name, self.results / name, list(found), self.report())
+                commit_match(name, self.results / name, list(found), [*self.report(), *refresh_readme()])
         return 0
 
     def run(self, unit: Unit) -> int:
-        """Train and decode ``unit``; committed with the report of every unit done when ``commit``."""
+        """Train and decode ``unit``; committed with the report of every unit done and the README's
+        figures (:func:`refresh_readme`) when ``commit``."""
         started, log = time.time(), self.log(unit.name)
         code = run_one(unit, self.copy, self.results / unit.name, self.source, log,
                        targets(unit, self.spec(), done_units(self.results)))
@@ -354,7 +375,7 @@ class ProfileRun:
             return code
         print(f"units: {unit.name} done in {(time.time() - started) / 60:.1f} min", flush=True)
         if self.commit:
-            commit(unit.name, self.results / unit.name, self.report())
+            commit(unit.name, self.results / unit.name, [*self.report(), *refresh_readme()])
         return 0
 
 
@@ -392,7 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--units", type=int, help="run at most this many units")
     parser.add_argument("--only", help="run this unit (by name) only")
     parser.add_argument("--commit", action="store_true",
-                        help="commit each finished unit's folder with the run's report (--report) from the units done")
+                        help="commit each finished unit's folder with the run's report (--report) from the units done "
+                             "and the README's figures (scripts/readme_figures.py)")
     parser.add_argument("--report", action="store_true",
                         help="the table, claims and figure from the finished units (no decoding), and stop")
     parser.add_argument("--data", type=Path, help="with --report: the tokenized data whose references the units "

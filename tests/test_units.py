@@ -152,7 +152,7 @@ def test_several_profiles_refuse_the_options_of_one_and_list_each_plan(tmp_path,
     lines = capsys.readouterr().out.splitlines()
     assert any(line.split()[:3] == ["grc:", "done", "global-s1"] for line in lines)
     queue = [line.split() for line in lines if line.split()[1] == "pending" and "matched" not in line]
-    stages = [phase(read_plan(ROOT / f"conf/units/{p[:-1]}.yaml"), parse_unit(name)) for p, _, name in queue]
+    stages = [phase(read_plan(ROOT / f"conf/units/{p[:-1]}.yaml"), parse_unit(name)) for p, _, name, *_ in queue]
     assert stages == sorted(stages) and {p for p, *_ in queue} == {"converged:", "grc:"}  # stage by stage
     assert set(stages) == {0, 1}  # the pairs wait for β
     unit(results["converged"], "flexible-s1", 36.1)
@@ -549,6 +549,35 @@ def test_the_list_estimates_each_pending_unit_at_the_pace_of_the_finished_units_
     assert script.pending_total([None, None]) is None
 
 
+def test_a_units_commit_takes_the_readmes_figures_along_but_never_someone_elses_edits(tmp_path, capsys):
+    import subprocess
+
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True).stdout
+
+    script = load_script("units")
+    (tmp_path / "scripts").mkdir()
+    figures = tmp_path / "scripts/readme_figures.py"
+    figures.write_text("from pathlib import Path\nPath('README.md').write_text('figures of 2 units\\n')\n")
+    (tmp_path / "README.md").write_text("figures of 1 unit\n")
+    git("init", "-q")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
+    assert script.refresh_readme(tmp_path) == [tmp_path / "README.md"]
+    assert (tmp_path / "README.md").read_text() == "figures of 2 units\n"
+
+    (tmp_path / "README.md").write_text("a sentence being written\n")  # someone's edit, uncommitted
+    assert script.refresh_readme(tmp_path) == []
+    assert (tmp_path / "README.md").read_text() == "a sentence being written\n"
+    assert "README.md holds uncommitted edits" in capsys.readouterr().out
+
+    git("checkout", "--", "README.md")
+    figures.write_text("from pathlib import Path\nPath('README.md').write_text('half')\nraise SystemExit('no report')\n")
+    assert script.refresh_readme(tmp_path) == []  # the unit is committed without it
+    assert (tmp_path / "README.md").read_text() == "figures of 1 unit\n"
+    assert "readme_figures.py failed (exit 1), README.md left as it was: no report" in capsys.readouterr().out
+
+
 def test_the_two_sides_of_a_pair_train_at_one_precision(tmp_path, capsys):
     """A seed's models are paired with each other, a fine-tuning with the control of its run: a unit
     is refused where those that finished trained at another precision, and skipped (said once) by a
@@ -642,4 +671,7 @@ def test_the_script_runs_a_profiles_next_unit_in_a_kept_copy_and_resumes_the_pla
     assert (copy / ".resume/units/flexible-s1/model/flexible/last.ckpt").is_file()  # the resume state stays in the copy
     listed = subprocess.run([*cmd, "--list"], capture_output=True, text=True, env=stage_env(), timeout=600)
     assert listed.stdout.splitlines()[0].startswith("done     flexible-s1")
-    assert listed.stdout.splitlines()[1].split() == ["pending", "flexible-s1-x1.5"]
+    pending = listed.stdout.splitlines()[1].split()
+    assert pending[:2] == ["pending", "flexible-s1-x1.5"]  # with flexible-s1's pace for 1.5x its epochs:
+    minutes = m["training"]["wall_minutes"] / 10 * 15 + m["minutes"]["decode"]
+    assert pending[2:] == [f"~{minutes:.0f}", "min"]
