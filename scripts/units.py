@@ -21,8 +21,8 @@ imports, the trainer's included (the code digest of the fingerprint :mod:`flexat
 checks); after a commit that edits them, it trains from its first epoch. A lost copy costs at
 most the unit under way. With ``--commit``, each finished unit's folder is committed to this
 working tree's git with the profile's report and the README's figures rewritten from them (nothing
-else is staged; a README with uncommitted edits is left alone, said so). A unit's log is ``logs/units/<copy>/<unit>.log``
-(the copy's folder name: ``<profile>`` by default).
+else is staged; a README with uncommitted edits is left alone, said so). A unit's log is
+``logs/units/<copy>/<unit>.log`` (the copy's folder name: ``<profile>`` by default).
 
 Every unit records the precision it trained at (``trainer.precision: auto`` resolves per machine:
 bf16-mixed only where bf16 products are native). The two sides of a paired comparison (the models
@@ -236,7 +236,8 @@ def refresh_readme(root: Path = ROOT) -> list[Path]:
     if subprocess.run(["git", "diff", "--quiet", "HEAD", "--", readme.name], cwd=root).returncode != 0:
         print(f"units: {readme.name} holds uncommitted edits: its figures are left to python scripts/readme_figures.py")
         return []
-    run = subprocess.run([sys.executable, str(root / "scripts/readme_figures.py")], cwd=root, capture_output=True, text=True)
+    run = subprocess.run([sys.executable, str(root / "scripts/readme_figures.py")], cwd=root,
+                         capture_output=True, text=True)
     if run.returncode != 0:
         print(f"units: python scripts/readme_figures.py failed (exit {run.returncode}), {readme.name} left as it was: "
               f"{run.stderr.strip()[-500:]}")
@@ -351,7 +352,9 @@ class ProfileRun:
         return ROOT / "logs/units" / self.copy.name / f"{name}.log"  # the copy's name: a probe has its own
 
     def report(self) -> list[Path]:
-        return write_report(self.profile, self.results, self.copy / "artifacts" / "tok", quiet=True)
+        """The files a unit's commit takes along: the run's report from the units done, and the
+        README with its figures rewritten from it (:func:`refresh_readme`)."""
+        return [*write_report(self.profile, self.results, self.copy / "artifacts" / "tok", quiet=True), *refresh_readme()]
 
     def matches(self) -> int:
         """The late matches pending, each committed with the report and README when ``commit``."""
@@ -361,7 +364,7 @@ class ProfileRun:
                 print(f"units: matching {name} failed (exit {code}); its log: {self.log(name).relative_to(ROOT)}")
                 return code
             if self.commit:
-                commit_match(name, self.results / name, list(found), [*self.report(), *refresh_readme()])
+                commit_match(name, self.results / name, list(found), self.report())
         return 0
 
     def run(self, unit: Unit) -> int:
@@ -375,7 +378,7 @@ class ProfileRun:
             return code
         print(f"units: {unit.name} done in {(time.time() - started) / 60:.1f} min", flush=True)
         if self.commit:
-            commit(unit.name, self.results / unit.name, [*self.report(), *refresh_readme()])
+            commit(unit.name, self.results / unit.name, self.report())
         return 0
 
 
@@ -527,15 +530,12 @@ def estimate(unit: Unit, precision: str | None, done: dict[str, dict]) -> float 
     their median decoding minutes. A resumed unit's pace is its last attempt's, over the epochs
     that attempt trained. ``None`` where no such unit trained (a unit that only decoded does not
     count). A planning figure: the finished units' machines may be faster or slower than this one."""
-    def kind(manifest: dict) -> str:
-        return "train" if manifest.get("kind") == "train" else "tune"
-
     def pace(manifest: dict) -> float:
         training = manifest["training"]
         return training["wall_minutes"] / (training["epochs_budget"] - (training.get("resumed_from_epoch") or 0))
 
-    want = "train" if unit.kind == "train" else "tune"
-    alike = [m for m in done.values() if kind(m) == want and m.get("minutes", {}).get("train")
+    trains = unit.kind == "train"
+    alike = [m for m in done.values() if (m.get("kind") == "train") == trains and m.get("minutes", {}).get("train")
              and "wall_minutes" in m.get("training", {}) and precision in (None, m["training"].get("precision"))]
     if not alike:
         return None
