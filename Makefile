@@ -18,7 +18,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # W&B stays offline unless you have configured an API key.
 export WANDB_MODE ?= $(if $(WANDB_API_KEY),online,offline)
 
-.PHONY: help venv test test-slow test-all repro smoke char converged grc units reordering params bench bench-scale bench-pipeline clean report push pull
+.PHONY: help venv test test-slow test-all repro smoke char bible grc units reordering params bench bench-scale bench-pipeline clean report push pull
 
 help:
 	@echo "make repro      create .venv and run the pipeline (flexatt repro: dvc repro, independent stages side by side)"
@@ -29,7 +29,7 @@ help:
 	@echo "make char       the character-level 'char' profile up to Table 1, kept in artifacts/char (hours)"
 	@echo "make grc        the Koine Greek -> English 'grc' profile as units (about half an hour to an hour a unit; resumes)"
 	@echo "make reordering flexible's window against how much the data reorders: smoke runs at 4 levels (~18 min)"
-	@echo "make converged  the converged profile's units, one model each at an equal budget (about an hour a unit; resumes)"
+	@echo "make bible  the bible profile's units, one model each at an equal budget (about an hour a unit; resumes)"
 	@echo "make units      both: the first seed of every claim on each corpus before any second seed (resumes)"
 	@echo "make params     recompose params.yaml from conf/ (PROFILE=smoke|default|paper)"
 	@echo "make bench      run the benchmarks (after make repro and make char: they use their models)"
@@ -110,7 +110,7 @@ smoke: $(STAMP)
 char: $(STAMP)
 	$(BIN)/python scripts/profile_run.py char --keep artifacts/char --targets evaluate --results results/char
 
-# the second corpus (data/nt_grc_en) as units, like `make converged` (conf/units/grc.yaml), its
+# the second corpus (data/nt_grc_en) as units, like `make bible` (conf/units/grc.yaml), its
 # products in results/grc/units/; COMMIT=1 commits each finished unit's folder
 grc: $(STAMP)
 	$(BIN)/python scripts/units.py grc $(if $(COMMIT),--commit,)
@@ -120,17 +120,17 @@ grc: $(STAMP)
 reordering: $(STAMP)
 	$(BIN)/python scripts/reordering_sweep.py
 
-# the converged profile as units (conf/units/converged.yaml, scripts/units.py): one model each,
-# trained for the profile's equal budget and decoded, its products in results/converged/units/ as
+# the bible profile as units (conf/units/bible.yaml, scripts/units.py): one model each,
+# trained for the profile's equal budget and decoded, its products in results/bible/units/ as
 # soon as it finishes; started again, it runs the units not yet done (the one under way resumes
 # from its last epoch). COMMIT=1 commits each finished unit's folder.
-converged: $(STAMP)
-	$(BIN)/python scripts/units.py converged $(if $(COMMIT),--commit,)
+bible: $(STAMP)
+	$(BIN)/python scripts/units.py bible $(if $(COMMIT),--commit,)
 
 # both long runs' units, stage by stage: the first seed of every claim on each corpus, then the
-# other seeds, then the fine-tuning pairs (scripts/units.py converged grc)
+# other seeds, then the fine-tuning pairs (scripts/units.py bible grc)
 units: $(STAMP)
-	$(BIN)/python scripts/units.py converged grc $(if $(COMMIT),--commit,)
+	$(BIN)/python scripts/units.py bible grc $(if $(COMMIT),--commit,)
 
 clean:
 	rm -rf artifacts logs multirun outputs .pytest_cache  # runs/ (units' kept copies) stays: it resumes long runs

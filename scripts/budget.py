@@ -1,8 +1,8 @@
 """How many epochs an equal budget needs, read from a long run's recorded learning curves.
 
-    python scripts/budget.py results/converged/train                 # the default corpus
+    python scripts/budget.py results/bible/train                 # the default corpus
     python scripts/budget.py results/grc/train --epochs 20 30 40     # the Greek corpus
-    python scripts/budget.py results/converged/train --out results/converged/budget.json
+    python scripts/budget.py results/bible/train --out results/bible/budget.json
 
 An equal budget trains every model of a corpus for the same number of epochs. The choice weighs
 two things, both readable from the curves a run under a stopping rule left

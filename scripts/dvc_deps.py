@@ -106,9 +106,11 @@ def listed_src(spec: dict) -> list[str]:
 # checking a dvc.yaml
 # --------------------------------------------------------------------------------------
 def load_stages(text: str) -> dict[str, dict]:
-    """The stages of a dvc.yaml text (a ``foreach`` stage by its ``do`` template)."""
+    """The stages of a dvc.yaml text (a ``foreach`` stage by its ``do`` template), less the frozen
+    ones: their code is the code that ran them, recorded in the lock (``docs/pipeline.md``)."""
     raw = (yaml.safe_load(text) or {}).get("stages") or {}
-    return {name: spec.get("do", spec) for name, spec in raw.items()}
+    stages = {name: spec.get("do", spec) for name, spec in raw.items()}
+    return {name: spec for name, spec in stages.items() if not spec.get("frozen")}
 
 
 def expected_deps(stage: str, spec: dict) -> tuple[list[str] | None, list[str]]:

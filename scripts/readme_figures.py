@@ -12,7 +12,7 @@ so the prose never quotes a figure of an earlier run:
   hour's demonstration, which it says);
 * ``finetuning`` (README): whether fine-tuning narrows the window against its control, and the β
   sweep (``results/metrics.json``, ``results/sweep_beta.json``);
-* ``converged`` (README): the finished units of the long runs (``make converged``, ``make grc``:
+* ``bible`` (README): the finished units of the long runs (``make bible``, ``make grc``:
   ``results/<profile>/units/``), both corpora side by side, with the claims their current
   reports decide; ``grc`` (README) the Greek alignment probes (``results/grc/probes/``) while
   none aligns;
@@ -177,7 +177,7 @@ def _lock_params(lock: Path, stage: str) -> dict:
 
 
 def finetuned_beta(lock: Path) -> str:
-    """The β that ``finetune@flexible`` of ``lock`` ran with (for a converged run, the one its
+    """The β that ``finetune@flexible`` of ``lock`` ran with (for a long run, the one its
     ``sweep_beta`` selected); ``finetune.beta`` of params.yaml where the lock has no such stage."""
     beta = _lock_params(lock, "finetune@flexible").get("finetune.beta")
     return f"{(_params()['finetune']['beta'] if beta is None else beta):g}"
@@ -264,14 +264,14 @@ def char_block(run: Path) -> str:
 
 
 #: the corpus of each long run made of units, as the units section's columns name it
-UNITS_CORPUS = {"converged": ("Bible", "`make converged` (Spanish → English Bible)"),
+UNITS_CORPUS = {"bible": ("Bible", "`make bible` (Spanish → English Bible)"),
                 "grc": ("Greek NT", "`make grc` (Koine Greek → English)")}
 
 
 def units_section(runs: dict[str, Path]) -> str:
     """The long runs made of units (``results/<profile>/units/``, ``scripts/units.py``), both
     corpora side by side: how many of each plan's units are done (and where the plan waits for a
-    longer budget, :func:`flexatt.units.budget_waits`; a budget kept although its check failed is
+    longer budget, :func:`flexatt.products.budget_waits`; a budget kept although its check failed is
     said in the claims' budget row) and the earlier budgets' failed checks; each model
     over the seeds done (a flexible model also at its dev-selected τ): test BLEU, window and AER as mean ± sd
     (:func:`flexatt.unit_claims.model_table`), the diagonal's AER once per corpus; the minutes a
@@ -279,7 +279,7 @@ def units_section(runs: dict[str, Path]) -> str:
     of each run's current report (:func:`units_claims`). Only finished units count; nothing is
     promised for the rest (``scripts/units.py <profile> --list``)."""
     from flexatt.unit_claims import Units, model_table
-    from flexatt.units import budget_waits, plan, read_plan
+    from flexatt.products import budget_waits, plan, read_plan
 
     found, waiting = {}, set()
     for profile, run in runs.items():
@@ -360,7 +360,7 @@ def earlier_checks(run: Path) -> list[dict]:
     budget, found in any of the run's budget folders by variant, seed and schedule (an earlier
     check's longer model is trained exactly as the next budget's: the same epochs and halvings)."""
     from flexatt.unit_claims import BUDGET_GAIN
-    from flexatt.units import dev_gain, done_units
+    from flexatt.products import dev_gain, done_units
 
     def schedule(m: dict) -> tuple:
         return m["variant"], m["seed"], m["training"]["epochs"], m["training"].get("lr_halve_from_epoch")
@@ -417,7 +417,7 @@ def units_claims(runs: dict[str, Path]) -> tuple[str, list[str]]:
     p-values are in the reports. Without a measured claim the table is empty and the sentence
     says why."""
     from flexatt.unit_claims import BUDGET_GAIN
-    from flexatt.units import done_units
+    from flexatt.products import done_units
 
     def delta(e: dict, of: str = "seed") -> str:
         over, pooled = e["over_seeds"], e["pooled"]
@@ -444,7 +444,7 @@ def units_claims(runs: dict[str, Path]) -> tuple[str, list[str]]:
         if path.is_file() and _json(path).get("units") == sorted(done_units(run / "units")):
             reports[profile] = _json(path)
         else:
-            stale.append(f"`python scripts/units.py {profile} --report`")
+            stale.append(f"`dvc repro pipelines/{profile}/dvc.yaml:report`")
     def cells_of(report: dict) -> dict[str, str]:
         """One corpus's column: row label -> cell, in the report's order, the budget check last."""
         claims = {c["id"]: c for c in report["claims"]}
@@ -507,7 +507,7 @@ def probes_block(run: Path) -> str:
     with its settings (the overrides its unit records, or the commit whose profile it ran), dev
     and test AER beside the diagonal's and its minutes; and whether the one best on dev reaches
     the diagonal's test AER less :data:`ALIGNMENT_MARGIN`. Empty without probes."""
-    from flexatt.units import done_units
+    from flexatt.products import done_units
 
     probes = {folder.parent.name: m for folder in sorted((run / "probes").glob("*/units"))
               for m in done_units(folder).values() if m["summary"]["test"].get("aer")}
@@ -649,22 +649,22 @@ def pipeline_summary(pipe: dict) -> str:
 
 def blocks_of(path: Path, runs: dict[str, Path] | None = None) -> dict[str, str]:
     """The generated blocks of ``path`` (the README or ``benchmarks/README.md``); ``runs``: the
-    long runs made of units by profile (default ``results/converged`` and ``results/grc``), those
+    long runs made of units by profile (default ``results/bible`` and ``results/grc``), those
     with a ``units/`` folder (or the units of an earlier budget) shown side by side in the
-    converged block."""
+    bible block."""
     metrics = _json(ROOT / "results" / "metrics.json")
     pipe = _json(ROOT / "benchmarks" / "results" / "pipeline.json")
     filt = _json(ROOT / "results" / "filter.json")
     if path == BENCH_README:
         return {"pipeline": pipeline_table(pipe)}
-    runs = runs or {"converged": ROOT / "results" / "converged", "grc": ROOT / "results" / "grc"}
+    runs = runs or {"bible": ROOT / "results" / "bible", "grc": ROOT / "results" / "grc"}
     long = {p: run for p, run in runs.items() if (run / "units").is_dir() or any(run.glob("budget-*/units"))}
     grc_probes = probes_block(runs["grc"]) if "grc" in runs else ""
     beta = ROOT / "results" / "sweep_beta.json"
     return {
         "headline": headline(metrics, _params(), filt),
-        "converged": units_section(long) if long else "",
-        "grc": grc_probes if "| probe" in grc_probes else "",  # an aligned probe is a sentence of the converged block
+        "bible": units_section(long) if long else "",
+        "grc": grc_probes if "| probe" in grc_probes else "",  # an aligned probe is a sentence of the bible block
         "results": results_block((ROOT / "results" / "table1.md").read_text(encoding="utf-8"), filt, metrics),
         "seeds": seeds_block(ROOT / "results" / "seeds" / "summary.csv"),
         "char": char_block(ROOT / "results" / "char"),

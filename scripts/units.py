@@ -1,11 +1,11 @@
 """Run a long profile's units, one at a time, in a kept copy; each unit's products go to
 ``results/<profile>/units/<unit>/`` the moment it finishes (``flexatt.units``).
 
-    python scripts/units.py converged --list              # the plan: done, next (minutes each), waiting
-    python scripts/units.py converged                     # = make converged: every pending unit
-    python scripts/units.py converged --units 1 --commit  # the next unit, committed when done
-    python scripts/units.py converged --only global-s1    # one unit by name
-    python scripts/units.py converged grc                 # = make units: both, stage by stage
+    python scripts/units.py bible --list              # the plan: done, next (minutes each), waiting
+    python scripts/units.py bible                     # = make bible: every pending unit
+    python scripts/units.py bible --units 1 --commit  # the next unit, committed when done
+    python scripts/units.py bible --only global-s1    # one unit by name
+    python scripts/units.py bible grc                 # = make units: both, stage by stage
     python scripts/units.py grc --only global-s1 --set data=nt_grc_en_x3 \
         --results results/grc/probes/x3/units --keep runs/grc-x3   # a probe under an override
 
@@ -27,14 +27,14 @@ else is staged; a README with uncommitted edits is left alone, said so). A unit'
 Every unit records the precision it trained at (``trainer.precision: auto`` resolves per machine:
 bf16-mixed only where bf16 products are native). The two sides of a paired comparison (the models
 of one seed; a fine-tuning and the control of its run) train at one precision
-(:func:`flexatt.units.precision_conflicts`): a unit whose pairs trained at another precision than
+(:func:`flexatt.products.precision_conflicts`): a unit whose pairs trained at another precision than
 this machine's is skipped, said so, ``--only`` refuses it and ``--list`` marks it. Such a unit
 may train here all the same at its partners' precision, ``--set trainer.precision=32-true`` (the one
 override that needs no folders of its own: it is recorded in each unit, and the pairing rule holds
 whatever it is), where that precision is native and not emulated.
 
 Given several profiles, each keeps its own copy and results; the next unit is always from the
-earliest stage of their plans (``flexatt.units.phase``: the first seed of every claim, then the
+earliest stage of their plans (``flexatt.products.phase``: the first seed of every claim, then the
 other seeds, then the fine-tuning pairs), so every corpus has each claim's first seed before any
 has a second.
 """
@@ -57,9 +57,9 @@ from flexatt.schedule import PROGRESS_ENV  # noqa: E402
 from flexatt.tau import from_json, label  # noqa: E402
 # read with the rest at start: a run of hours writes its reports with the code it started with,
 # whatever the working tree holds by then
-from flexatt.unit_claims import Units, figure, report  # noqa: E402
-from flexatt.units import (WEIGHTS, Unit, budget_gain, budget_short, done_units, phase, plan,  # noqa: E402
-                           parse_unit, precision_conflicts, read_plan)
+from flexatt.stages.report import read_references, write_report as write_units_report  # noqa: E402
+from flexatt.products import (WEIGHTS, Unit, budget_gain, budget_short, done_units, phase, plan,  # noqa: E402
+                              parse_unit, precision_conflicts, read_plan)
 
 #: the data files whose digests every unit of a profile shares
 DATA_KEYS = ("train.npz", "dev.npz", "test.npz", "src.model", "tgt.model", "dev.ref", "test.ref")
@@ -127,7 +127,7 @@ def trainer_precision(trainer) -> tuple[str, str]:
 
 def precision_refusal(unit: Unit, precision: str, reason: str, done: dict[str, dict]) -> str | None:
     """Why ``unit`` may not train here (None: it may): units it is paired with trained at another
-    precision (:func:`flexatt.units.precision_conflicts`)."""
+    precision (:func:`flexatt.products.precision_conflicts`)."""
     conflicts = precision_conflicts(unit, precision, done)
     if not conflicts:
         return None
@@ -267,30 +267,20 @@ def commit_match(name: str, folder: Path, fixed: list[str], also: list[Path] = (
 
 def write_report(profile: str, results: Path, data: Path, quiet: bool = False) -> list[Path]:
     """``<results>/../report.{json,md}`` and ``figures/units.png`` from the finished units (the
-    files written); the references are ``data``'s, refused where their digest differs from the
-    units' record."""
-    from flexatt.io import file_digest, write_json
+    files written; :mod:`flexatt.stages.report`, the pipeline's report stage); the references are
+    ``data``'s, refused where their digest differs from the units' record."""
+    from flexatt.errors import DataError
 
-    done = done_units(results)
-    references = {}
-    for split in ("test",):
-        path = data / f"{split}.ref"
-        if not path.is_file():
-            sys.exit(f"error: {path}: not found (make the profile's data: scripts/units.py {profile} --units 0)")
-        recorded = {m["data"].get(f"{split}.ref") for m in done.values() if "data" in m}
-        if recorded and recorded != {file_digest(path)}:
-            sys.exit(f"error: {path}: not the references the units decoded (digest differs)")
-        references[split] = path.read_text(encoding="utf-8").split("\n")[:-1]
-    spec = read_plan(ROOT / "conf/units" / f"{profile}.yaml")
     started = time.time()
-    out = report(results, spec, references, shown=_shown(results))
-    folder = results.parent
-    written = [folder / "report.json", folder / "report.md", folder / "figures" / "units.png"]
-    write_json(written[0], {k: v for k, v in out.items() if k != "markdown"})
-    written[1].write_text(out["markdown"], encoding="utf-8")
-    figure(Units(results, spec), written[2])
+    done = done_units(results)
+    try:
+        refs = read_references({"test": data / "test.ref"}, done)
+    except DataError as exc:
+        sys.exit(f"error: {exc}" + (f" (make the profile's data: scripts/units.py {profile} --units 0)"
+                                    if exc.reason == "not found" else ""))
+    written, markdown = write_units_report(profile, results, refs, plan_dir=ROOT / "conf/units", shown=_shown(results))
     if not quiet:
-        print(out["markdown"])
+        print(markdown)
     print(f"units: report of {len(done)} units in {time.time() - started:.0f} s: "
           f"{_shown(written[1])}, {_shown(written[2])}", flush=True)
     return written

@@ -38,8 +38,8 @@ def test_a_budget_ranks_gaps_and_costs_the_models(tmp_path):
     assert (at5["spearman"], at5["median_gap"], at5["halved_by_then"], at5["ended_before"]) == (1.0, 0.0, 1, 1)
 
 
-def test_the_recorded_converged_curves_give_the_figures_quoted_for_them():
-    curves = budget.read_curves(ROOT / "results/converged/train")
+def test_the_recorded_bible_curves_give_the_figures_quoted_for_them():
+    curves = budget.read_curves(ROOT / "results/bible/train")
     assert [budget.at_budget(curves, e)["spearman"] for e in (20, 25)] == [0.817, 0.75]
 
 

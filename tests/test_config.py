@@ -25,7 +25,7 @@ def test_every_profile_composes(root, profile):
     assert cfg.filter.max_len == 50
 
 
-@pytest.mark.parametrize("profile", ["smoke", "default", "paper", "char", "grc", "converged"])
+@pytest.mark.parametrize("profile", ["smoke", "default", "paper", "char", "grc", "bible"])
 def test_every_tau_row_has_its_own_models_tau_to_decode_at(root, profile):
     """Each _tau row decodes at the τ sweep_tau selected for its own model (flexatt.stages.evaluate.tau_of),
     a control's too: every model of evaluate.tau_rows is swept, so evaluate never borrows a τ."""

@@ -51,10 +51,12 @@ def test_stage_deps_are_the_import_closure_of_its_module(stage):
     assert not problems, "\n".join(problems) + "\n(run `python scripts/dvc_deps.py`: it rewrites them)"
 
 
-def test_dvc_yaml_is_what_the_script_writes():
-    """Not only the same files: the same lines, in the script's order."""
-    text = dvc_yaml()
-    assert dvc_deps.written(text) == text, "run `python scripts/dvc_deps.py`: dvc.yaml's src/ deps are stale"
+@pytest.mark.parametrize("path", ["dvc.yaml", *sorted(str(p.relative_to(ROOT)) for p in ROOT.glob("pipelines/*/dvc.yaml"))])
+def test_dvc_yaml_is_what_the_script_writes(path):
+    """Not only the same files: the same lines, in the script's order (the long profiles'
+    pipelines too, their frozen units aside)."""
+    text = (ROOT / path).read_text(encoding="utf-8")
+    assert dvc_deps.written(text) == text, f"run `python scripts/dvc_deps.py {path}`: its src/ deps are stale"
 
 
 def _line_of(lines: list[str], block, entry: str) -> int:

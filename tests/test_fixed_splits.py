@@ -154,16 +154,16 @@ def test_plan_split_needs_every_pair_to_carry_a_split():
         plan_split(iter(pairs), 1, 1, 0, fixed=True)
 
 
-def test_the_grc_profile_trains_on_the_greek_corpus_under_the_converged_budget_rule(tmp_path):
+def test_the_grc_profile_trains_on_the_greek_corpus_under_the_bible_budget_rule(tmp_path):
     params = schema.validate(OmegaConf.load(compose_params(tmp_path, "profile=grc", test_precision=False)))
     # the Greek verses with three English translations to train on; dev and test are nt_grc_en's
     assert params.profile == "grc" and params.data.name == "nt_grc_en_x3" and params.data.columns["split"] == "split"
     assert params.data.tsv_align.endswith("nt.grc-en.x3.align.gz") and params.model.dropout == 0.3
     assert {"global", "local_m", "flexible"} <= set(params.variants) and params.finetune.variants == ["flexible"]
     assert {"global", "local_m", "flexible", "flexible_ft"} <= set(params.evaluate.checkpoints)
-    # the budget is grc's own (chosen with the alignment probes); the rule is converged's
+    # the budget is grc's own (chosen with the alignment probes); the rule is bible's
     assert (params.train.epochs, params.train.lr_schedule, params.train.early_stopping_patience) == (45, "fixed", None)
-    rule = schema.validate(OmegaConf.load(compose_params(tmp_path / "c", "profile=converged", test_precision=False)))
+    rule = schema.validate(OmegaConf.load(compose_params(tmp_path / "c", "profile=bible", test_precision=False)))
     # the same schedule: full rate, then as many epochs halved one after another; two threads
     assert params.train.lr_schedule == rule.train.lr_schedule == "fixed"
     assert params.train.early_stopping_patience is rule.train.early_stopping_patience is None

@@ -203,7 +203,7 @@ def test_the_stage_clock_adds_the_interrupted_runs_and_skips_held_time(tmp_path,
     now = [0.0]
     monkeypatch.setattr(profile_run.time, "monotonic", lambda: now[0])
 
-    origin = {"commit": "a" * 40, "overrides": ["profile=converged"]}
+    origin = {"commit": "a" * 40, "overrides": ["profile=bible"]}
 
     def run(minutes: float, finish: bool) -> dict:
         clock = profile_run.StageClock(tmp_path)
@@ -213,7 +213,7 @@ def test_the_stage_clock_adds_the_interrupted_runs_and_skips_held_time(tmp_path,
             clock.tick()
         if finish:
             clock.stop(ran=True)
-        profile_run.write_provenance(tmp_path, "converged", [], [], {"commit": None}, clock)
+        profile_run.write_provenance(tmp_path, "bible", [], [], {"commit": None}, clock)
         return json.loads((tmp_path / "provenance.json").read_text())
 
     assert run(3.0, finish=False)["running"]["minutes"] == 3.0  # cut off here
@@ -256,7 +256,7 @@ def test_a_stage_finished_but_not_recorded_keeps_the_minutes_it_had(tmp_path, mo
     """A run cut off after DVC finished a stage but before it wrote the minutes: the next run
     finds the stage up to date and records what the interrupted run had counted."""
     monkeypatch.setattr(profile_run.time, "monotonic", lambda: 0.0)
-    origin = {"commit": "a" * 40, "overrides": ["profile=converged"]}
+    origin = {"commit": "a" * 40, "overrides": ["profile=bible"]}
     (tmp_path / "provenance.json").write_text(json.dumps(
         {"stage_minutes": {}, "running": {"stage": "evaluate", "since": "x", "minutes": 7.5, "origin": origin}}))
     clock = profile_run.StageClock(tmp_path)

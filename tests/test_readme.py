@@ -81,8 +81,8 @@ def test_without_units_the_long_runs_block_is_empty_and_the_default_profile_head
     from conftest import load_script
 
     figures = load_script("readme_figures")
-    blocks = figures.blocks_of(figures.README, runs={"converged": tmp_path / "converged", "grc": tmp_path / "grc"})
-    assert blocks["converged"] == "" == blocks["grc"]
+    blocks = figures.blocks_of(figures.README, runs={"bible": tmp_path / "bible", "grc": tmp_path / "grc"})
+    assert blocks["bible"] == "" == blocks["grc"]
     assert blocks["headline"].startswith("In the default profile's 3-epoch models")
     assert blocks["claims"].startswith("**Claims** (3-epoch default profile")
     assert blocks["results"].startswith("What `make repro` shows in an hour")
@@ -155,24 +155,24 @@ def _unit(name: str, variant: str, seed: int, test: float, window: float, select
 def test_the_units_section_shows_the_models_over_their_finished_units_and_no_promise(tmp_path):
     """Once a long run's units exist, the units section gives each model over the seeds done (and
     only those), flexible also at its dev-selected τ, one column group per corpus, the diagonal's
-    AER once per corpus; the converged block itself is then empty."""
+    AER once per corpus; the bible block itself is then empty."""
     from conftest import load_script
 
     figures = load_script("readme_figures")
-    run = tmp_path / "converged"
+    run = tmp_path / "bible"
     (run / "units").mkdir(parents=True)
-    empty = figures.units_section({"converged": run})
+    empty = figures.units_section({"bible": run})
     assert "(Spanish → English Bible) 0 of 17;" in " ".join(empty.split()) and "|" not in empty
-    assert figures.blocks_of(figures.README, runs={"converged": run, "grc": ROOT / "results/grc"})["grc"] == ""
+    assert figures.blocks_of(figures.README, runs={"bible": run, "grc": ROOT / "results/grc"})["grc"] == ""
     # the probes' outcome is a sentence of the units section
     for unit in (_unit("global-s1", "global", 1, 30.0, 25.3), _unit("global-s2", "global", 2, 31.0, 25.1),
                  _unit("flexible-s1", "flexible", 1, 31.1, 25.3, {"tau": 1.2, "window": 11.87})):
         (run / "units" / unit["unit"]).mkdir()
         (run / "units" / unit["unit"] / "unit.json").write_text(json.dumps(unit))
-    block = figures.units_section({"converged": run})
+    block = figures.units_section({"bible": run})
     text = " ".join(block.split())
     assert "(Spanish → English Bible) 3 of 17;" in text and "reads no words: 0.610 Bible);" in text
-    assert "Claims: `python scripts/units.py converged --report` decides them from the units done." in text
+    assert "Claims: `dvc repro pipelines/bible/dvc.yaml:report` decides them from the units done." in text
     rows = [line for line in block.splitlines() if line.startswith("| global") or line.startswith("| flexible")]
     assert rows == ["| global | τ=∞ | 2 | 30.50 ± 0.71 | 25.20 ± 0.14 | 0.480 ± 0.000 |",
                     "| flexible | τ=∞ | 1 | 31.10 | 25.30 | 0.480 |",
@@ -181,7 +181,7 @@ def test_the_units_section_shows_the_models_over_their_finished_units_and_no_pro
     grc = tmp_path / "grc"
     (grc / "units" / "global-s1").mkdir(parents=True)
     (grc / "units" / "global-s1" / "unit.json").write_text(json.dumps(_unit("global-s1", "global", 1, 12.0, 38.0)))
-    both = figures.units_section({"converged": run, "grc": grc})
+    both = figures.units_section({"bible": run, "grc": grc})
     assert both.splitlines()[[i for i, line in enumerate(both.splitlines()) if line.startswith("| model")][0] + 2] \
         == "| global | τ=∞ | 2 | 30.50 ± 0.71 | 25.20 ± 0.14 | 0.480 ± 0.000 | 1 | 12.00 | 38.00 | 0.480 |"
     assert "| flexible | τ=∞ | 1 | 31.10 | 25.30 | 0.480 |  |  |  |  |" in both
@@ -204,7 +204,7 @@ def test_the_units_section_gives_the_claims_of_a_current_report_only(tmp_path):
     from conftest import load_script
 
     figures = load_script("readme_figures")
-    run = tmp_path / "converged"
+    run = tmp_path / "bible"
     for unit in (_unit("global-s1", "global", 1, 30.0, 25.3),
                  _unit("flexible-s1", "flexible", 1, 31.1, 25.3, {"tau": 1.2, "window": 11.87})):
         (run / "units" / unit["unit"]).mkdir(parents=True)
@@ -222,7 +222,7 @@ def test_the_units_section_gives_the_claims_of_a_current_report_only(tmp_path):
                "pairs": [{"fixed": "local_m_d5", "verdict": "holds", **stats}, {"fixed": "local_m", "verdict": "not measured"}]}]
     budget = {"variant": "flexible", "factor": 1.5, "epochs": [25, 38], "dev_gain": 0.61, "enough": False}
     (run / "report.json").write_text(_report(["flexible-s1", "global-s1"], claims, budget))
-    lines = figures.units_section({"converged": run}).splitlines()
+    lines = figures.units_section({"bible": run}).splitlines()
     rows = lines[[i for i, line in enumerate(lines) if line.startswith("| claim")][0]:]
     assert rows == ["| claim | Bible |", "|---|---|",
                     "| a. Flexible τ=∞ ≥ Global | **holds**: +1.10 (1 seed); pooled +1.08 [+0.61, +1.52] |",
@@ -235,13 +235,13 @@ def test_the_units_section_gives_the_claims_of_a_current_report_only(tmp_path):
                     "| budget: flexible at ×1.5 epochs gains < 0.5 dev BLEU | **fails**: +0.61 (25 → 38 epochs) |"]
     kept = {**budget, "final": True, "kept_short": True}
     (run / "report.json").write_text(_report(["flexible-s1", "global-s1"], claims, kept))
-    assert figures.units_section({"converged": run}).splitlines()[-1] == (
+    assert figures.units_section({"bible": run}).splitlines()[-1] == (
         "| budget: flexible at ×1.5 epochs gains < 0.5 dev BLEU | **fails**: +0.61 (25 → 38 epochs; budget kept) |")
     (run / "units" / "global-s2").mkdir()
     (run / "units" / "global-s2" / "unit.json").write_text(json.dumps(_unit("global-s2", "global", 2, 31.0, 25.1)))
-    block = figures.units_section({"converged": run})
+    block = figures.units_section({"bible": run})
     assert "**holds**" not in block and " ".join(block.split()).endswith(
-        "Claims: `python scripts/units.py converged --report` decides them from the units done.")
+        "Claims: `dvc repro pipelines/bible/dvc.yaml:report` decides them from the units done.")
 
 
 def test_the_units_of_an_earlier_budget_that_failed_its_check_are_named_not_counted(tmp_path):
@@ -251,19 +251,19 @@ def test_the_units_of_an_earlier_budget_that_failed_its_check_are_named_not_coun
     from conftest import load_script
 
     figures = load_script("readme_figures")
-    run = tmp_path / "converged"
+    run = tmp_path / "bible"
     old = run / "budget-25"
     (old / "units" / "global-s1").mkdir(parents=True)
     (old / "units" / "global-s1" / "unit.json").write_text(json.dumps(_unit("global-s1", "global", 1, 30.0, 25.3)))
     budget = {"variant": "flexible", "factor": 1.5, "epochs": [25, 38], "dev_gain": 1.22, "enough": False}
     (old / "report.json").write_text(_report(["global-s1"], [], budget))
-    block = figures.blocks_of(figures.README, runs={"converged": run, "grc": tmp_path / "grc"})["converged"]
+    block = figures.blocks_of(figures.README, runs={"bible": run, "grc": tmp_path / "grc"})["bible"]
     text = " ".join(block.split())
     assert "(Spanish → English Bible) 0 of 17;" in text and "|" not in block
     assert text.endswith("Earlier budgets failed their checks (flexible's dev BLEU gain from training longer: "
                          f"Bible 25 → 38 epochs +1.22 (`{old}/`)).")
     (old / "report.json").write_text(_report(["global-s1"], [], {**budget, "dev_gain": 0.3, "enough": True}))
-    assert "Earlier budgets" not in figures.blocks_of(figures.README, runs={"converged": run})["converged"]
+    assert "Earlier budgets" not in figures.blocks_of(figures.README, runs={"bible": run})["bible"]
 
 
 def test_an_earlier_budgets_check_is_read_from_its_units_when_its_report_lacks_it(tmp_path):
@@ -273,7 +273,7 @@ def test_an_earlier_budgets_check_is_read_from_its_units_when_its_report_lacks_i
     from conftest import load_script
 
     figures = load_script("readme_figures")
-    run = tmp_path / "converged"
+    run = tmp_path / "bible"
 
     def unit(folder: str, name: str, budget: float, epochs: int, halve: int, dev: float) -> None:
         m = _unit(name, "flexible", 1, 30.0, 25.3)
@@ -287,20 +287,20 @@ def test_an_earlier_budgets_check_is_read_from_its_units_when_its_report_lacks_i
     unit("budget-38", "flexible-s1-x1.5", 1.5, 57, 52, 38.02)
     checks = figures.earlier_checks(run)
     assert [(c["epochs"], c["dev_gain"], c["enough"]) for c in checks] == [([25, 38], 1.22, False), ([38, 57], 0.66, False)]
-    assert figures.superseded_budgets({"converged": run}) == [
+    assert figures.superseded_budgets({"bible": run}) == [
         "Earlier budgets failed their checks (flexible's dev BLEU gain from training longer: Bible 25 → 38 epochs "
         f"+1.22, 38 → 57 epochs +0.66 (`{run}/budget-*/`))."]
     unit("budget-38", "flexible-s1-x1.5", 1.5, 57, 50, 38.02)  # eight halvings: not the 38-epoch model's schedule
     assert [c["epochs"] for c in figures.earlier_checks(run)] == [[25, 38]]
     unit("budget-38", "flexible-s1-x1.5", 1.5, 57, 52, 37.70)
-    assert figures.superseded_budgets({"converged": run}) == [
+    assert figures.superseded_budgets({"bible": run}) == [
         "Earlier budgets failed their checks (flexible's dev BLEU gain from training longer: Bible 25 → 38 epochs "
         f"+1.22 (`{run}/budget-25/`))."]
     grc = tmp_path / "grc" / "budget-30"  # another corpus, whose check trained another model: named per corpus
     grc.mkdir(parents=True)
     (grc / "report.json").write_text(_report([], [], {"variant": "global", "epochs": [30, 45], "dev_gain": 1.72,
                                                       "enough": False}))
-    assert figures.superseded_budgets({"converged": run, "grc": tmp_path / "grc"}) == [
+    assert figures.superseded_budgets({"bible": run, "grc": tmp_path / "grc"}) == [
         "Earlier budgets failed their checks (dev BLEU gain from training longer: Bible (flexible) 25 → 38 epochs "
         f"+1.22 (`{run}/budget-25/`); Greek NT (global) 30 → 45 epochs +1.72 (`{grc}/`))."]
 
@@ -311,13 +311,13 @@ def test_a_unit_resumed_at_its_trainings_end_is_timed_as_decoding_only(tmp_path)
     from conftest import load_script
 
     figures = load_script("readme_figures")
-    run = tmp_path / "converged"
+    run = tmp_path / "bible"
     resumed = {**_unit("flexible-s1", "flexible", 1, 31.1, 25.3), "minutes": {"total": 2.2},
                "training": {"epochs": 57, "resumed_from_epoch": 57}}
     for unit in (_unit("global-s1", "global", 1, 30.0, 25.3), resumed):
         (run / "units" / unit["unit"]).mkdir(parents=True)
         (run / "units" / unit["unit"] / "unit.json").write_text(json.dumps(unit))
-    text = " ".join(figures.units_section({"converged": run}).split())
+    text = " ".join(figures.units_section({"bible": run}).split())
     assert "A unit took: Bible 52 min (1 only decoded, 2 min: an earlier check trained it) on Some CPU." in text
     assert figures.resumed_at_end(resumed) and not figures.resumed_at_end({"training": {"epochs": 57, "resumed_from_epoch": 30}})
     # resumed at the end from an attempt of its own (interrupted while decoding): it trained
@@ -326,9 +326,9 @@ def test_a_unit_resumed_at_its_trainings_end_is_timed_as_decoding_only(tmp_path)
 
 def test_the_committed_units_reports_cover_the_committed_units():
     """Each long run's report.json (written with each committed unit) is that of its units done."""
-    from flexatt.units import done_units
+    from flexatt.products import done_units
 
-    for profile in ("converged", "grc"):
+    for profile in ("bible", "grc"):
         folder = ROOT / "results" / profile
         if (folder / "units").is_dir() and done_units(folder / "units"):
             report = json.loads((folder / "report.json").read_text(encoding="utf-8"))
@@ -343,13 +343,13 @@ def test_both_long_runs_with_every_unit_and_claim_keep_the_readme_within_its_len
     from conftest import load_script
 
     from flexatt.unit_claims import CLAIM_TEXT
-    from flexatt.units import read_plan
+    from flexatt.products import read_plan
 
     figures = load_script("readme_figures")
     stats = {"over_seeds": {"n": 3, "mean": -3.91, "sd": 2.2, "ci": [-10.49, +6.23]},
              "pooled": {"delta": -3.91, "ci": [-14.55, -13.29]}, "p": 0.0123, "p_ar": 0.02}
-    earlier = {"converged": [(25, 38, 1.22), (38, 57, 0.66)], "grc": [(30, 45, 1.72)]}
-    for profile in ("converged", "grc"):
+    earlier = {"bible": [(25, 38, 1.22), (38, 57, 0.66)], "grc": [(30, 45, 1.72)]}
+    for profile in ("bible", "grc"):
         spec = read_plan(ROOT / "conf" / "units" / f"{profile}.yaml")
         run = tmp_path / "results" / profile
         names = []
@@ -393,18 +393,18 @@ def test_both_long_runs_with_every_unit_and_claim_keep_the_readme_within_its_len
         target.parent.mkdir(parents=True, exist_ok=True)
         target.symlink_to(ROOT / name)
     blocks = figures.blocks_of(figures.README)  # the long runs of ROOT/results: tmp_path's
-    block = " ".join(blocks["converged"].split())
+    block = " ".join(blocks["bible"].split())
     assert "of 5 probes (`results/grc/probes/`), the best by dev AER" in block
     assert ("Earlier budgets failed their checks (flexible's dev BLEU gain from training longer: Bible 25 → 38 "
-            "epochs +1.22, 38 → 57 epochs +0.66 (`results/converged/budget-*/`); Greek NT 30 → 45 epochs +1.72 "
+            "epochs +1.22, 38 → 57 epochs +0.66 (`results/bible/budget-*/`); Greek NT 30 → 45 epochs +1.72 "
             "(`results/grc/budget-30/`)).") in block
     assert "A unit took: Bible 8–127 min (1 only decoded, 2 min: an earlier check trained it); Greek NT" in block
     assert "on AMD EPYC, Intel(R) Xeon(R) Processor." in block
     assert ("| budget: flexible at ×1.5 epochs gains < 0.5 dev BLEU | **fails**: +1.20 (45 → 68 epochs; budget kept) "
-            "| **fails**") in blocks["converged"]
-    assert "; window −17% [−19%, −16%] at β = 100 |" in blocks["converged"]
+            "| **fails**") in blocks["bible"]
+    assert "; window −17% [−19%, −16%] at β = 100 |" in blocks["bible"]
     assert "| e. SACT > Global | **inconclusive**, by +2 (e2): **inconclusive**: −3.91 [−10.49, +6.23] (3 seeds)" \
-        in blocks["converged"]
+        in blocks["bible"]
     text = figures.fill(figures.README.read_text(encoding="utf-8"), blocks, figures.README)
     (tmp_path / "README.md").write_text(text)
     assert len(text.splitlines()) <= 250, len(text.splitlines())

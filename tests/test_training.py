@@ -256,7 +256,7 @@ def test_plateau_patience_2_halves_only_after_two_epochs_without_a_better_dev_bl
 
 
 def test_the_converged_rule_stops_after_two_halvings_without_a_better_dev_bleu(in_dir, forced_bleu):
-    """Halve after 2 epochs without a better dev BLEU, stop after 4 (the ``converged`` profile's
+    """Halve after 2 epochs without a better dev BLEU, stop after 4 (the ``bible`` profile's
     rule): after epoch 3's best, epochs 4-5 halve the rate, epochs 6-7 halve it again and stop
     the run; epoch 8's better BLEU is never reached."""
     forced_bleu([5.0, 4.0, 6.0, 5.0, 5.0, 5.5, 5.9, 9.0])

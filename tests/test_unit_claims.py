@@ -11,7 +11,7 @@ import pytest
 from flexatt.claims import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED
 from flexatt.metrics import corpus_bleu
 from flexatt.unit_claims import precisions, report, t_interval
-from flexatt.units import Plan, Unit, pack_json, write_products
+from flexatt.products import Plan, Unit, pack_json, write_products
 
 N = 120
 WORDS = [f"w{i}" for i in range(400)]
@@ -191,12 +191,12 @@ def test_the_script_writes_the_report_and_figure_from_units_alone(run, tmp_path,
     units = load_script("units")
     import shutil
 
-    results = tmp_path / "copy" / "converged" / "units"
+    results = tmp_path / "copy" / "bible" / "units"
     shutil.copytree(run, results, ignore=shutil.ignore_patterns("copy"))
     data = tmp_path / "copy" / "tok"
     data.mkdir()
     (data / "test.ref").write_text("\n".join(REFERENCES) + "\n", encoding="utf-8")
-    written = units.write_report("converged", results, data)
+    written = units.write_report("bible", results, data)
     assert written == [results.parent / "report.json", results.parent / "report.md", results.parent / "figures/units.png"]
     assert (results.parent / "report.md").read_text().startswith("Units done: ")
     assert (results.parent / "figures" / "units.png").stat().st_size > 10_000
@@ -206,4 +206,4 @@ def test_the_script_writes_the_report_and_figure_from_units_alone(run, tmp_path,
     (results / "global-s1" / "unit.json").write_text((results / "global-s1" / "unit.json").read_text().replace(
         '"summary"', '"data": {"test.ref": "0000"}, "summary"', 1))
     with pytest.raises(SystemExit, match="not the references the units decoded"):
-        units.write_report("converged", results, data)
+        units.write_report("bible", results, data)

@@ -14,9 +14,10 @@ import pytest
 from conftest import ROOT, copy_of, load_script, run_module
 from flexatt.errors import ConfigError, DataError
 from flexatt.runtime import native_cpu_bf16
-from flexatt.units import (AttemptClock, Plan, Unit, budget_gain, budget_overrides, budget_short, budget_waits, diagonal_links,
-                           load_products, load_weights, nearest_fixed, pack_json, parse_unit, phase, plan, precision_conflicts,
-                           read_plan, select_beta, verified_manifest, write_products)
+from flexatt.products import (Plan, Unit, budget_gain, budget_overrides, budget_short, budget_waits, load_products,
+                              nearest_fixed, pack_json, parse_unit, phase, plan, precision_conflicts, read_plan,
+                              select_beta, verified_manifest, write_products)
+from flexatt.units import AttemptClock, diagonal_links, load_weights
 
 
 def _manifest(dev_inf: float, selected: float | None = None) -> dict:
@@ -134,11 +135,11 @@ def test_several_profiles_refuse_the_options_of_one_and_list_each_plan(tmp_path,
     script = load_script("units")
     for option in (["--only", "global-s1"], ["--keep", str(tmp_path)], ["--report"]):
         with pytest.raises(SystemExit) as exc:
-            script.main(["converged", "grc", *option])
+            script.main(["bible", "grc", *option])
         assert exc.value.code == 2
-        assert f"{option[0]}: one profile only (got converged, grc)" in capsys.readouterr().err
-    assert script.main(["converged", "grc", "--list"]) == 0  # the committed units
-    assert {line.split(":")[0] for line in capsys.readouterr().out.splitlines()} == {"converged", "grc"}
+        assert f"{option[0]}: one profile only (got bible, grc)" in capsys.readouterr().err
+    assert script.main(["bible", "grc", "--list"]) == 0  # the committed units
+    assert {line.split(":")[0] for line in capsys.readouterr().out.splitlines()} == {"bible", "grc"}
 
     def unit(folder: Path, name: str, dev_bleu: float = 30.0) -> None:
         (folder / name).mkdir(parents=True)
@@ -146,22 +147,22 @@ def test_several_profiles_refuse_the_options_of_one_and_list_each_plan(tmp_path,
             "minutes": {"total": 30.0}, "source": {"commit": "abcdef0123"},
             "summary": {"dev": {"inf": {"bleu": dev_bleu, "window": 30.0}}}}))
 
-    results = {"converged": tmp_path / "converged", "grc": tmp_path / "grc"}
+    results = {"bible": tmp_path / "bible", "grc": tmp_path / "grc"}
     unit(results["grc"], "global-s1")
     script.list_plans(results)
     lines = capsys.readouterr().out.splitlines()
     assert any(line.split()[:3] == ["grc:", "done", "global-s1"] for line in lines)
     queue = [line.split() for line in lines if line.split()[1] == "pending" and "matched" not in line]
     stages = [phase(read_plan(ROOT / f"conf/units/{p[:-1]}.yaml"), parse_unit(name)) for p, _, name, *_ in queue]
-    assert stages == sorted(stages) and {p for p, *_ in queue} == {"converged:", "grc:"}  # stage by stage
+    assert stages == sorted(stages) and {p for p, *_ in queue} == {"bible:", "grc:"}  # stage by stage
     assert set(stages) == {0, 1}  # the pairs wait for β
-    unit(results["converged"], "flexible-s1", 36.1)
-    unit(results["converged"], "flexible-s1-x1.5", 37.3)  # the budget check failed: +1.2, the budget kept as final
+    unit(results["bible"], "flexible-s1", 36.1)
+    unit(results["bible"], "flexible-s1-x1.5", 37.3)  # the budget check failed: +1.2, the budget kept as final
     script.list_plans(results)
     lines = capsys.readouterr().out.splitlines()
-    assert ("converged: kept     the budget (budget_check.final), although flexible trained x1.5 gains +1.20 dev BLEU"
+    assert ("bible: kept     the budget (budget_check.final), although flexible trained x1.5 gains +1.20 dev BLEU"
             in lines)
-    assert any(line.startswith("converged: pending") and parse_unit(line.split()[2]).seed > 1 for line in lines)
+    assert any(line.startswith("bible: pending") and parse_unit(line.split()[2]).seed > 1 for line in lines)
 
 
 def test_the_budget_check_adds_epochs_at_the_full_rate_and_keeps_the_halvings():
@@ -191,7 +192,7 @@ def test_the_profiles_plans_are_valid_and_name_their_variants(tmp_path):
     from conftest import compose_params
     from flexatt import schema
 
-    for profile in ("converged", "grc", "smoke"):
+    for profile in ("bible", "grc", "smoke"):
         spec = read_plan(ROOT / f"conf/units/{profile}.yaml")
         params = schema.validate(OmegaConf.load(compose_params(tmp_path / profile, f"profile={profile}",
                                                                test_precision=False)))
@@ -403,7 +404,7 @@ def test_a_flexible_unit_is_matched_later_from_its_kept_weights(smoke_unit, tmp_
 
 def test_the_script_matches_flexible_units_to_fixed_windows_that_finished_after_them():
     units = load_script("units")
-    spec = read_plan(ROOT / "conf/units/converged.yaml")
+    spec = read_plan(ROOT / "conf/units/bible.yaml")
     flexible = {**_manifest(35.0, selected=9.0), "variant": "flexible", "seed": 1, "kind": "train", "budget": 1.0,
                 "files": {"weights.fp16.pt": {}}}
     flexible["summary"]["matched"] = {"local_m_d5-s1": {}}
@@ -483,7 +484,7 @@ def test_the_script_lists_the_plan_and_refuses_data_that_differ(tmp_path, capsys
     (results / "global-s1").mkdir(parents=True)
     (results / "global-s1/unit.json").write_text(json.dumps({
         "minutes": {"total": 41.5}, "source": {"commit": "abcdef0123"}, "data": {"train.npz": "aaaa"}}))
-    assert units.main(["converged", "--results", str(results), "--list"]) == 0
+    assert units.main(["bible", "--results", str(results), "--list"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].split()[:2] == ["done", "global-s1"] and out[1].split() == ["pending", "flexible-s1"]
     assert units.cpu_share({"total": 40.0, "cpu": 76.0, "threads": 2}) == " (cpu 95%)"
@@ -495,7 +496,7 @@ def test_the_script_lists_the_plan_and_refuses_data_that_differ(tmp_path, capsys
     with pytest.raises(SystemExit, match="global-s1.*train.npz"):
         units.check_data({"train.npz": "bbbb"}, units.done_units(results))
     units.check_data({"train.npz": "aaaa"}, units.done_units(results))
-    spec = read_plan(ROOT / "conf/units/converged.yaml")
+    spec = read_plan(ROOT / "conf/units/bible.yaml")
     done = {"local_m_d5-s1": _manifest(10.9), "local_m-s1": _manifest(19.8)}
     assert units.targets(Unit("flexible", 1), spec, done) == {"local_m_d5-s1": 10.9, "local_m-s1": 19.8}
     assert units.match_args(units.targets(Unit("flexible", 1), spec, done)) == \
@@ -533,10 +534,10 @@ def test_the_list_estimates_each_pending_unit_at_the_pace_of_the_finished_units_
     for name in ("global-s1", "flexible-s1"):
         (results / name).mkdir(parents=True)
         (results / name / "unit.json").write_text(json.dumps(done[name]))
-    script.list_plans({"converged": results}, {"converged": ("bf16-mixed", "set in trainer.precision")})
+    script.list_plans({"bible": results}, {"bible": ("bf16-mixed", "set in trainer.precision")})
     out = capsys.readouterr().out.splitlines()
     listed = [line.split() for line in out if line.startswith("pending ")]
-    todo = script.pending("converged", results)[0]
+    todo = script.pending("bible", results)[0]
     assert [line[1] for line in listed] == [u.name for u in todo] and len(todo) > 1
     minutes = [script.estimate(u, "bf16-mixed", script.done_units(results)) for u in todo]
     assert [line[2:] for line in listed] == [[] if m is None else [f"~{m:.0f}", "min"] for m in minutes]

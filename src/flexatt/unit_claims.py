@@ -50,7 +50,7 @@ from flexatt.claims import (ALPHA, FAILS, HOLDS, INCONCLUSIVE, MARGIN, MATCH_TOL
                             verdict_better, verdict_cut, verdict_effect, verdict_narrowing, verdict_not_worse,
                             verdict_within, windows_match)
 from flexatt.tau import INF
-from flexatt.units import BUDGET_GAIN, Plan, Unit, budget_gain, budget_short, done_units, load_products, select_beta, tau_key
+from flexatt.products import BUDGET_GAIN, Plan, Unit, budget_gain, budget_short, done_units, load_products, select_beta, tau_key
 
 #: SACT's gain over Global in its paper (Lin et al. 2018), the effect claim e2 tests
 SACT_EFFECT = 2.0

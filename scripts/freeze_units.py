@@ -1,0 +1,154 @@
+"""Bring a long profile's finished units into its pipeline as frozen stages, with lock entries
+that name the code and parameters each unit ran with.
+
+    python scripts/freeze_units.py bible grc     # pipelines/<profile>/units.yaml and dvc.lock
+
+A finished unit folder ``results/<profile>/units/<unit>/`` becomes the item ``unit@<key>`` of
+the ``unit`` stage of ``pipelines/<profile>/dvc.yaml`` (``<key>``: the unit's name with ``.``
+as ``_``, which DVC refuses in stage names), listed in ``pipelines/<profile>/units.yaml``. Its lock
+entry is what DVC records for it (``dvc commit``: the product folder's hash, the tokenized data
+it read, which :func:`check_data` first proves to be the files the unit recorded, digest for
+digest), with two fields replaced by the unit's own record, so that the entry says what ran:
+
+* the ``src/flexatt`` dependency: the hash DVC gives that folder at the commit in the unit's
+  ``unit.json`` (``source.commit``), computed from git's objects (:func:`tree_hash`);
+* the parameters: ``conf/`` of that commit composed with the profile and the unit's recorded
+  overrides (the long profile was called ``converged`` then on the Bible).
+
+The stage is frozen, so ``dvc status`` does not compare those entries with today's code:
+a refactor does not mark the finished units stale. This script is run again whenever the
+``unit`` stage's definition changes (DVC compares the command) or finished units are added.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import subprocess
+import sys
+import tarfile
+import tempfile
+from io import BytesIO
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+#: the profile a unit's recorded commit knew it by
+OLD_NAMES = {"bible": "converged"}
+#: the parameters the ``unit`` stage lists (``variants.<variant>`` besides)
+PARAM_KEYS = ("model", "trainer", "train", "finetune", "decode", "sweep_tau")
+DATA_KEYS = ("train.npz", "dev.npz", "test.npz", "src.model", "tgt.model", "dev.ref", "test.ref")
+
+
+def git(*args: str, data: bytes | None = None) -> bytes:
+    return subprocess.run(["git", *args], cwd=ROOT, input=data, capture_output=True, check=True).stdout
+
+
+def tree_hash(commit: str, folder: str = "src/flexatt") -> dict:
+    """DVC's hash of ``folder`` as it was at ``commit`` (``md5``: the md5 of the sorted JSON list of
+    ``{"md5", "relpath"}`` of its files, ``.dir`` appended; ``size``, ``nfiles``), from git's
+    objects; ``__pycache__`` and ``*.pyc`` are ignored, as ``.dvcignore`` says."""
+    listing = git("ls-tree", "-r", "-l", "--full-tree", commit, folder).decode().splitlines()
+    blobs = []
+    for line in listing:
+        meta, path = line.split("\t", 1)
+        _, kind, sha, size = meta.split()
+        if kind == "blob" and "__pycache__" not in path.split("/") and not path.endswith(".pyc"):
+            blobs.append((path, sha, int(size)))
+    contents = git("cat-file", "--batch", data="".join(f"{sha}\n" for _, sha, _ in blobs).encode())
+    entries, offset = [], 0
+    for path, _, size in blobs:
+        header_end = contents.index(b"\n", offset)
+        body = contents[header_end + 1:header_end + 1 + size]
+        offset = header_end + 1 + size + 1
+        entries.append({"md5": hashlib.md5(body).hexdigest(), "relpath": path[len(folder) + 1:]})
+    entries.sort(key=lambda e: e["relpath"])
+    digest = hashlib.md5(json.dumps(entries, sort_keys=True).encode()).hexdigest()
+    return {"md5": f"{digest}.dir", "size": sum(size for *_, size in blobs), "nfiles": len(blobs)}
+
+
+def composed_params(commit: str, profile: str, overrides: list[str], variant: str) -> dict:
+    """The parameters of the ``unit`` stage as ``conf/`` of ``commit`` composed them."""
+    from flexatt.config import compose
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tarfile.open(fileobj=BytesIO(git("archive", commit, "conf")), mode="r:").extractall(tmp, filter="data")
+        names = [f"profile={OLD_NAMES.get(profile, profile)}", *overrides]
+        cfg = yaml.safe_load(json.dumps(__import__("omegaconf").OmegaConf.to_container(
+            compose(names, Path(tmp) / "conf"), resolve=True)))
+    out = {key: cfg[key] for key in PARAM_KEYS if key in cfg}
+    if variant in cfg.get("variants", {}):
+        out[f"variants.{variant}"] = cfg["variants"][variant]
+    return out
+
+
+def check_data(profile: str, tok: Path, manifests: dict[str, dict]) -> None:
+    """Refuse tokenized data whose files differ from any unit's record (names unit and file)."""
+    from flexatt.io import file_digest
+
+    digests = {name: file_digest(tok / name) for name in DATA_KEYS}
+    for name, manifest in manifests.items():
+        for key, digest in manifest.get("data", {}).items():
+            if key in digests and digests[key] != digest:
+                sys.exit(f"error: {tok / key}: not the file unit {profile}/{name} read")
+
+
+def items(profile: str, manifests: dict[str, dict]) -> dict[str, dict]:
+    """``units.yaml``'s ``finished``: per stage key, the unit's folder name, variant, the options
+    that would run it again, and its recorded source."""
+    from flexatt.products import parse_unit
+
+    out = {}
+    for name, manifest in sorted(manifests.items()):
+        unit = parse_unit(name)
+        options = []
+        if manifest.get("weights") not in (None, "not kept"):
+            options.append("--keep-weights")
+        if unit.kind != "train":
+            options.append(f"--parent results/{profile}/units/{unit.parent}/weights.fp16.pt")
+        out[name.replace(".", "_")] = {"unit": name, "variant": unit.variant, "options": " ".join(options),
+                                       "source": manifest["source"]}
+    return out
+
+
+def freeze(profile: str) -> None:
+    from flexatt.products import done_units
+
+    folder = ROOT / "pipelines" / profile
+    manifests = done_units(ROOT / "results" / profile / "units")
+    params = yaml.safe_load((folder / "params.yaml").read_text())
+    check_data(profile, ROOT / params["train"]["data_dir"], manifests)
+    finished = items(profile, manifests)
+    header = (f"# The finished units of pipelines/{profile}/dvc.yaml's frozen `unit` stage, written by\n"
+              f"# scripts/freeze_units.py from results/{profile}/units/*/unit.json (source: the commit each ran\n"
+              f"# from and whether its tree had uncommitted edits).\n")
+    (folder / "units.yaml").write_text(header + yaml.safe_dump({"finished": finished}, sort_keys=False, width=110))
+    subprocess.run([sys.executable, "-m", "dvc", "commit", "-f", "-q", f"pipelines/{profile}/dvc.yaml:unit"],
+                   cwd=ROOT, check=True)
+    lock_path = folder / "dvc.lock"
+    lock = yaml.safe_load(lock_path.read_text())
+    params_file = f"pipelines/{profile}/params.yaml"
+    for key, item in finished.items():
+        entry = lock["stages"][f"unit@{key}"]
+        commit = item["source"]["commit"]
+        for dep in entry["deps"]:
+            if dep["path"] == "src/flexatt":
+                dep.update(tree_hash(commit))
+        entry["params"] = {params_file: composed_params(commit, profile, item["source"].get("overrides", []),
+                                                        item["variant"])}
+    lock_path.write_text(yaml.safe_dump(lock, sort_keys=False, width=110))
+    print(f"{profile}: {len(finished)} finished units frozen ({lock_path.relative_to(ROOT)})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("profiles", nargs="+")
+    for profile in parser.parse_args(argv).profiles:
+        freeze(profile)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

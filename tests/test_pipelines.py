@@ -1,0 +1,156 @@
+"""The long profiles' DVC pipelines (``pipelines/<profile>/``): params composed from ``conf/``,
+every finished unit a frozen stage whose lock entry names the code and parameters it ran with,
+nothing stale but the DVC-cached data, and a report rebuilt from products alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILES = ("bible", "grc")
+sys.path.insert(0, str(ROOT / "scripts"))
+import freeze_units  # noqa: E402
+
+
+def dvc(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "dvc", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def lock(profile: str) -> dict:
+    return yaml.safe_load((ROOT / "pipelines" / profile / "dvc.lock").read_text())["stages"]
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_a_profiles_params_are_conf_composed_with_the_profile(profile):
+    from omegaconf import OmegaConf
+
+    from flexatt.config import compose
+
+    committed = yaml.safe_load((ROOT / "pipelines" / profile / "params.yaml").read_text())
+    composed = OmegaConf.to_container(compose([f"profile={profile}"], ROOT / "conf"), resolve=True)
+    assert committed == composed, f"run `flexatt params profile={profile} --output pipelines/{profile}/params.yaml`"
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_every_finished_unit_is_a_frozen_stage_of_its_profile(profile):
+    from flexatt.products import done_units
+
+    done = done_units(ROOT / "results" / profile / "units")
+    finished = yaml.safe_load((ROOT / "pipelines" / profile / "units.yaml").read_text())["finished"]
+    assert sorted(item["unit"] for item in finished.values()) == sorted(done)
+    spec = yaml.safe_load((ROOT / "pipelines" / profile / "dvc.yaml").read_text())["stages"]["unit"]
+    assert spec["do"]["frozen"] is True
+    stages = lock(profile)
+    for key, item in finished.items():
+        assert item["source"] == done[item["unit"]]["source"], key
+        assert f"unit@{key}" in stages, f"{key}: no lock entry (python scripts/freeze_units.py {profile})"
+
+
+def test_a_folder_hash_from_git_objects_is_the_one_dvc_writes():
+    """The recipe of :func:`freeze_units.tree_hash` against DVC's own lock: the root pipeline's
+    ``train@global`` entry of ``src/flexatt/attention`` at the commit that last wrote dvc.lock."""
+    commit = subprocess.run(["git", "log", "-1", "--format=%H", "--", "dvc.lock"], cwd=ROOT, capture_output=True,
+                            text=True, check=True).stdout.strip()
+    locked = yaml.safe_load(subprocess.run(["git", "show", f"{commit}:dvc.lock"], cwd=ROOT, capture_output=True,
+                                           text=True, check=True).stdout)["stages"]
+    folders = [d for stage in locked.values() for d in stage.get("deps", []) if d["path"].startswith("src/flexatt/")
+               and d["md5"].endswith(".dir")]
+    assert folders
+    for dep in folders[:3]:
+        assert freeze_units.tree_hash(commit, dep["path"]) == {k: dep[k] for k in ("md5", "size", "nfiles")}
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_a_frozen_units_lock_entry_names_the_code_of_its_recorded_commit(profile):
+    """Every entry's ``src/flexatt`` is the folder at the unit's commit, not today's; the
+    parameters of two units (one of them a fine-tuning) are ``conf/`` of their commits."""
+    finished = yaml.safe_load((ROOT / "pipelines" / profile / "units.yaml").read_text())["finished"]
+    stages = lock(profile)
+    today = freeze_units.tree_hash("HEAD")["md5"]
+    differ = 0
+    for key, item in finished.items():
+        dep = next(d for d in stages[f"unit@{key}"]["deps"] if d["path"] == "src/flexatt")
+        assert {k: dep[k] for k in ("md5", "size", "nfiles")} == freeze_units.tree_hash(item["source"]["commit"]), key
+        differ += dep["md5"] != today
+    assert differ > len(finished) // 2
+    for key in [k for k in finished if "-ft-" in k][:1] + ["global-s1"]:
+        item = finished[key]
+        params = stages[f"unit@{key}"]["params"][f"pipelines/{profile}/params.yaml"]
+        assert params == freeze_units.composed_params(item["source"]["commit"], profile,
+                                                      item["source"].get("overrides", []), item["variant"])
+
+
+def _changed(profile: str, *stages: str) -> dict:
+    out = dvc("status", "--json", *(f"pipelines/{profile}/dvc.yaml:{s}" for s in stages))
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout or "{}")
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_the_units_and_the_report_are_up_to_date(profile):
+    """What a fresh clone has of them (git's files: no DVC cache) is what their locks record;
+    the data stages are the only ones whose outputs DVC caches."""
+    assert _changed(profile, "unit", "report") == {}
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_a_change_to_a_frozen_units_products_shows(profile, tmp_path):
+    """Frozen means its dependencies are not compared, not that its outputs are not."""
+    finished = yaml.safe_load((ROOT / "pipelines" / profile / "units.yaml").read_text())["finished"]
+    key, item = next(iter(finished.items()))
+    curve = ROOT / "results" / profile / "units" / item["unit"] / "curve.csv"
+    saved = curve.read_bytes()
+    try:
+        curve.write_bytes(saved + b"\n")
+        changed = _changed(profile, f"unit@{key}")
+        assert changed and "changed outs" in json.dumps(changed)
+    finally:
+        curve.write_bytes(saved)
+    assert _changed(profile, f"unit@{key}") == {}
+
+
+def test_the_report_refuses_references_the_units_did_not_decode(tmp_path):
+    from flexatt.errors import DataError
+    from flexatt.products import done_units
+    from flexatt.stages.report import read_references
+
+    done = done_units(ROOT / "results" / "grc" / "units")
+    bad = tmp_path / "test.ref"
+    bad.write_text("not the references\n", encoding="utf-8")
+    with pytest.raises(DataError, match="test.ref: not the references the units decoded"):
+        read_references({"test": bad}, done)
+    with pytest.raises(DataError, match="missing.ref: not found"):
+        read_references({"test": tmp_path / "missing.ref"}, done)
+
+
+@pytest.mark.slow
+def test_a_fresh_clone_rebuilds_the_greek_report_byte_for_byte(tmp_path):
+    """``dvc repro -f`` of the report stage in a clone of the committed files (no checkpoint, no
+    DVC cache, no tokenized data) gives the committed report, table and figure."""
+    clone = tmp_path / "clone"
+    files = subprocess.run(["git", "ls-files", "-z", "--", "src", "conf", "data/nt_grc_en", "pipelines/grc",
+                            "results/grc/units", "results/grc/report.json", "results/grc/report.md",
+                            "results/grc/figures/units.png", ".dvc/config", ".dvcignore", "pyproject.toml"],
+                           cwd=ROOT, capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, files):
+        (clone / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, clone / name)
+    subprocess.run(["git", "init", "-q"], cwd=clone, check=True)
+    env = {**os.environ, "PYTHONPATH": str(clone / "src")}
+    before = {n: (clone / "results/grc" / n).read_bytes() for n in ("report.json", "report.md", "figures/units.png")}
+    status = subprocess.run([sys.executable, "-m", "dvc", "status", "--json", "pipelines/grc/dvc.yaml:report"],
+                            cwd=clone, env=env, capture_output=True, text=True)
+    assert status.returncode == 0 and json.loads(status.stdout or "{}") == {}, status.stdout + status.stderr
+    run = subprocess.run([sys.executable, "-m", "dvc", "repro", "-s", "-f", "pipelines/grc/dvc.yaml:report"],
+                         cwd=clone, env=env, capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    for name, content in before.items():
+        assert (clone / "results/grc" / name).read_bytes() == content, name
