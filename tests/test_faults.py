@@ -257,8 +257,10 @@ def test_only_atomic_writers_in_the_package(root):
         ("schedule.py", "open(log, \"wb\")"),
         # a unit's products: written into write_products' temporary folder, or into memory
         # buffers whose bytes write_products writes
-        ("units.py", "(tmp / name).write_bytes("), ("units.py", "(tmp / \"unit.json\").write_text("),
+        ("products.py", "(tmp / name).write_bytes("), ("products.py", "(tmp / \"unit.json\").write_text("),
         ("units.py", "np.savez_compressed(buffer"), ("units.py", "torch.save({\"state_dict\": state"),
+        # the report's Markdown, written to atomic_path's temporary file
+        ("stages/report.py", "tmp.write_text(out[\"markdown\"]"),
         # flexatt.io itself: the temporary file of write_lines / write_json / save_torch
         ("io.py", "open(tmp"), ("io.py", "torch.save(obj, out)"),
     }

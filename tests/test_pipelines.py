@@ -154,3 +154,18 @@ def test_a_fresh_clone_rebuilds_the_greek_report_byte_for_byte(tmp_path):
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     for name, content in before.items():
         assert (clone / "results/grc" / name).read_bytes() == content, name
+
+
+def test_the_training_curves_of_the_units_are_dvc_plots():
+    """``dvc plots show`` draws every unit trained for its profile's budget, an epoch a point."""
+    from flexatt.products import done_units
+
+    out = dvc("plots", "show", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)["data"]
+    for profile in PROFILES:
+        trained = [m for m in done_units(ROOT / "results" / profile / "units").values()
+                   if m["kind"] == "train" and m["budget"] == 1.0]
+        plot = data[f"pipelines/{profile}/dvc.yaml::dev_bleu_by_epoch"][0]["content"]["data"]["values"]
+        assert len(plot) == sum(m["training"]["epochs"] for m in trained) > 0
+        assert {row["val_bleu"] for row in plot} and all(float(row["val_bleu"]) >= 0 for row in plot)

@@ -26,7 +26,7 @@ from pathlib import Path
 from flexatt import config as C
 from flexatt import schema
 from flexatt.errors import DataError
-from flexatt.io import file_digest, write_json
+from flexatt.io import atomic_path, file_digest, write_json
 from flexatt.products import done_units, read_plan
 
 log = logging.getLogger("flexatt.report")
@@ -35,22 +35,15 @@ log = logging.getLogger("flexatt.report")
 SPLITS = ("test",)
 
 
-def references(p: schema.Params, splits: tuple[str, ...] = SPLITS) -> dict[str, Path]:
-    """The references of ``splits`` (``<split>.tgt`` of the filter stage, what the tokenize stage
-    copies to ``<split>.ref``), made from the corpus of ``p`` in a temporary folder; returns
-    the paths of copies kept in a second temporary folder that lives as long as the process."""
+def references(p: schema.Params, folder: Path, splits: tuple[str, ...] = SPLITS) -> dict[str, Path]:
+    """The references of ``splits``, made from the corpus of ``p`` by the filter stage run into
+    ``folder`` (its ``<split>.tgt``: what the tokenize stage copies to ``<split>.ref``)."""
     from flexatt.stages import filter as filter_stage
 
-    keep = Path(tempfile.mkdtemp(prefix="flexatt-refs-"))
-    with tempfile.TemporaryDirectory(prefix="flexatt-filter-") as tmp:
-        cfg = p.model_copy(update={"filter": p.filter.model_copy(update={
-            "out_dir": str(Path(tmp) / "filter"), "metrics_file": str(Path(tmp) / "filter.json")})})
-        filter_stage.run(cfg)
-        out = {}
-        for split in splits:
-            out[split] = keep / f"{split}.ref"
-            out[split].write_bytes((Path(tmp) / "filter" / f"{split}.tgt").read_bytes())
-    return out
+    out_dir = folder / "filter"
+    filter_stage.run(p.model_copy(update={"filter": p.filter.model_copy(update={
+        "out_dir": str(out_dir), "metrics_file": str(folder / "filter.json")})}))
+    return {split: out_dir / f"{split}.tgt" for split in splits}
 
 
 def read_references(paths: dict[str, Path], done: dict[str, dict]) -> dict[str, list[str]]:
@@ -78,7 +71,8 @@ def write_report(profile: str, results: Path, refs: dict[str, list[str]], plan_d
     folder = results.parent
     written = [folder / "report.json", folder / "report.md", folder / "figures" / "units.png"]
     write_json(written[0], {k: v for k, v in out.items() if k != "markdown"})
-    written[1].write_text(out["markdown"], encoding="utf-8")
+    with atomic_path(written[1]) as tmp:
+        tmp.write_text(out["markdown"], encoding="utf-8")
     figure(Units(results, spec), written[2])
     return written, out["markdown"]
 
@@ -89,7 +83,8 @@ def run(p: schema.Params) -> list[Path]:
     done = done_units(results)
     if not done:
         raise DataError(results, "no finished unit")
-    refs = read_references(references(p), done)
+    with tempfile.TemporaryDirectory(prefix="flexatt-references-") as tmp:
+        refs = read_references(references(p, Path(tmp)), done)
     written, _ = write_report(p.profile, results, refs)
     log.info("report of %d units in %.0f s: %s", len(done), time.time() - started,
              ", ".join(str(path) for path in written))
