@@ -30,7 +30,9 @@ from test_dvc_experiments import CHROMIUM, dvc, render, results_repo, vega_ids  
 PNG = b"\x89PNG\r\n\x1a\n"
 #: the charts of the page built from the committed results, in order: one learning-curve chart
 #: (training; fine-tuning and its control ran one epoch), the plots of one file each
-PAGE_PLOTS = ["learning_curves_train", "results_plots_reordering_csv", "results_plots_beta_csv",
+# the long profiles' pipelines' plots (pipelines/*/dvc.yaml) come with the root's
+PAGE_PLOTS = ["learning_curves_train", "results_plots_reordering_csv", "pipelines_grc_dvc_yaml__dev_bleu_by_epoch",
+              "pipelines_bible_dvc_yaml__dev_bleu_by_epoch", "results_plots_beta_csv",
               "results_plots_tradeoff_csv", "results_plots_bleu_by_length_csv", "results_plots_matched_window_csv",
               "results_plots_sigma_csv"]
 
@@ -98,7 +100,7 @@ def test_report_page_overlays_the_learning_curves_and_keeps_the_claimed_rows(res
     assert result.returncode == 0, result.stderr[-3000:]
     assert "left out 12 plots" in result.stdout, result.stdout
     plots = specs(page.read_text(encoding="utf-8"))
-    assert list(plots) == PAGE_PLOTS
+    assert list(plots) == PAGE_PLOTS, list(plots)
     params = yaml.safe_load((results_repo / "params.yaml").read_text(encoding="utf-8"))
     curves = plots["learning_curves_train"]["data"]["values"]
     assert sorted({d["filename"] for d in curves}) == sorted(f"{v}.csv" for v in params["variants"])
