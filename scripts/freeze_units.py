@@ -39,7 +39,6 @@ ROOT = Path(__file__).resolve().parents[1]
 OLD_NAMES = {"bible": "converged"}
 #: the parameters the ``unit`` stage lists (``variants.<variant>`` besides)
 PARAM_KEYS = ("model", "trainer", "train", "finetune", "decode", "sweep_tau")
-DATA_KEYS = ("train.npz", "dev.npz", "test.npz", "src.model", "tgt.model", "dev.ref", "test.ref")
 
 
 def git(*args: str, data: bytes | None = None) -> bytes:
@@ -71,13 +70,14 @@ def tree_hash(commit: str, folder: str = "src/flexatt") -> dict:
 
 def composed_params(commit: str, profile: str, overrides: list[str], variant: str) -> dict:
     """The parameters of the ``unit`` stage as ``conf/`` of ``commit`` composed them."""
+    from omegaconf import OmegaConf
+
     from flexatt.config import compose
 
     with tempfile.TemporaryDirectory() as tmp:
         tarfile.open(fileobj=BytesIO(git("archive", commit, "conf")), mode="r:").extractall(tmp, filter="data")
         names = [f"profile={OLD_NAMES.get(profile, profile)}", *overrides]
-        cfg = yaml.safe_load(json.dumps(__import__("omegaconf").OmegaConf.to_container(
-            compose(names, Path(tmp) / "conf"), resolve=True)))
+        cfg = OmegaConf.to_container(compose(names, Path(tmp) / "conf"), resolve=True)
     out = {key: cfg[key] for key in PARAM_KEYS if key in cfg}
     if variant in cfg.get("variants", {}):
         out[f"variants.{variant}"] = cfg["variants"][variant]
@@ -86,13 +86,10 @@ def composed_params(commit: str, profile: str, overrides: list[str], variant: st
 
 def check_data(profile: str, tok: Path, manifests: dict[str, dict]) -> None:
     """Refuse tokenized data whose files differ from any unit's record (names unit and file)."""
-    from flexatt.io import file_digest
+    from flexatt.products import data_difference, data_digests
 
-    digests = {name: file_digest(tok / name) for name in DATA_KEYS}
-    for name, manifest in manifests.items():
-        for key, digest in manifest.get("data", {}).items():
-            if key in digests and digests[key] != digest:
-                sys.exit(f"error: {tok / key}: not the file unit {profile}/{name} read")
+    if differ := data_difference(data_digests(tok), manifests):
+        sys.exit(f"error: {tok / differ[1]}: not the file unit {profile}/{differ[0]} read")
 
 
 def items(profile: str, manifests: dict[str, dict]) -> dict[str, dict]:

@@ -58,12 +58,8 @@ from flexatt.tau import from_json, label  # noqa: E402
 # read with the rest at start: a run of hours writes its reports with the code it started with,
 # whatever the working tree holds by then
 from flexatt.stages.report import read_references, write_report as write_units_report  # noqa: E402
-from flexatt.products import (WEIGHTS, Unit, budget_gain, budget_short, done_units, phase, plan,  # noqa: E402
-                              parse_unit, precision_conflicts, read_plan)
-
-#: the data files whose digests every unit of a profile shares
-DATA_KEYS = ("train.npz", "dev.npz", "test.npz", "src.model", "tgt.model", "dev.ref", "test.ref")
-
+from flexatt.products import (WEIGHTS, Unit, budget_gain, budget_short, data_difference, data_digests,  # noqa: E402
+                              done_units, parse_unit, phase, plan, precision_conflicts, read_plan)
 
 def pending(profile: str, results: Path, root: Path = ROOT) -> tuple[list[Unit], dict[str, dict]]:
     """The profile's units not yet done, in the order they run, and the finished ones' manifests;
@@ -77,8 +73,6 @@ def pending(profile: str, results: Path, root: Path = ROOT) -> tuple[list[Unit],
 def prepare(copy: Path, profile: str, overrides: list[str] = ()) -> dict[str, str]:
     """Refresh the copy (``params.yaml``: the profile with ``overrides``) and make the profile's
     data there; returns their digests."""
-    from flexatt.io import file_digest
-
     copy.mkdir(parents=True, exist_ok=True)
     make_copy(copy, [f"profile={profile}", *overrides], results=False)
     dvc, env = dvc_env(copy)
@@ -86,17 +80,14 @@ def prepare(copy: Path, profile: str, overrides: list[str] = ()) -> dict[str, st
     import yaml
 
     tok_dir = copy / yaml.safe_load((copy / "params.yaml").read_text())["train"]["data_dir"]
-    return {name: file_digest(tok_dir / name) for name in DATA_KEYS}
+    return data_digests(tok_dir)
 
 
 def check_data(digests: dict[str, str], done: dict[str, dict]) -> None:
     """Refuse data that differ from what the finished units trained on (names the unit and file)."""
-    for name, manifest in done.items():
-        recorded = manifest.get("data", {})
-        for key, digest in digests.items():
-            if key in recorded and recorded[key] != digest:
-                sys.exit(f"error: the data made here differ from unit {name}'s ({key}): its units "
-                         f"would not be comparable with the finished ones")
+    if differ := data_difference(digests, done):
+        sys.exit(f"error: the data made here differ from unit {differ[0]}'s ({differ[1]}): its units "
+                 f"would not be comparable with the finished ones")
 
 
 def machine_precision(copy: Path) -> tuple[str, str]:

@@ -309,7 +309,7 @@ def pack_json(obj: Any, name: str) -> bytes:
     raise ValueError(f"{name}: a product is .json.xz or .json.gz")
 
 
-def _product(folder: Path, stem: str) -> Path | None:
+def product_path(folder: Path, stem: str) -> Path | None:
     """The unit's ``<stem>.json.xz`` or, written before, ``<stem>.json.gz``; ``None`` if neither."""
     return next((folder / f"{stem}.json{ext}" for ext in (".xz", ".gz") if (folder / f"{stem}.json{ext}").is_file()),
                 None)
@@ -322,7 +322,7 @@ def _unpack_json(path: Path) -> Any:
     return from_json(json.loads(lzma.decompress(data) if path.suffix == ".xz" else gzip.decompress(data)))
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -361,7 +361,7 @@ def verified_manifest(folder: str | os.PathLike) -> dict:
         raise DataError(folder / "unit.json", f"unreadable unit manifest ({exc})") from None
     for name, info in manifest.get("files", {}).items():
         path = folder / name
-        if not path.is_file() or path.stat().st_size != info["bytes"] or _sha256(path) != info["sha256"]:
+        if not path.is_file() or path.stat().st_size != info["bytes"] or file_sha256(path) != info["sha256"]:
             raise DataError(path, "missing or not the file the unit wrote (size or SHA-256 differ)")
     listed = manifest.get("files", {})
     missing = [name for name in PRODUCTS[1:] if name not in listed and name.replace(".xz", ".gz") not in listed]
@@ -388,8 +388,8 @@ def load_products(folder: str | os.PathLike) -> dict:
     if (folder / "g.npz").is_file():
         with np.load(folder / "g.npz") as archive:
             g = {key: archive[key] for key in archive.files}
-    alignments = _product(folder, "alignments")
-    return {"manifest": manifest, "decodes": _unpack_json(_product(folder, "decodes")), "curve": curve, "g": g,
+    alignments = product_path(folder, "alignments")
+    return {"manifest": manifest, "decodes": _unpack_json(product_path(folder, "decodes")), "curve": curve, "g": g,
             "alignments": _unpack_json(alignments) if alignments else None}
 
 
@@ -428,3 +428,25 @@ def parse_unit(name: str) -> Unit:
     if unit.name != name or unit.budget <= 0 or (unit.beta is not None and unit.beta < 0):
         raise ConfigError(name, f"not a unit's name as written (that unit is {unit.name})")
     return unit
+
+
+#: the data files whose digests every unit of a profile records and shares
+DATA_KEYS = ("train.npz", "dev.npz", "test.npz", "src.model", "tgt.model", "dev.ref", "test.ref")
+
+
+def data_digests(tok_dir: str | os.PathLike) -> dict[str, str]:
+    """The digests of a profile's tokenized data (:data:`DATA_KEYS`), as a unit records them."""
+    from flexatt.io import file_digest
+
+    return {name: file_digest(Path(tok_dir) / name) for name in DATA_KEYS}
+
+
+def data_difference(digests: dict[str, str], done: dict[str, dict]) -> tuple[str, str] | None:
+    """The first finished unit and data file whose recorded digest differs from ``digests``
+    (None: every unit trained on these data)."""
+    for name, manifest in done.items():
+        recorded = manifest.get("data", {})
+        for key, digest in digests.items():
+            if key in recorded and recorded[key] != digest:
+                return name, key
+    return None

@@ -2,9 +2,10 @@
 to keep in git.
 
 A long run (the ``bible`` and ``grc`` profiles) is a set of units (``conf/units/<profile>.yaml``
-lists them; :func:`plan` orders them). A unit trains one model under the profile's equal budget
+lists them; :func:`flexatt.products.plan` orders them, and :mod:`flexatt.products` writes and reads
+what a unit keeps). A unit trains one model under the profile's equal budget
 (``train.epochs`` under the ``fixed`` learning-rate schedule, early stopping off; the budget check
-trains at a multiple of it, :func:`budget_overrides`), takes its last checkpoint (the checkpoint
+trains at a multiple of it, :func:`flexatt.products.budget_overrides`), takes its last checkpoint (the checkpoint
 rule: the budget's end) and decodes what evaluation, comparison and the claims read, so that they
 need no checkpoint:
 
@@ -35,7 +36,8 @@ there are gold alignments, ``weights.fp16.pt`` for a parent. :func:`load_product
 back and checks that the files the manifest names are complete (sizes and SHA-256).
 
 ``python -m flexatt.units run UNIT --out DIR`` runs one unit in the current folder (its
-``params.yaml`` and tokenized data); ``python -m flexatt.units match DIR --match UNIT=WINDOW``
+``params.yaml``, or the file ``$FLEXATT_PARAMS`` names, as a long profile's pipeline does; its
+tokenized data); ``python -m flexatt.units match DIR --match UNIT=WINDOW``
 matches a finished flexible unit with kept weights to a fixed window finished after it
 (:func:`match_later`); ``scripts/units.py`` runs a profile's pending units in a
 kept copy and commits-ready copies their products into ``results/<profile>/units/``.
@@ -59,7 +61,7 @@ from typing import Any
 import numpy as np
 
 from flexatt.errors import ConfigError, DataError
-from flexatt.products import (ALIGNMENT_PRODUCTS, PRODUCTS, SPLITS, TAU_ATTENTIONS, WEIGHTS, Unit, _product, _sha256,
+from flexatt.products import (ALIGNMENT_PRODUCTS, PRODUCTS, SPLITS, TAU_ATTENTIONS, WEIGHTS, Unit, file_sha256, product_path,
                               budget_overrides, load_products, pack_json, parse_unit, read_plan, tau_key, write_products)
 from flexatt.tau import INF, label
 
@@ -176,7 +178,7 @@ def decode_products(model, p, tok_dir: Path, filter_dir: Path, targets: dict[str
     return summary, _decodes(decoder, options), alignments, g_values
 
 
-def match_later(folder: Path, targets: dict[str, float], *, params: str = "params.yaml",
+def match_later(folder: Path, targets: dict[str, float], *, params: str | None = None,
                 overrides: tuple[str, ...] = (), source: dict | None = None) -> dict:
     """Match a finished flexible unit to fixed windows that finished after it (``targets``: name
     -> dev window at τ = ∞, those not matched yet): its kept weights (``weights.fp16.pt``, the ones
@@ -220,7 +222,7 @@ def match_later(folder: Path, targets: dict[str, float], *, params: str = "param
         "matched": sorted(todo), "source": source or _git_commit(),
         "machine": _machine(), "minutes": round((time.perf_counter() - started) / 60, 1)})
     files = {name: (folder / name).read_bytes() for name in products["manifest"]["files"]}
-    decodes = _product(folder, "decodes").name  # the unit's own format
+    decodes = product_path(folder, "decodes").name  # the unit's own format
     files[decodes] = pack_json(_decodes(decoder, options), decodes)
     write_products(folder, manifest, files)
     return manifest
@@ -405,10 +407,11 @@ class AttemptClock:
         return before
 
 
-def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str = "params.yaml",
+def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str | None = None,
              overrides: tuple[str, ...] = (), source: dict | None = None, parent: Path | None = None,
              targets: dict[str, float] | None = None) -> dict:
-    """Train ``unit`` in the current folder (its ``params.yaml``, tokenized data) and write its
+    """Train ``unit`` in the current folder (``params``: default ``$FLEXATT_PARAMS`` or
+    ``params.yaml``; its tokenized data) and write its
     products to ``out``. Training goes to ``work/<unit>/`` (resumed from its state in ``.resume/``
     when a run is started again). ``source``: the commit the code came from (default: this folder's git).
     A fine-tuning or control starts from ``parent`` (its parent unit's ``weights.fp16.pt``);
@@ -455,7 +458,7 @@ def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str =
             rates = [p.finetune.lr] * spec.epochs  # the fine-tuning's sequence; its control replays it
             metrics, objects = train(p, unit.variant, epochs=spec.epochs, lr=p.finetune.lr, beta=unit.beta,
                                      init_from=init, lr_epochs=rates, job_type=unit.kind, **common)
-            finetuning = {"parent": unit.parent, "parent_sha256": _sha256(Path(parent)), "beta": unit.beta,
+            finetuning = {"parent": unit.parent, "parent_sha256": file_sha256(Path(parent)), "beta": unit.beta,
                           "run": unit.run}
         trained = time.perf_counter()
         # an attempt that resumed counts the seconds of the attempts before it

@@ -6,7 +6,7 @@ Usage::
     FLEXATT_PARAMS=pipelines/bible/params.yaml python -m flexatt.stages.report
 
 Reads ``results/<profile>/units/*/`` (each unit's ``unit.json`` and decodes, checked against
-their manifests by :func:`flexatt.units.load_products`), the plan ``conf/units/<profile>.yaml``
+their manifests by :func:`flexatt.products.load_products`), the plan ``conf/units/<profile>.yaml``
 and the test references, which it makes from the committed corpus with the filter stage's own
 code (:func:`references`: the filter run into a temporary folder, a few seconds), so that a fresh
 clone rebuilds the report with no checkpoint, no decoding and no DVC cache. The references must be
