@@ -56,7 +56,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -287,27 +286,23 @@ def _npz(arrays: dict[str, np.ndarray]) -> bytes:
     return buffer.getvalue()
 
 
-def _round_to_fp16(checkpoint: Path) -> tuple[bytes, Any]:
-    """The model of ``checkpoint`` with its floating-point weights rounded to float16: the bytes
-    of ``weights.fp16.pt`` (state dict in float16, model configuration, vocabulary sizes) and the
-    model holding the rounded weights (in float32 for decoding)."""
-    import torch
+def _weights(checkpoint: Path, float16: bool) -> dict:
+    """What :func:`load_weights` reads: the state dict of ``checkpoint``'s model (its floating-point
+    tensors rounded to float16 where ``float16``: a parent's ``weights.fp16.pt``, about half of a
+    float32 state), its model configuration and vocabulary sizes."""
+    from flexatt.checkpoints import checkpoint_hparams, load_model
 
-    from flexatt.checkpoints import checkpoint_hparams
-    from flexatt.checkpoints import load_model
-
-    model = load_model(checkpoint)
-    state = {k: v.half() if v.is_floating_point() else v for k, v in model.state_dict().items()}
-    model.load_state_dict(state)  # copies into the float32 parameters: the rounded values
+    state = load_model(checkpoint).state_dict()
+    if float16:
+        state = {k: v.half() if v.is_floating_point() else v for k, v in state.items()}
     hparams = checkpoint_hparams(checkpoint)
-    buffer = io.BytesIO()
-    torch.save({"state_dict": state, "model_cfg": hparams["model_cfg"], "src_vocab": hparams["src_vocab"],
-                "tgt_vocab": hparams["tgt_vocab"]}, buffer)
-    return buffer.getvalue(), model.eval()
+    return {"state_dict": state, "model_cfg": hparams["model_cfg"], "src_vocab": hparams["src_vocab"],
+            "tgt_vocab": hparams["tgt_vocab"]}
 
 
 def load_weights(path: str | os.PathLike):
-    """A model from a unit's ``weights.fp16.pt``, in float32 and eval mode."""
+    """A model from a unit's weights (``weights.fp16.pt``, or a training's float32 ``model.pt``),
+    in float32 and eval mode."""
     import torch
 
     from flexatt.model import build_model
@@ -407,23 +402,36 @@ class AttemptClock:
         return before
 
 
+#: what a unit's training leaves in its folder for its decoding: the training's half of the
+#: manifest, and the weights of the budget's last checkpoint (float32; a parent: float16, kept)
+TRAINED, MODEL = "trained.json", "model.pt"
+
+
 def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str | None = None,
              overrides: tuple[str, ...] = (), source: dict | None = None, parent: Path | None = None,
              targets: dict[str, float] | None = None) -> dict:
+    """Train ``unit`` (:func:`train_unit`) and decode it (:func:`decode_unit`) in one process;
+    returns the manifest."""
+    folder = train_unit(unit, work=work, params=params, overrides=overrides, source=source, parent=parent)
+    return decode_unit(unit, folder, out, params=params, overrides=overrides, targets=targets)
+
+
+def train_unit(unit: Unit, *, work: Path = Path("units"), params: str | None = None,
+               overrides: tuple[str, ...] = (), source: dict | None = None, parent: Path | None = None) -> Path:
     """Train ``unit`` in the current folder (``params``: default ``$FLEXATT_PARAMS`` or
-    ``params.yaml``; its tokenized data) and write its
-    products to ``out``. Training goes to ``work/<unit>/`` (resumed from its state in ``.resume/``
-    when a run is started again). ``source``: the commit the code came from (default: this folder's git).
-    A fine-tuning or control starts from ``parent`` (its parent unit's ``weights.fp16.pt``);
-    ``targets``: the fixed windows a flexible model is matched to (:func:`decode_products`).
-    Returns the manifest. (One long function: a unit's steps in the order they run, each a call.)"""
+    ``params.yaml``; its tokenized data) into ``work/<unit>/`` (resumed from its state in
+    ``.resume/`` when a run is started again) and leave there what its decoding reads: the weights
+    of the budget's last checkpoint (:data:`MODEL`, float32; a parent's rounded to float16,
+    :data:`WEIGHTS`, the weights later units start from and every decode of it reads), the learning
+    curve and :data:`TRAINED` (the training's part of the manifest). ``source``: the commit the
+    code came from (default: this folder's git). A fine-tuning or control starts from ``parent``
+    (its parent unit's ``weights.fp16.pt``). Returns the folder. (One long function: a unit's
+    training steps in the order they run, each a call.)"""
     import torch
 
     from flexatt import config as C
     from flexatt import schema
-    from flexatt.checkpoints import load_model
-    from flexatt.io import save_torch
-    from flexatt.parallel import intra_op_threads
+    from flexatt.io import save_torch, write_json
     from flexatt.trainer import model_config, resume_folder, train
 
     started, started_cpu = time.perf_counter(), time.process_time()
@@ -460,29 +468,14 @@ def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str |
                                      init_from=init, lr_epochs=rates, job_type=unit.kind, **common)
             finetuning = {"parent": unit.parent, "parent_sha256": file_sha256(Path(parent)), "beta": unit.beta,
                           "run": unit.run}
-        trained = time.perf_counter()
         # an attempt that resumed counts the seconds of the attempts before it
         earlier = clock.stop(fresh=metrics["resumed_from_epoch"] is None)
     checkpoint = objects["resume_dir"] / "last.ckpt"  # the budget's last epoch: the unit's checkpoint rule
-    files: dict[str, bytes] = {"curve.csv": (folder / f"{unit.variant}.csv").read_bytes()}
     with torch.inference_mode(False):
-        if unit.keep_weights:
-            files[WEIGHTS], model = _round_to_fp16(checkpoint)
-        else:
-            model = load_model(checkpoint)
-    tok_dir, filter_dir = Path(p.train.data_dir), Path(p.tokenize.in_dir)
-    with intra_op_threads(p.train.threads):
-        summary, decodes, alignments, g_values = decode_products(model, p, tok_dir, filter_dir, targets,
-                                                                   full=unit.budget == 1.0)
-    files[PRODUCTS[2]] = pack_json(decodes, PRODUCTS[2])
-    if alignments is not None:
-        files[ALIGNMENT_PRODUCTS[0]] = pack_json(alignments, ALIGNMENT_PRODUCTS[0])
-        if g_values:
-            files["g.npz"] = _npz({k.replace("/", "__"): v for k, v in g_values.items()})
-    from flexatt.io import file_digest
-
-    curve = [row for row in files["curve.csv"].decode().splitlines()[1:] if row]
-    manifest = {
+        weights = _weights(checkpoint, float16=unit.keep_weights)
+    save_torch(weights, folder / (WEIGHTS if unit.keep_weights else MODEL))
+    curve = [row for row in (folder / f"{unit.variant}.csv").read_text().splitlines()[1:] if row]
+    trained = {
         "unit": unit.name, "kind": unit.kind, "variant": unit.variant, "seed": unit.seed, "budget": unit.budget,
         **({"finetuning": finetuning} if finetuning else {}),
         "profile": p.profile, "model": model_config(p, unit.variant),
@@ -494,17 +487,60 @@ def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str |
                      "lr_sequence": [float(row.split(",")[2]) for row in curve]},
         "weights": "float16 (weights.fp16.pt): every decode of this unit is of the rounded weights"
                    if unit.keep_weights else "not kept",
-        "decode": {"beam_size": decodes["beam_size"], "alpha": decodes["alpha"]},
-        "summary": summary,
-        "data": {name: file_digest(tok_dir / name) for name in
-                 ("train.npz", "dev.npz", "test.npz", "src.model", "tgt.model", "dev.ref", "test.ref")},
         "source": source or _git_commit(),
         "machine": _machine(),
-        "minutes": {"train": round((earlier["wall"] + trained - started) / 60, 1),
-                    "decode": round((time.perf_counter() - trained) / 60, 1),
-                    "total": round((earlier["wall"] + time.perf_counter() - started) / 60, 1),
-                    "cpu": round((earlier["cpu"] + time.process_time() - started_cpu) / 60, 2),
+        "seconds": {"wall": earlier["wall"] + time.perf_counter() - started,
+                    "cpu": earlier["cpu"] + time.process_time() - started_cpu,
                     "threads": p.train.threads, "attempts": earlier["attempts"] + 1},
+    }
+    write_json(folder / TRAINED, trained)
+    return folder
+
+
+def decode_unit(unit: Unit, folder: Path, out: Path, *, params: str | None = None, overrides: tuple[str, ...] = (),
+                targets: dict[str, float] | None = None) -> dict:
+    """Decode the unit that :func:`train_unit` left in ``folder`` (:func:`decode_products`:
+    ``targets``, the fixed windows a flexible model is matched to) and write its products to
+    ``out``; returns the manifest."""
+    from flexatt import config as C
+    from flexatt import schema
+    from flexatt.parallel import intra_op_threads
+
+    started, started_cpu = time.perf_counter(), time.process_time()
+    trained = json.loads((folder / TRAINED).read_text(encoding="utf-8"))
+    if trained["unit"] != unit.name:
+        raise DataError(folder / TRAINED, f"the training of {trained['unit']}, not of {unit.name}")
+    p = schema.validate(C.load_params(params, list(overrides)))
+    weights = folder / (WEIGHTS if unit.keep_weights else MODEL)
+    model = load_weights(weights)
+    files: dict[str, bytes] = {"curve.csv": (folder / f"{unit.variant}.csv").read_bytes()}
+    if unit.keep_weights:
+        files[WEIGHTS] = weights.read_bytes()
+    tok_dir, filter_dir = Path(p.train.data_dir), Path(p.tokenize.in_dir)
+    with intra_op_threads(p.train.threads):
+        summary, decodes, alignments, g_values = decode_products(model, p, tok_dir, filter_dir, targets,
+                                                                   full=unit.budget == 1.0)
+    files[PRODUCTS[2]] = pack_json(decodes, PRODUCTS[2])
+    if alignments is not None:
+        files[ALIGNMENT_PRODUCTS[0]] = pack_json(alignments, ALIGNMENT_PRODUCTS[0])
+        if g_values:
+            files["g.npz"] = _npz({k.replace("/", "__"): v for k, v in g_values.items()})
+    from flexatt.products import data_digests
+
+    seconds = trained.pop("seconds")
+    source, machine = trained.pop("source"), trained.pop("machine")
+    decoding = time.perf_counter() - started
+    manifest = {
+        **trained,
+        "decode": {"beam_size": decodes["beam_size"], "alpha": decodes["alpha"]},
+        "summary": summary,
+        "data": data_digests(tok_dir),
+        "source": source,
+        "machine": machine,
+        "minutes": {"train": round(seconds["wall"] / 60, 1), "decode": round(decoding / 60, 1),
+                    "total": round((seconds["wall"] + decoding) / 60, 1),
+                    "cpu": round((seconds["cpu"] + time.process_time() - started_cpu) / 60, 2),
+                    "threads": seconds["threads"], "attempts": seconds["attempts"]},
     }
     write_products(out, manifest, files)
     print(f"unit {unit.name}: {manifest['minutes']['total']} min, products "
@@ -538,15 +574,21 @@ def _cpu() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m flexatt.units", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("run", help="train one unit here and write its products")
-    run.add_argument("unit", help="<variant>-s<seed>[-x<budget>]")
-    run.add_argument("--out", required=True, type=Path, help="the folder of its products")
-    run.add_argument("--work", type=Path, default=Path("units"), help="training checkpoints (default: units/)")
-    run.add_argument("--keep-weights", action="store_true", help="keep the weights in float16 (a parent)")
-    run.add_argument("--parent", type=Path, help="a fine-tuning's or control's parent weights (weights.fp16.pt)")
-    run.add_argument("--match", action="append", default=[], metavar="UNIT=WINDOW",
-                     help="a fixed-window unit and its dev window: a flexible model is matched to it")
-    run.add_argument("--source", type=json.loads, help="JSON: the commit the code came from (default: git here)")
+    commands = {"run": "train one unit here and write its products (train, then decode)",
+                "train": "train one unit here into --work/<unit>/ (weights, curve, the training's record)",
+                "decode": "decode a unit trained into --work/<unit>/ and write its products"}
+    for name, text in commands.items():
+        cmd = sub.add_parser(name, help=text)
+        cmd.add_argument("unit", help="<variant>-s<seed>[-x<budget>], <variant>-s<seed>-{ft-b<beta>,ctl}-r<run>")
+        cmd.add_argument("--work", type=Path, default=Path("units"), help="training checkpoints (default: units/)")
+        cmd.add_argument("--keep-weights", action="store_true", help="keep the weights in float16 (a parent)")
+        if name != "decode":
+            cmd.add_argument("--parent", type=Path, help="a fine-tuning's or control's parent weights (weights.fp16.pt)")
+            cmd.add_argument("--source", type=json.loads, help="JSON: the commit the code came from (default: git here)")
+        if name != "train":
+            cmd.add_argument("--out", required=True, type=Path, help="the folder of its products")
+            cmd.add_argument("--match", action="append", default=[], metavar="UNIT=WINDOW",
+                             help="a fixed-window unit and its dev window: a flexible model is matched to it")
     late = sub.add_parser("match", help="match a finished flexible unit with kept weights to later fixed windows")
     late.add_argument("folder", type=Path, help="the unit's products (results/<profile>/units/<unit>)")
     late.add_argument("--match", action="append", required=True, metavar="UNIT=WINDOW",
@@ -556,7 +598,7 @@ def main(argv: list[str] | None = None) -> int:
     if any("=" not in item or item.startswith("-") for item in overrides):
         parser.error(f"unrecognized arguments: {' '.join(overrides)}")
     try:
-        targets = {name: float(window) for name, window in (item.split("=", 1) for item in args.match)}
+        targets = {name: float(window) for name, window in (item.split("=", 1) for item in getattr(args, "match", []))}
     except ValueError:
         parser.error(f"--match takes UNIT=WINDOW (got {args.match})")
     from flexatt.errors import FlexattError
@@ -567,8 +609,13 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         unit = parse_unit(args.unit)
         unit = Unit(unit.variant, unit.seed, unit.budget, args.keep_weights, unit.beta, unit.run)
-        run_unit(unit, args.out, work=args.work, overrides=tuple(overrides), source=args.source,
-                 parent=args.parent, targets=targets)
+        if args.command == "run":
+            run_unit(unit, args.out, work=args.work, overrides=tuple(overrides), source=args.source,
+                     parent=args.parent, targets=targets)
+        elif args.command == "train":
+            train_unit(unit, work=args.work, overrides=tuple(overrides), source=args.source, parent=args.parent)
+        else:
+            decode_unit(unit, args.work / unit.name, args.out, overrides=tuple(overrides), targets=targets)
     except FlexattError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
