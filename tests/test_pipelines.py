@@ -169,3 +169,14 @@ def test_the_training_curves_of_the_units_are_dvc_plots():
         plot = data[f"pipelines/{profile}/dvc.yaml::dev_bleu_by_epoch"][0]["content"]["data"]["values"]
         assert len(plot) == sum(m["training"]["epochs"] for m in trained) > 0
         assert {row["val_bleu"] for row in plot} and all(float(row["val_bleu"]) >= 0 for row in plot)
+
+
+def test_flexatt_repro_plans_the_root_pipeline_unless_given_a_long_profiles_stage():
+    """``flexatt repro`` with no stage runs what ``dvc repro`` runs without targets: the root
+    ``dvc.yaml``, not the long profiles' pipelines; one of their stages is a target by address."""
+    from flexatt import schedule
+
+    everything = schedule.plan(force=True, root=ROOT)
+    assert everything.order and not [name for name in everything.order if ":" in name]
+    report = "pipelines/grc/dvc.yaml:report"
+    assert schedule.plan([report], force=True, root=ROOT).order[-1] == report

@@ -69,9 +69,10 @@ class Plan:
 
 
 def plan(targets: list[str] | None = None, force: bool = False, root: str | os.PathLike = ".") -> Plan:
-    """The stages of ``targets`` (stage names; default: every stage) and their upstream stages
-    that ``dvc repro`` would run: those that changed (all with ``force``) and every stage
-    downstream of one of them."""
+    """The stages of ``targets`` (stage names; default: every stage of the root ``dvc.yaml``, the
+    pipeline ``dvc repro`` runs without targets, not the long profiles' ``pipelines/*/dvc.yaml``)
+    and their upstream stages that ``dvc repro`` would run: those that changed (all with
+    ``force``) and every stage downstream of one of them."""
     import networkx as nx
     from dvc.repo import Repo
 
@@ -85,8 +86,10 @@ def plan(targets: list[str] | None = None, force: bool = False, root: str | os.P
             keep = set(targets)
             for t in targets:
                 keep |= {s.addressing for s in nx.descendants(graph, stages[t])}
-        else:
-            keep = set(stages)
+        else:  # DVC addresses a stage of another dvc.yaml as <file>:<name>
+            keep = {name for name in stages if ":" not in name}
+            for name in list(keep):
+                keep |= {s.addressing for s in nx.descendants(graph, stages[name])}
         order = [s.addressing for s in reversed(list(nx.topological_sort(graph))) if s.addressing in keep]
         upstream = {name: {s.addressing for s in graph.successors(stages[name])} & keep for name in order}
         with repo.lock:
@@ -156,7 +159,7 @@ def run(the_plan: Plan, force: bool = False, n_cores: int | None = None, threads
             want = need(name, free, others)
             if want < 1 or want > free:
                 continue
-            log = log_dir / f"{name.replace('@', '_')}.log"
+            log = log_dir / f"{re.sub(r'[@:/]', '_', name)}.log"
             env = {**os.environ, "OMP_NUM_THREADS": str(want), JOBS_ENV: str(max(1, want // threads)),
                    SIDE_BY_SIDE_ENV: str(max(1, n_cores // threads)), **PROGRESS_ENV}
             cmd = [dvc, "--wait-for-lock", "repro", "--single-item", *(["--force"] if force else []), name]
