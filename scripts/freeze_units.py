@@ -105,12 +105,65 @@ def items(profile: str, manifests: dict[str, dict]) -> dict[str, dict]:
             options.append("--keep-weights")
         if unit.kind != "train":
             options.append(f"--parent results/{profile}/units/{unit.parent}/weights.fp16.pt")
-        out[name.replace(".", "_")] = {"unit": name, "variant": unit.variant, "options": " ".join(options),
-                                       "source": manifest["source"]}
+        if "matched_by" in manifest:
+            options.append(f"--match-flexible results/{profile}/units/{manifest['matched_by']['unit']}")
+        options += manifest["source"].get("overrides", [])
+        out[key(name)] = {"unit": name, "variant": unit.variant, "options": " ".join(options),
+                          "source": manifest["source"]}
+    return out
+
+
+def key(name: str) -> str:
+    """A unit's key in a foreach stage (DVC refuses ``.`` in stage names)."""
+    return name.replace(".", "_")
+
+
+def pending_items(profile: str, manifests: dict[str, dict], data_dir: str) -> dict[str, dict]:
+    """``units.yaml``'s ``pending``: the units of the profile's plan (:func:`flexatt.products.plan`,
+    in its order) that have no products yet, each with what its ``train`` and ``decode`` stages
+    need: the file its weights go to, the options of each step, and two paths its stages depend
+    on (``parent``: a fine-tuning's parent weights; ``after``: the flexible unit a fixed window is
+    matched to in its decoding; the tokenized data where there is none). A unit trains at the
+    precision its comparison group already trained at (:func:`flexatt.products.comparison_group`:
+    the two sides of a pair at one precision), pinned in its options so that any machine keeps it."""
+    from flexatt.products import Unit, comparison_group, parse_unit, plan, read_plan
+
+    spec = read_plan(ROOT / "conf" / "units" / f"{profile}.yaml")
+    units = plan(spec, manifests)
+    planned = {u.name for u in units}
+    out = {}
+    for unit in units:
+        if unit.name in manifests:
+            continue
+        group = sorted({str(m["training"]["precision"]) for n, m in manifests.items()
+                        if comparison_group(parse_unit(n)) == comparison_group(unit) and "precision" in m["training"]})
+        train, decode = [], []
+        if unit.keep_weights:
+            train.append("--keep-weights")
+            decode.append("--keep-weights")
+        parent = data_dir
+        if unit.kind != "train":
+            parent = f"results/{profile}/units/{unit.parent}/weights.fp16.pt"
+            train.append(f"--parent {parent}")
+        if len(group) == 1:
+            train.append(f"trainer.precision={group[0]}")
+        after = data_dir
+        flexible = Unit(spec.flexible, unit.seed).name
+        if unit.kind == "train" and unit.budget == 1.0 and unit.variant in spec.fixed \
+                and spec.flexible in spec.parents and (flexible in manifests or flexible in planned):
+            if unit.name not in manifests.get(flexible, {}).get("summary", {}).get("matched", {}):
+                after = f"results/{profile}/units/{flexible}"
+                decode.append(f"--match-flexible {after}")
+        out[key(unit.name)] = {"unit": unit.name, "variant": unit.variant,
+                               "weights": "weights.fp16.pt" if unit.keep_weights else "model.pt",
+                               "train_options": " ".join(train), "decode_options": " ".join(decode),
+                               "parent": parent, "after": after}
     return out
 
 
 def freeze(profile: str) -> None:
+    """Write ``units.yaml`` (the finished units, frozen; the pending ones) and the finished units'
+    lock entries."""
     from flexatt.products import done_units
 
     folder = ROOT / "pipelines" / profile
@@ -118,17 +171,25 @@ def freeze(profile: str) -> None:
     params = yaml.safe_load((folder / "params.yaml").read_text())
     check_data(profile, ROOT / params["train"]["data_dir"], manifests)
     finished = items(profile, manifests)
-    header = (f"# The finished units of pipelines/{profile}/dvc.yaml's frozen `unit` stage, written by\n"
-              f"# scripts/freeze_units.py from results/{profile}/units/*/unit.json (source: the commit each ran\n"
-              f"# from and whether its tree had uncommitted edits).\n")
-    (folder / "units.yaml").write_text(header + yaml.safe_dump({"finished": finished}, sort_keys=False, width=110))
-    subprocess.run([sys.executable, "-m", "dvc", "commit", "-f", "-q", f"pipelines/{profile}/dvc.yaml:unit"],
-                   cwd=ROOT, check=True)
+    pending = pending_items(profile, manifests, params["train"]["data_dir"])
+    header = (f"# The units of pipelines/{profile}/dvc.yaml, written by scripts/freeze_units.py: `finished`, the\n"
+              f"# frozen `unit` stage's, from results/{profile}/units/*/unit.json (source: the commit each ran\n"
+              f"# from and whether its tree had uncommitted edits); `pending`, the `train` and `decode` stages',\n"
+              f"# the units of conf/units/{profile}.yaml's plan that have no products yet, in the plan's order.\n")
+    (folder / "units.yaml").write_text(header + yaml.safe_dump({"finished": finished, "pending": pending},
+                                                               sort_keys=False, width=110))
     lock_path = folder / "dvc.lock"
     lock = yaml.safe_load(lock_path.read_text())
+    for stage in [s for s in lock["stages"] if s.split("@")[0] in ("train", "decode")]:
+        if stage.split("@", 1)[1] in finished:  # a pending unit finished: frozen from now on
+            del lock["stages"][stage]
+    lock_path.write_text(yaml.safe_dump(lock, sort_keys=False, width=110))
+    subprocess.run([sys.executable, "-m", "dvc", "commit", "-f", "-q", f"pipelines/{profile}/dvc.yaml:unit"],
+                   cwd=ROOT, check=True)
+    lock = yaml.safe_load(lock_path.read_text())
     params_file = f"pipelines/{profile}/params.yaml"
-    for key, item in finished.items():
-        entry = lock["stages"][f"unit@{key}"]
+    for name, item in finished.items():
+        entry = lock["stages"][f"unit@{name}"]
         commit = item["source"]["commit"]
         for dep in entry["deps"]:
             if dep["path"] == "src/flexatt":
@@ -136,7 +197,7 @@ def freeze(profile: str) -> None:
         entry["params"] = {params_file: composed_params(commit, profile, item["source"].get("overrides", []),
                                                         item["variant"])}
     lock_path.write_text(yaml.safe_dump(lock, sort_keys=False, width=110))
-    print(f"{profile}: {len(finished)} finished units frozen ({lock_path.relative_to(ROOT)})")
+    print(f"{profile}: {len(finished)} finished units frozen, {len(pending)} pending ({lock_path.relative_to(ROOT)})")
 
 
 def main(argv: list[str] | None = None) -> int:

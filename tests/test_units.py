@@ -14,7 +14,8 @@ import pytest
 from conftest import ROOT, copy_of, load_script, run_module
 from flexatt.errors import ConfigError, DataError
 from flexatt.runtime import native_cpu_bf16
-from flexatt.products import (Plan, Unit, budget_gain, budget_overrides, budget_short, budget_waits, load_products,
+from flexatt.products import (Plan, Unit, budget_gain, budget_overrides, budget_short, budget_waits, done_units,
+                              load_products,
                               nearest_fixed, pack_json, parse_unit, phase, plan, precision_conflicts, read_plan,
                               select_beta, verified_manifest, write_products)
 from flexatt.units import AttemptClock, diagonal_links, load_weights
@@ -400,6 +401,63 @@ def test_a_flexible_unit_is_matched_later_from_its_kept_weights(smoke_unit, tmp_
     refused = run_module("flexatt.units", "match", str(folder), "--match", "local_p-s2=4.0", *SHORT, cwd=smoke_unit,
                          threads="1")
     assert refused.returncode == 2 and "weights.fp16.pt" in refused.stderr and "local_p-s2" in refused.stderr
+
+
+def test_a_fixed_window_matches_its_seeds_flexible_unit_in_its_own_decoding(smoke_unit, tmp_path):
+    """A pipeline's fixed-window unit, finished after its seed's flexible unit, matches it in its
+    own decoding stage: the flexible folder is not touched, the match is the one the flexible
+    unit's own folder would get (``match``), and the report's reading folds it into the flexible
+    unit (its ``matched`` entry, its test record at the matched τ)."""
+    from flexatt.unit_claims import Units
+
+    results = tmp_path / "units"
+    flexible = copy_of(smoke_unit / "products", results / "flexible-s2")
+    before = {f.name: f.read_bytes() for f in flexible.iterdir()}
+    trained = run_module("flexatt.units", "train", "local_p-s2", "--work", "w", *SHORT, cwd=smoke_unit, threads="1")
+    assert trained.returncode == 0, trained.stdout[-2000:] + trained.stderr[-3000:]
+    decoded = run_module("flexatt.units", "decode", "local_p-s2", "--work", "w", "--out", str(results / "local_p-s2"),
+                         "--match-flexible", str(flexible), *SHORT, cwd=smoke_unit, threads="1")
+    assert decoded.returncode == 0, decoded.stdout[-2000:] + decoded.stderr[-3000:]
+    assert {f.name: f.read_bytes() for f in flexible.iterdir()} == before
+    done = done_units(results)
+    fixed = done["local_p-s2"]
+    window = fixed["summary"]["dev"]["inf"]["window"]
+    entry = done["flexible-s2"]["summary"]["matched"]["local_p-s2"]
+    assert entry == fixed["matched_by"]["match"] and entry["target"] == window
+    assert fixed["matched_by"]["unit"] == "flexible-s2"
+    late = copy_of(flexible, tmp_path / "late")
+    result = run_module("flexatt.units", "match", str(late), "--match", f"local_p-s2={window!r}", *SHORT,
+                        cwd=smoke_unit, threads="1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert load_products(late)["manifest"]["summary"]["matched"]["local_p-s2"] == entry
+    record = Units(results, read_plan(ROOT / "conf/units/smoke.yaml")).record("flexible-s2", entry["tau"])
+    assert record["bleu"] == entry["test"]["bleu"] and record["window"] == entry["test"]["window"]
+    wrong = run_module("flexatt.units", "decode", "local_p-s2", "--work", "w", "--out", str(tmp_path / "x"),
+                       "--match-flexible", str(results / "local_p-s2"), *SHORT, cwd=smoke_unit, threads="1")
+    assert wrong.returncode == 2 and "kept no weights" in wrong.stderr
+
+
+def test_a_unit_refuses_to_train_on_uncommitted_edits_to_what_it_runs(tmp_path, monkeypatch):
+    import subprocess
+
+    from flexatt.errors import ConfigError
+    from flexatt.units import refuse_uncommitted
+
+    def git(*args):
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.py").write_text("x = 1\n")
+    (tmp_path / "notes.txt").write_text("free\n")
+    git("add", "src/a.py")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "a")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("still free\n")  # not what a unit runs
+    refuse_uncommitted("params.yaml")
+    (tmp_path / "src" / "a.py").write_text("x = 2\n")
+    with pytest.raises(ConfigError, match="src/a.py"):
+        refuse_uncommitted("params.yaml")
 
 
 def test_the_script_matches_flexible_units_to_fixed_windows_that_finished_after_them():

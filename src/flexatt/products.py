@@ -32,6 +32,9 @@ from flexatt.tau import from_json, to_json
 PRODUCTS = ("unit.json", "curve.csv", "decodes.json.xz")
 ALIGNMENT_PRODUCTS = ("alignments.json.xz", "g.npz")
 WEIGHTS = "weights.fp16.pt"
+#: a fixed-window unit's match with its seed's flexible unit, decoded in its own stage: the flexible
+#: model's records decoded there (its manifest's ``matched_by`` says which unit and weights)
+MATCH_PRODUCT = "matched.json.xz"
 #: variants whose decoding takes a threshold τ
 TAU_ATTENTIONS = ("flexible", "flexible_sact")
 SPLITS = ("dev", "test")
@@ -394,12 +397,38 @@ def load_products(folder: str | os.PathLike) -> dict:
 
 
 def done_units(folder: str | os.PathLike) -> dict[str, dict]:
-    """The manifests of the finished units under ``folder`` (``results/<profile>/units``)."""
+    """The manifests of the finished units under ``folder`` (``results/<profile>/units``). A
+    fixed-window unit matched to its seed's flexible unit in its own decoding (``matched_by``)
+    adds that match to the flexible unit's ``summary["matched"]``, as if the flexible unit had
+    decoded it (:func:`match_records` gives its records)."""
     folder = Path(folder)
     found = {}
     for manifest in sorted(folder.glob("*/unit.json")) if folder.is_dir() else []:
         found[manifest.parent.name] = from_json(json.loads(manifest.read_text(encoding="utf-8")))
+    for name, manifest in sorted(found.items()):
+        by = manifest.get("matched_by")
+        if by is not None and by["unit"] in found:
+            flexible = found[by["unit"]]
+            kept = flexible.get("files", {}).get(WEIGHTS, {}).get("sha256")
+            if kept != by["weights_sha256"]:
+                raise DataError(folder / name / "unit.json", f"matched to weights of {by['unit']} other than "
+                                "the ones it keeps (SHA-256 differs)")
+            matched = flexible["summary"].setdefault("matched", {})
+            if name in matched:
+                raise DataError(folder / name / "unit.json", f"matched to {by['unit']}, which matched it too")
+            matched[name] = by["match"]
     return found
+
+
+def match_records(folder: str | os.PathLike, flexible: str, manifests: dict[str, dict]) -> list[dict]:
+    """The decodes of the flexible unit ``flexible`` made by the fixed-window units under
+    ``folder`` that were matched to it in their own decoding (``manifests``: :func:`done_units`)."""
+    records = []
+    for name, manifest in sorted(manifests.items()):
+        if manifest.get("matched_by", {}).get("unit") == flexible:
+            verified_manifest(Path(folder) / name)
+            records += _unpack_json(Path(folder) / name / MATCH_PRODUCT)["records"]
+    return records
 
 
 

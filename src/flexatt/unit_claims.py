@@ -50,7 +50,8 @@ from flexatt.claims import (ALPHA, FAILS, HOLDS, INCONCLUSIVE, MARGIN, MATCH_TOL
                             verdict_better, verdict_cut, verdict_effect, verdict_narrowing, verdict_not_worse,
                             verdict_within, windows_match)
 from flexatt.tau import INF
-from flexatt.products import BUDGET_GAIN, Plan, Unit, budget_gain, budget_short, done_units, load_products, select_beta, tau_key
+from flexatt.products import (BUDGET_GAIN, Plan, Unit, budget_gain, budget_short, done_units, load_products,
+                              match_records, select_beta, tau_key)
 
 #: SACT's gain over Global in its paper (Lin et al. 2018), the effect claim e2 tests
 SACT_EFFECT = 2.0
@@ -95,8 +96,9 @@ class Units:
     def record(self, name: str, tau: float, split: str = "test") -> dict:
         """The stored decode of unit ``name`` on ``split`` at ``tau`` (``inf``: every position)."""
         if name not in self._decodes:
-            self._decodes[name] = {(r["split"], r["tau"]): r
-                                   for r in load_products(self.folder / name)["decodes"]["records"]}
+            own = load_products(self.folder / name)["decodes"]["records"]
+            later = match_records(self.folder, name, self.manifests)  # fixed windows matched to it later
+            self._decodes[name] = {(r["split"], r["tau"]): r for r in [*later, *own]}
         return self._decodes[name][(split, tau)]
 
     def seeds(self, *variants: str) -> list[int]:

@@ -60,7 +60,8 @@ from pathlib import Path
 import numpy as np
 
 from flexatt.errors import ConfigError, DataError
-from flexatt.products import (ALIGNMENT_PRODUCTS, PRODUCTS, SPLITS, TAU_ATTENTIONS, WEIGHTS, Unit, file_sha256, product_path,
+from flexatt.products import (ALIGNMENT_PRODUCTS, MATCH_PRODUCT, PRODUCTS, SPLITS, TAU_ATTENTIONS, WEIGHTS, Unit, file_sha256,
+                              product_path,
                               budget_overrides, load_products, pack_json, parse_unit, read_plan, tau_key, write_products)
 from flexatt.tau import INF, label
 
@@ -177,33 +178,21 @@ def decode_products(model, p, tok_dir: Path, filter_dir: Path, targets: dict[str
     return summary, _decodes(decoder, options), alignments, g_values
 
 
-def match_later(folder: Path, targets: dict[str, float], *, params: str | None = None,
-                overrides: tuple[str, ...] = (), source: dict | None = None) -> dict:
-    """Match a finished flexible unit to fixed windows that finished after it (``targets``: name
-    -> dev window at τ = ∞, those not matched yet): its kept weights (``weights.fp16.pt``, the ones
-    all its numbers come from) decoded as :func:`match_targets` does in the unit's own run, the
-    dev points already stored bracketing the search, so only the new τs are decoded. The decodes,
-    ``summary["matched"]`` and the manifest's ``amended`` list (what was added, by which commit,
-    on which machine, in how many minutes) are rewritten in place; every other product is kept
-    byte for byte. The data must be the unit's (digests). Returns the manifest."""
-    from flexatt import config as C
-    from flexatt import schema
+def flexible_decoder(folder: Path, p, to: list[str]) -> tuple[UnitDecoder, dict]:
+    """A finished flexible unit's kept weights (``weights.fp16.pt``, the ones all its numbers come
+    from) as a :class:`UnitDecoder` on ``p``'s data, its stored decodes loaded (so a τ it decoded
+    is not decoded again), and its products. The data must be the unit's (digests), and so must the
+    beam settings. ``to``: the fixed-window units it is to be matched to (named in a refusal)."""
     from flexatt.data.evalset import EvalSet
     from flexatt.io import file_digest
-    from flexatt.parallel import intra_op_threads
     from flexatt.points import decode_options
 
-    started = time.perf_counter()
     folder = Path(folder)
     products = load_products(folder)
-    manifest = {k: v for k, v in products["manifest"].items() if k != "files"}
-    todo = {n: w for n, w in targets.items() if n not in manifest["summary"].get("matched", {})}
-    if not todo:
-        return manifest
+    manifest = products["manifest"]
     if not (folder / WEIGHTS).is_file():
         raise DataError(folder / WEIGHTS, f"{manifest['unit']} kept no weights: it cannot be matched to "
-                        f"{', '.join(sorted(todo))} after its run")
-    p = schema.validate(C.load_params(params, [*overrides, f"train.seed={manifest['seed']}"]))
+                        f"{', '.join(sorted(to))} after its run")
     tok_dir = Path(p.train.data_dir)
     for name, digest in manifest["data"].items():
         if file_digest(tok_dir / name) != digest:
@@ -214,6 +203,32 @@ def match_later(folder: Path, targets: dict[str, float], *, params: str | None =
                           f"decoded with beam {manifest['decode']['beam_size']}, alpha {manifest['decode']['alpha']}")
     decoder = UnitDecoder(load_weights(folder / WEIGHTS), {s: EvalSet.load(tok_dir, s) for s in SPLITS}, options)
     decoder.records = {(r["split"], float(r["tau"])): r for r in products["decodes"]["records"]}
+    return decoder, products
+
+
+def match_later(folder: Path, targets: dict[str, float], *, params: str | None = None,
+                overrides: tuple[str, ...] = (), source: dict | None = None) -> dict:
+    """Match a finished flexible unit to fixed windows that finished after it (``targets``: name
+    -> dev window at τ = ∞, those not matched yet), in its own folder: its kept weights decoded as
+    :func:`match_targets` does in the unit's own run (:func:`flexible_decoder`), the dev points
+    already stored bracketing the search, so only the new τs are decoded. The decodes,
+    ``summary["matched"]`` and the manifest's ``amended`` list (what was added, by which commit,
+    on which machine, in how many minutes) are rewritten in place; every other product is kept
+    byte for byte. (A pipeline's fixed-window unit is matched from its own decoding stage instead,
+    :func:`decode_unit`'s ``match_flexible``: a stage writes only its own folder.) Returns the
+    manifest."""
+    from flexatt import config as C
+    from flexatt import schema
+    from flexatt.parallel import intra_op_threads
+
+    started = time.perf_counter()
+    folder = Path(folder)
+    manifest = {k: v for k, v in load_products(folder)["manifest"].items() if k != "files"}
+    todo = {n: w for n, w in targets.items() if n not in manifest["summary"].get("matched", {})}
+    if not todo:
+        return manifest
+    p = schema.validate(C.load_params(params, [*overrides, f"train.seed={manifest['seed']}"]))
+    decoder, products = flexible_decoder(folder, p, list(todo))
     with intra_op_threads(p.train.threads):
         matched = match_targets(decoder, todo, p.compare.search_steps)
     manifest["summary"].setdefault("matched", {}).update(matched)
@@ -222,9 +237,28 @@ def match_later(folder: Path, targets: dict[str, float], *, params: str | None =
         "machine": _machine(), "minutes": round((time.perf_counter() - started) / 60, 1)})
     files = {name: (folder / name).read_bytes() for name in products["manifest"]["files"]}
     decodes = product_path(folder, "decodes").name  # the unit's own format
-    files[decodes] = pack_json(_decodes(decoder, options), decodes)
+    files[decodes] = pack_json(_decodes(decoder, decoder.options), decodes)
     write_products(folder, manifest, files)
     return manifest
+
+
+def match_into(unit: Unit, window: float, flexible: Path, p) -> tuple[dict, bytes]:
+    """A fixed-window unit's match with the finished flexible unit of its seed (``flexible``: its
+    product folder, weights kept): the τ at which that model's dev window equals ``window`` (this
+    unit's dev window at τ = ∞) and test decoded there (:func:`match_targets`). Returns the
+    manifest entry ``matched_by`` (the flexible unit, the SHA-256 of the weights decoded, the
+    match) and the product :data:`flexatt.products.MATCH_PRODUCT`: the flexible model's records
+    decoded here (its folder is not touched; :func:`flexatt.products.done_units` reads the match
+    as the flexible unit's)."""
+    decoder, products = flexible_decoder(flexible, p, [unit.name])
+    manifest = products["manifest"]
+    if manifest["seed"] != unit.seed or manifest["budget"] != 1.0 or manifest["kind"] != "train":
+        raise ConfigError(str(flexible), f"{manifest['unit']} is not the flexible unit of {unit.name}'s seed")
+    stored = set(decoder.records)
+    entry = match_targets(decoder, {unit.name: window}, p.compare.search_steps)[unit.name]
+    new = [decoder.records[k] for k in sorted(set(decoder.records) - stored, key=lambda k: (SPLITS.index(k[0]), k[1]))]
+    by = {"unit": manifest["unit"], "weights_sha256": file_sha256(Path(flexible) / WEIGHTS), "match": entry}
+    return by, pack_json({"records": new}, MATCH_PRODUCT)
 
 
 def _decodes(decoder: UnitDecoder, options) -> dict:
@@ -313,14 +347,27 @@ def load_weights(path: str | os.PathLike):
     return model.eval()
 
 
-def _git_commit() -> dict:
+def _git(*args: str) -> str:
     import subprocess
 
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], capture_output=True, text=True, check=False).stdout.strip()
+    return subprocess.run(["git", *args], capture_output=True, text=True, check=False).stdout.strip()
 
-    return {"commit": git("rev-parse", "HEAD") or None,
-            "uncommitted_edits": bool(git("status", "--porcelain", "--untracked-files=no"))}
+
+def _git_commit() -> dict:
+    return {"commit": _git("rev-parse", "HEAD") or None,
+            "uncommitted_edits": bool(_git("status", "--porcelain", "--untracked-files=no"))}
+
+
+def refuse_uncommitted(params: str | None) -> None:
+    """Refuse to train where what a unit runs holds uncommitted edits (the package, ``conf/``, its
+    params file): its ``source.commit`` would name code that did not run. Outside a git working
+    tree there is nothing to compare, and the unit records no commit."""
+    what = ["src", "conf", params or os.environ.get("FLEXATT_PARAMS") or "params.yaml"]
+    edited = _git("status", "--porcelain", "--untracked-files=all", "--", *what)
+    if edited:
+        files = ", ".join(line.split(maxsplit=1)[1] for line in edited.splitlines()[:5])
+        raise ConfigError("source", f"uncommitted edits to what the unit runs ({files}): commit them first, "
+                          "so that the unit's record names the code it ran")
 
 
 class AttemptClock:
@@ -409,11 +456,12 @@ TRAINED, MODEL = "trained.json", "model.pt"
 
 def run_unit(unit: Unit, out: Path, *, work: Path = Path("units"), params: str | None = None,
              overrides: tuple[str, ...] = (), source: dict | None = None, parent: Path | None = None,
-             targets: dict[str, float] | None = None) -> dict:
+             targets: dict[str, float] | None = None, match_flexible: Path | None = None) -> dict:
     """Train ``unit`` (:func:`train_unit`) and decode it (:func:`decode_unit`) in one process;
     returns the manifest."""
     folder = train_unit(unit, work=work, params=params, overrides=overrides, source=source, parent=parent)
-    return decode_unit(unit, folder, out, params=params, overrides=overrides, targets=targets)
+    return decode_unit(unit, folder, out, params=params, overrides=overrides, targets=targets,
+                       match_flexible=match_flexible)
 
 
 def train_unit(unit: Unit, *, work: Path = Path("units"), params: str | None = None,
@@ -434,6 +482,8 @@ def train_unit(unit: Unit, *, work: Path = Path("units"), params: str | None = N
     from flexatt.io import save_torch, write_json
     from flexatt.trainer import model_config, resume_folder, train
 
+    if source is None:
+        refuse_uncommitted(params)
     started, started_cpu = time.perf_counter(), time.process_time()
     base = schema.params(C.load_params(params, list(overrides)))
     t = base.train
@@ -487,7 +537,7 @@ def train_unit(unit: Unit, *, work: Path = Path("units"), params: str | None = N
                      "lr_sequence": [float(row.split(",")[2]) for row in curve]},
         "weights": "float16 (weights.fp16.pt): every decode of this unit is of the rounded weights"
                    if unit.keep_weights else "not kept",
-        "source": source or _git_commit(),
+        "source": source or {**_git_commit(), "overrides": list(overrides)},
         "machine": _machine(),
         "seconds": {"wall": earlier["wall"] + time.perf_counter() - started,
                     "cpu": earlier["cpu"] + time.process_time() - started_cpu,
@@ -498,10 +548,11 @@ def train_unit(unit: Unit, *, work: Path = Path("units"), params: str | None = N
 
 
 def decode_unit(unit: Unit, folder: Path, out: Path, *, params: str | None = None, overrides: tuple[str, ...] = (),
-                targets: dict[str, float] | None = None) -> dict:
+                targets: dict[str, float] | None = None, match_flexible: Path | None = None) -> dict:
     """Decode the unit that :func:`train_unit` left in ``folder`` (:func:`decode_products`:
     ``targets``, the fixed windows a flexible model is matched to) and write its products to
-    ``out``; returns the manifest."""
+    ``out``; returns the manifest. ``match_flexible``: the products of the finished flexible unit
+    of this fixed window's seed, matched to it here (:func:`match_into`)."""
     from flexatt import config as C
     from flexatt import schema
     from flexatt.parallel import intra_op_threads
@@ -520,6 +571,9 @@ def decode_unit(unit: Unit, folder: Path, out: Path, *, params: str | None = Non
     with intra_op_threads(p.train.threads):
         summary, decodes, alignments, g_values = decode_products(model, p, tok_dir, filter_dir, targets,
                                                                    full=unit.budget == 1.0)
+        matched_by = None
+        if match_flexible is not None:
+            matched_by, files[MATCH_PRODUCT] = match_into(unit, summary["dev"]["inf"]["window"], match_flexible, p)
     files[PRODUCTS[2]] = pack_json(decodes, PRODUCTS[2])
     if alignments is not None:
         files[ALIGNMENT_PRODUCTS[0]] = pack_json(alignments, ALIGNMENT_PRODUCTS[0])
@@ -534,6 +588,7 @@ def decode_unit(unit: Unit, folder: Path, out: Path, *, params: str | None = Non
         **trained,
         "decode": {"beam_size": decodes["beam_size"], "alpha": decodes["alpha"]},
         "summary": summary,
+        **({"matched_by": matched_by} if matched_by else {}),
         "data": data_digests(tok_dir),
         "source": source,
         "machine": machine,
@@ -589,6 +644,9 @@ def main(argv: list[str] | None = None) -> int:
             cmd.add_argument("--out", required=True, type=Path, help="the folder of its products")
             cmd.add_argument("--match", action="append", default=[], metavar="UNIT=WINDOW",
                              help="a fixed-window unit and its dev window: a flexible model is matched to it")
+            cmd.add_argument("--match-flexible", type=Path, metavar="FOLDER",
+                             help="a fixed window: the products of its seed's flexible unit (weights kept), "
+                                  "matched to it here")
     late = sub.add_parser("match", help="match a finished flexible unit with kept weights to later fixed windows")
     late.add_argument("folder", type=Path, help="the unit's products (results/<profile>/units/<unit>)")
     late.add_argument("--match", action="append", required=True, metavar="UNIT=WINDOW",
@@ -611,11 +669,12 @@ def main(argv: list[str] | None = None) -> int:
         unit = Unit(unit.variant, unit.seed, unit.budget, args.keep_weights, unit.beta, unit.run)
         if args.command == "run":
             run_unit(unit, args.out, work=args.work, overrides=tuple(overrides), source=args.source,
-                     parent=args.parent, targets=targets)
+                     parent=args.parent, targets=targets, match_flexible=args.match_flexible)
         elif args.command == "train":
             train_unit(unit, work=args.work, overrides=tuple(overrides), source=args.source, parent=args.parent)
         else:
-            decode_unit(unit, args.work / unit.name, args.out, overrides=tuple(overrides), targets=targets)
+            decode_unit(unit, args.work / unit.name, args.out, overrides=tuple(overrides), targets=targets,
+                        match_flexible=args.match_flexible)
     except FlexattError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
