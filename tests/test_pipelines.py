@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from flexatt import freeze
+
 ROOT = Path(__file__).resolve().parents[1]
 PROFILES = ("bible", "grc")
-sys.path.insert(0, str(ROOT / "scripts"))
-import freeze_units  # noqa: E402
 
 
 def dvc(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
@@ -51,11 +51,11 @@ def test_every_finished_unit_is_a_frozen_stage_of_its_profile(profile):
     stages = lock(profile)
     for key, item in finished.items():
         assert item["source"] == done[item["unit"]]["source"], key
-        assert f"unit@{key}" in stages, f"{key}: no lock entry (python scripts/freeze_units.py {profile})"
+        assert f"unit@{key}" in stages, f"{key}: no lock entry (python python -m flexatt.freeze {profile})"
 
 
 def test_a_folder_hash_from_git_objects_is_the_one_dvc_writes():
-    """The recipe of :func:`freeze_units.tree_hash` against DVC's own lock: the root pipeline's
+    """The recipe of :func:`freeze.tree_hash` against DVC's own lock: the root pipeline's
     ``train@global`` entry of ``src/flexatt/attention`` at the commit that last wrote dvc.lock."""
     commit = subprocess.run(["git", "log", "-1", "--format=%H", "--", "dvc.lock"], cwd=ROOT, capture_output=True,
                             text=True, check=True).stdout.strip()
@@ -65,7 +65,7 @@ def test_a_folder_hash_from_git_objects_is_the_one_dvc_writes():
                and d["md5"].endswith(".dir")]
     assert folders
     for dep in folders[:3]:
-        assert freeze_units.tree_hash(commit, dep["path"]) == {k: dep[k] for k in ("md5", "size", "nfiles")}
+        assert freeze.tree_hash(commit, dep["path"], root=ROOT) == {k: dep[k] for k in ("md5", "size", "nfiles")}
 
 
 @pytest.mark.parametrize("profile", PROFILES)
@@ -74,18 +74,18 @@ def test_a_frozen_units_lock_entry_names_the_code_of_its_recorded_commit(profile
     parameters of two units (one of them a fine-tuning) are ``conf/`` of their commits."""
     finished = yaml.safe_load((ROOT / "pipelines" / profile / "units.yaml").read_text())["finished"]
     stages = lock(profile)
-    today = freeze_units.tree_hash("HEAD")["md5"]
+    today = freeze.tree_hash("HEAD", root=ROOT)["md5"]
     differ = 0
     for key, item in finished.items():
         dep = next(d for d in stages[f"unit@{key}"]["deps"] if d["path"] == "src/flexatt")
-        assert {k: dep[k] for k in ("md5", "size", "nfiles")} == freeze_units.tree_hash(item["source"]["commit"]), key
+        assert {k: dep[k] for k in ("md5", "size", "nfiles")} == freeze.tree_hash(item["source"]["commit"], root=ROOT), key
         differ += dep["md5"] != today
     assert differ > len(finished) // 2
     for key in [k for k in finished if "-ft-" in k][:1] + ["global-s1"]:
         item = finished[key]
         params = stages[f"unit@{key}"]["params"][f"pipelines/{profile}/params.yaml"]
-        assert params == freeze_units.composed_params(item["source"]["commit"], profile,
-                                                      item["source"].get("overrides", []), item["variant"])
+        assert params == freeze.composed_params(item["source"]["commit"], profile,
+                                                      item["source"].get("overrides", []), item["variant"], ROOT)
 
 
 def _changed(profile: str, *stages: str) -> dict:

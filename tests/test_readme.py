@@ -162,7 +162,7 @@ def test_the_units_section_shows_the_models_over_their_finished_units_and_no_pro
     run = tmp_path / "bible"
     (run / "units").mkdir(parents=True)
     empty = figures.units_section({"bible": run})
-    assert "(Spanish → English Bible) 0 of 17;" in " ".join(empty.split()) and "|" not in empty
+    assert "(Spanish → English Bible) 0 of 23;" in " ".join(empty.split()) and "|" not in empty
     assert figures.blocks_of(figures.README, runs={"bible": run, "grc": ROOT / "results/grc"})["grc"] == ""
     # the probes' outcome is a sentence of the units section
     for unit in (_unit("global-s1", "global", 1, 30.0, 25.3), _unit("global-s2", "global", 2, 31.0, 25.1),
@@ -171,7 +171,7 @@ def test_the_units_section_shows_the_models_over_their_finished_units_and_no_pro
         (run / "units" / unit["unit"] / "unit.json").write_text(json.dumps(unit))
     block = figures.units_section({"bible": run})
     text = " ".join(block.split())
-    assert "(Spanish → English Bible) 3 of 17;" in text and "reads no words: 0.610 Bible);" in text
+    assert "(Spanish → English Bible) 3 of 23;" in text and "reads no words: 0.610 Bible);" in text
     assert "Claims: `dvc repro pipelines/bible/dvc.yaml:report` decides them from the units done." in text
     rows = [line for line in block.splitlines() if line.startswith("| global") or line.startswith("| flexible")]
     assert rows == ["| global | τ=∞ | 2 | 30.50 ± 0.71 | 25.20 ± 0.14 | 0.480 ± 0.000 |",
@@ -259,7 +259,7 @@ def test_the_units_of_an_earlier_budget_that_failed_its_check_are_named_not_coun
     (old / "report.json").write_text(_report(["global-s1"], [], budget))
     block = figures.blocks_of(figures.README, runs={"bible": run, "grc": tmp_path / "grc"})["bible"]
     text = " ".join(block.split())
-    assert "(Spanish → English Bible) 0 of 17;" in text and "|" not in block
+    assert "(Spanish → English Bible) 0 of 23;" in text and "|" not in block
     assert text.endswith("Earlier budgets failed their checks (flexible's dev BLEU gain from training longer: "
                          f"Bible 25 → 38 epochs +1.22 (`{old}/`)).")
     (old / "report.json").write_text(_report(["global-s1"], [], {**budget, "dev_gain": 0.3, "enough": True}))

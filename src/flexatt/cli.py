@@ -161,6 +161,9 @@ def main(argv: list[str] | None = None) -> None:
     repro.add_argument("stages", nargs="*", help="the stages to bring up to date, with their upstream (default: all)")
     repro.add_argument("--force", action="store_true", help="run every stage, changed or not (dvc repro --force)")
     repro.add_argument("--cores", type=int, default=None, help="cores to use (default: all this process may use)")
+    repro.add_argument("--commit", action="store_true",
+                       help="commit each stage to git the moment it succeeds (its git-kept outputs and dvc.lock; "
+                            "a long profile's unit frozen first)")
     rep = sub.add_parser("report", help="every DVC plot and figure in one HTML page that opens offline")
     rep.add_argument("--output", type=Path, default=None, help="default: dvc_plots/report.html")
     dash = sub.add_parser("dashboard", help="save a W&B workspace and report of the project's runs (online)")
@@ -171,7 +174,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.command == "repro":
         from flexatt.schedule import main as repro_main
 
-        sys.exit(repro_main(args.stages, force=args.force, n_cores=args.cores))
+        sys.exit(repro_main(args.stages, force=args.force, n_cores=args.cores, commit=args.commit))
     if args.command == "report":  # each returns its exit status; an error is one line
         from flexatt.report import main as make_report
 

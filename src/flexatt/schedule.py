@@ -19,6 +19,12 @@ Every stage's arithmetic is what ``dvc repro`` gives: a training's thread count 
 ``train.threads``, never the cores it got, and decoding does not depend on the thread count. A
 stage whose dependencies did not change, and none of whose upstream stages runs, is skipped, as
 ``dvc repro`` skips it; a stage downstream of one that runs is handed to DVC, which decides.
+With ``--commit`` (``commit=True``), each stage that succeeds is committed to git at once, its
+git-kept outputs and its ``dvc.lock`` and nothing else (:func:`commit_stage`): a long run's
+finished units are kept even when the machine is gone before the run ends. A long profile's unit
+is frozen first (:func:`flexatt.freeze.freeze`: it moves from ``pending`` to ``finished``), so
+that a later edit of the code does not mark it stale.
+
 Each stage's output goes to ``<log_dir>/<stage>.log``; the terminal gets a line when a stage
 starts or ends, and every ``progress_every`` seconds the last line of each running stage's log.
 The first stage that fails stops the run: nothing more starts, the ones under way finish, and
@@ -132,8 +138,39 @@ class _Running:
     started: float
 
 
+#: a long profile's stage: ``pipelines/<profile>/dvc.yaml:<stage>``
+PROFILE_STAGE = re.compile(r"pipelines/(?P<profile>[\w-]+)/dvc\.yaml:(?P<stage>[\w-]+)(?:@(?P<key>\S+))?")
+
+
+def commit_stage(name: str, root: str | os.PathLike = ".") -> list[str]:
+    """Commit what stage ``name`` just wrote: the outputs that git keeps (``cache: false``), its
+    ``dvc.lock``; for a long profile's ``decode@<unit>``, the unit frozen first
+    (:func:`flexatt.freeze.freeze`) with its ``units.yaml``. Only those paths are staged and
+    committed: other edits in the tree stay as they are. Returns the paths committed."""
+    from dvc.repo import Repo
+
+    root = Path(root).resolve()
+    with Repo(str(root)) as repo:
+        stage = next(s for s in repo.index.stages if s.addressing == name)
+        paths = [Path(o.fs_path).relative_to(root) for o in stage.outs if not o.use_cache]
+        paths.append(Path(stage.path).with_name("dvc.lock").relative_to(root))
+    message = f"{name}: done"
+    found = PROFILE_STAGE.fullmatch(name)
+    if found and found["stage"] == "decode":
+        from flexatt.freeze import freeze
+
+        freeze(found["profile"], root)
+        paths.append(Path("pipelines") / found["profile"] / "units.yaml")
+        message = f"{found['profile']}: unit {found['key']} finished, frozen (flexatt repro --commit)"
+    names = [str(p) for p in paths if (root / p).exists()]
+    subprocess.run(["git", "add", "--", *names], cwd=root, check=True)
+    if subprocess.run(["git", "diff", "--cached", "--quiet", "--", *names], cwd=root).returncode != 0:
+        subprocess.run(["git", "commit", "-qm", message, "--", *names], cwd=root, check=True)
+    return names
+
+
 def run(the_plan: Plan, force: bool = False, n_cores: int | None = None, threads: int = 1,
-        log_dir: Path = LOG_DIR, progress_every: float = 60.0, dvc: str = "dvc") -> int:
+        log_dir: Path = LOG_DIR, progress_every: float = 60.0, dvc: str = "dvc", commit: bool = False) -> int:
     """Run the stages of ``the_plan`` (see the module doc); the exit status: 0 when every stage
     succeeded, else the first failure's."""
     n_cores = n_cores or cores()
@@ -179,6 +216,8 @@ def run(the_plan: Plan, force: bool = False, n_cores: int | None = None, threads
             if code == 0:
                 done.add(name)
                 print(f"[{_clock(t0)}] {name}: done in {minutes:.1f} min", flush=True)
+                if commit:
+                    print(f"[{_clock(t0)}] {name}: committed {', '.join(commit_stage(name))}", flush=True)
             else:
                 status = status or code
                 print(f"[{_clock(t0)}] {name}: FAILED (exit status {code}) after {minutes:.1f} min; "
@@ -203,8 +242,8 @@ def _clock(t0: float) -> str:
     return f"{seconds // 3600:d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"
 
 
-def main(targets: list[str], force: bool = False, n_cores: int | None = None) -> int:
-    """``flexatt repro [STAGE ...] [--force] [--cores N]``."""
+def main(targets: list[str], force: bool = False, n_cores: int | None = None, commit: bool = False) -> int:
+    """``flexatt repro [STAGE ...] [--force] [--cores N] [--commit]``."""
     try:
         the_plan = plan(targets, force)
     except ValueError as exc:
@@ -213,4 +252,4 @@ def main(targets: list[str], force: bool = False, n_cores: int | None = None) ->
     if not the_plan.order:
         print("flexatt repro: every stage is up to date", flush=True)
         return 0
-    return run(the_plan, force=force, n_cores=n_cores, threads=training_threads())
+    return run(the_plan, force=force, n_cores=n_cores, threads=training_threads(), commit=commit)

@@ -1,7 +1,9 @@
 """Bring a long profile's finished units into its pipeline as frozen stages, with lock entries
 that name the code and parameters each unit ran with.
 
-    python scripts/freeze_units.py bible grc     # pipelines/<profile>/units.yaml and dvc.lock
+    python -m flexatt.freeze bible grc     # pipelines/<profile>/units.yaml and dvc.lock
+
+(``flexatt repro --commit`` runs it for a profile each time one of its units finishes.)
 
 A finished unit folder ``results/<profile>/units/<unit>/`` becomes the item ``unit@<key>`` of
 the ``unit`` stage of ``pipelines/<profile>/dvc.yaml`` (``<key>``: the unit's name with ``.``
@@ -16,8 +18,11 @@ digest), with two fields replaced by the unit's own record, so that the entry sa
   overrides (the long profile was called ``converged`` then on the Bible).
 
 The stage is frozen, so ``dvc status`` does not compare those entries with today's code:
-a refactor does not mark the finished units stale. This script is run again whenever the
-``unit`` stage's definition changes (DVC compares the command) or finished units are added.
+a refactor does not mark the finished units stale. A unit that ran as the live ``train`` and
+``decode`` stages (``units.yaml``'s ``pending``, :func:`pending_items`) moves to ``finished`` here
+once its products exist; its commit is the one it ran (a unit refuses uncommitted edits), so the
+entry is the one DVC would write. Run again whenever the ``unit`` stage's definition or the plan
+changes, or units finish.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -34,29 +40,28 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
 #: the profile a unit's recorded commit knew it by
 OLD_NAMES = {"bible": "converged"}
 #: the parameters the ``unit`` stage lists (``variants.<variant>`` besides)
 PARAM_KEYS = ("model", "trainer", "train", "finetune", "decode", "sweep_tau")
 
 
-def git(*args: str, data: bytes | None = None) -> bytes:
-    return subprocess.run(["git", *args], cwd=ROOT, input=data, capture_output=True, check=True).stdout
+def git(*args: str, data: bytes | None = None, root: Path = Path(".")) -> bytes:
+    return subprocess.run(["git", *args], cwd=root, input=data, capture_output=True, check=True).stdout
 
 
-def tree_hash(commit: str, folder: str = "src/flexatt") -> dict:
+def tree_hash(commit: str, folder: str = "src/flexatt", root: Path = Path(".")) -> dict:
     """DVC's hash of ``folder`` as it was at ``commit`` (``md5``: the md5 of the sorted JSON list of
     ``{"md5", "relpath"}`` of its files, ``.dir`` appended; ``size``, ``nfiles``), from git's
     objects; ``__pycache__`` and ``*.pyc`` are ignored, as ``.dvcignore`` says."""
-    listing = git("ls-tree", "-r", "-l", "--full-tree", commit, folder).decode().splitlines()
+    listing = git("ls-tree", "-r", "-l", "--full-tree", commit, folder, root=root).decode().splitlines()
     blobs = []
     for line in listing:
         meta, path = line.split("\t", 1)
         _, kind, sha, size = meta.split()
         if kind == "blob" and "__pycache__" not in path.split("/") and not path.endswith(".pyc"):
             blobs.append((path, sha, int(size)))
-    contents = git("cat-file", "--batch", data="".join(f"{sha}\n" for _, sha, _ in blobs).encode())
+    contents = git("cat-file", "--batch", data="".join(f"{sha}\n" for _, sha, _ in blobs).encode(), root=root)
     entries, offset = [], 0
     for path, _, size in blobs:
         header_end = contents.index(b"\n", offset)
@@ -68,14 +73,14 @@ def tree_hash(commit: str, folder: str = "src/flexatt") -> dict:
     return {"md5": f"{digest}.dir", "size": sum(size for *_, size in blobs), "nfiles": len(blobs)}
 
 
-def composed_params(commit: str, profile: str, overrides: list[str], variant: str) -> dict:
+def composed_params(commit: str, profile: str, overrides: list[str], variant: str, root: Path = Path(".")) -> dict:
     """The parameters of the ``unit`` stage as ``conf/`` of ``commit`` composed them."""
     from omegaconf import OmegaConf
 
     from flexatt.config import compose
 
     with tempfile.TemporaryDirectory() as tmp:
-        tarfile.open(fileobj=BytesIO(git("archive", commit, "conf")), mode="r:").extractall(tmp, filter="data")
+        tarfile.open(fileobj=BytesIO(git("archive", commit, "conf", root=root)), mode="r:").extractall(tmp, filter="data")
         names = [f"profile={OLD_NAMES.get(profile, profile)}", *overrides]
         cfg = OmegaConf.to_container(compose(names, Path(tmp) / "conf"), resolve=True)
     out = {key: cfg[key] for key in PARAM_KEYS if key in cfg}
@@ -88,8 +93,10 @@ def check_data(profile: str, tok: Path, manifests: dict[str, dict]) -> None:
     """Refuse tokenized data whose files differ from any unit's record (names unit and file)."""
     from flexatt.products import data_difference, data_digests
 
+    from flexatt.errors import DataError
+
     if differ := data_difference(data_digests(tok), manifests):
-        sys.exit(f"error: {tok / differ[1]}: not the file unit {profile}/{differ[0]} read")
+        raise DataError(tok / differ[1], f"not the file unit {profile}/{differ[0]} read")
 
 
 def items(profile: str, manifests: dict[str, dict]) -> dict[str, dict]:
@@ -118,7 +125,7 @@ def key(name: str) -> str:
     return name.replace(".", "_")
 
 
-def pending_items(profile: str, manifests: dict[str, dict], data_dir: str) -> dict[str, dict]:
+def pending_items(profile: str, manifests: dict[str, dict], data_dir: str, root: Path = Path(".")) -> dict[str, dict]:
     """``units.yaml``'s ``pending``: the units of the profile's plan (:func:`flexatt.products.plan`,
     in its order) that have no products yet, each with what its ``train`` and ``decode`` stages
     need: the file its weights go to, the options of each step, and two paths its stages depend
@@ -128,7 +135,7 @@ def pending_items(profile: str, manifests: dict[str, dict], data_dir: str) -> di
     the two sides of a pair at one precision), pinned in its options so that any machine keeps it."""
     from flexatt.products import Unit, comparison_group, parse_unit, plan, read_plan
 
-    spec = read_plan(ROOT / "conf" / "units" / f"{profile}.yaml")
+    spec = read_plan(root / "conf" / "units" / f"{profile}.yaml")
     units = plan(spec, manifests)
     planned = {u.name for u in units}
     out = {}
@@ -161,50 +168,71 @@ def pending_items(profile: str, manifests: dict[str, dict], data_dir: str) -> di
     return out
 
 
-def freeze(profile: str) -> None:
+def freeze(profile: str, root: str | os.PathLike = ".") -> tuple[int, int]:
     """Write ``units.yaml`` (the finished units, frozen; the pending ones) and the finished units'
-    lock entries."""
+    lock entries, under DVC's lock of the repository at ``root`` (stages of other units may be
+    writing theirs); returns the counts of finished and pending units."""
+    from dvc.repo import Repo
+
     from flexatt.products import done_units
 
-    folder = ROOT / "pipelines" / profile
-    manifests = done_units(ROOT / "results" / profile / "units")
-    params = yaml.safe_load((folder / "params.yaml").read_text())
-    check_data(profile, ROOT / params["train"]["data_dir"], manifests)
-    finished = items(profile, manifests)
-    pending = pending_items(profile, manifests, params["train"]["data_dir"])
-    header = (f"# The units of pipelines/{profile}/dvc.yaml, written by scripts/freeze_units.py: `finished`, the\n"
-              f"# frozen `unit` stage's, from results/{profile}/units/*/unit.json (source: the commit each ran\n"
-              f"# from and whether its tree had uncommitted edits); `pending`, the `train` and `decode` stages',\n"
-              f"# the units of conf/units/{profile}.yaml's plan that have no products yet, in the plan's order.\n")
-    (folder / "units.yaml").write_text(header + yaml.safe_dump({"finished": finished, "pending": pending},
+    root = Path(root)
+    folder = root / "pipelines" / profile
+    with Repo(str(root)) as repo, repo.lock:
+        manifests = done_units(root / "results" / profile / "units")
+        params = yaml.safe_load((folder / "params.yaml").read_text())
+        check_data(profile, root / params["train"]["data_dir"], manifests)
+        finished = items(profile, manifests)
+        pending = pending_items(profile, manifests, params["train"]["data_dir"], root)
+        header = (f"# The units of pipelines/{profile}/dvc.yaml, written by python -m flexatt.freeze: `finished`,\n"
+                  f"# the frozen `unit` stage's, from results/{profile}/units/*/unit.json (source: the commit each\n"
+                  f"# ran from and whether its tree had uncommitted edits); `pending`, the `train` and `decode`\n"
+                  f"# stages', the units of conf/units/{profile}.yaml's plan that have no products yet, in its order.\n")
+        _write(folder / "units.yaml", header + yaml.safe_dump({"finished": finished, "pending": pending},
                                                                sort_keys=False, width=110))
-    lock_path = folder / "dvc.lock"
-    lock = yaml.safe_load(lock_path.read_text())
-    for stage in [s for s in lock["stages"] if s.split("@")[0] in ("train", "decode")]:
-        if stage.split("@", 1)[1] in finished:  # a pending unit finished: frozen from now on
-            del lock["stages"][stage]
-    lock_path.write_text(yaml.safe_dump(lock, sort_keys=False, width=110))
-    subprocess.run([sys.executable, "-m", "dvc", "commit", "-f", "-q", f"pipelines/{profile}/dvc.yaml:unit"],
-                   cwd=ROOT, check=True)
-    lock = yaml.safe_load(lock_path.read_text())
-    params_file = f"pipelines/{profile}/params.yaml"
-    for name, item in finished.items():
-        entry = lock["stages"][f"unit@{name}"]
-        commit = item["source"]["commit"]
-        for dep in entry["deps"]:
-            if dep["path"] == "src/flexatt":
-                dep.update(tree_hash(commit))
-        entry["params"] = {params_file: composed_params(commit, profile, item["source"].get("overrides", []),
-                                                        item["variant"])}
-    lock_path.write_text(yaml.safe_dump(lock, sort_keys=False, width=110))
-    print(f"{profile}: {len(finished)} finished units frozen, {len(pending)} pending ({lock_path.relative_to(ROOT)})")
+        lock_path = folder / "dvc.lock"
+        lock = yaml.safe_load(lock_path.read_text())
+        for stage in [s for s in lock["stages"] if s.split("@")[0] in ("train", "decode")]:
+            if stage.split("@", 1)[1] in finished:  # a pending unit finished: frozen from now on
+                del lock["stages"][stage]
+        _write(lock_path, yaml.safe_dump(lock, sort_keys=False, width=110))
+    # dvc commit takes the lock itself
+    subprocess.run([sys.executable, "-m", "dvc", "--wait-for-lock", "commit", "-f", "-q",
+                    f"pipelines/{profile}/dvc.yaml:unit"], cwd=root, check=True)
+    with Repo(str(root)) as repo, repo.lock:
+        lock = yaml.safe_load(lock_path.read_text())
+        params_file = f"pipelines/{profile}/params.yaml"
+        for name, item in finished.items():
+            entry = lock["stages"][f"unit@{name}"]
+            commit = item["source"]["commit"]
+            for dep in entry["deps"]:
+                if dep["path"] == "src/flexatt":
+                    dep.update(tree_hash(commit, root=root))
+            entry["params"] = {params_file: composed_params(commit, profile, item["source"].get("overrides", []),
+                                                            item["variant"], root)}
+        _write(lock_path, yaml.safe_dump(lock, sort_keys=False, width=110))
+    return len(finished), len(pending)
+
+
+def _write(path: Path, text: str) -> None:
+    from flexatt.io import atomic_path
+
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("profiles", nargs="+")
+    from flexatt.errors import FlexattError
+
     for profile in parser.parse_args(argv).profiles:
-        freeze(profile)
+        try:
+            finished, pending = freeze(profile)
+        except FlexattError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(f"{profile}: {finished} finished units frozen, {pending} pending (pipelines/{profile}/units.yaml)")
     return 0
 
 
