@@ -180,3 +180,79 @@ def test_flexatt_repro_plans_the_root_pipeline_unless_given_a_long_profiles_stag
     assert everything.order and not [name for name in everything.order if ":" in name]
     report = "pipelines/grc/dvc.yaml:report"
     assert schedule.plan([report], force=True, root=ROOT).order[-1] == report
+
+
+#: a small plan for the smoke profile's pipeline: two seeds of Global, one fixed window and
+#: flexible (whose seed-2 fixed window is chosen from the first seed's units)
+SMOKE_PLAN = """seeds: [1, 2]
+seeded: [global, flexible]
+fixed: [local_m]
+others: []
+flexible: flexible
+parents: [flexible]
+"""
+#: the smoke profile as a long profile: data folders of its own, two epochs, a short τ search
+SMOKE_PARAMS = ["profile=smoke", "filter.out_dir=artifacts/smoke/filter", "filter.metrics_file=results/smoke/filter.json",
+                "tokenize.out_dir=artifacts/smoke/tok", "tokenize.metrics_file=results/smoke/tokenize.json",
+                "train.epochs=2", "train.lr_halve_from_epoch=1", "train.early_stopping_patience=null", "train.threads=1",
+                "logger.enabled=false", "sweep_tau.grid=[1.0]", "sweep_tau.search_steps=1",
+                "sweep_tau.add_log_mean_len=false", "sweep_tau.curve_taus=[0.5]"]
+
+
+@pytest.mark.slow
+def test_the_smoke_profile_runs_its_units_end_to_end_through_dvc(tmp_path):
+    """The smoke profile as a long profile's pipeline (grc's dvc.yaml on its data, a small plan):
+    ``flexatt repro --commit`` of its report trains and decodes every pending unit as DVC stages,
+    commits each unit the moment it finishes, frozen, and the report; a second round runs the
+    unit the first round's products chose (seed 2's fixed window) and nothing else again."""
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    env = {**os.environ, "PYTHONPATH": str(clone / "src")}
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        out = subprocess.run([sys.executable, *args], cwd=clone, env=env, capture_output=True, text=True)
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        return out
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=clone, capture_output=True, text=True, check=True).stdout
+
+    git("config", "user.name", "test")
+    git("config", "user.email", "test@example.org")
+    pipeline = clone / "pipelines" / "smoke"
+    pipeline.mkdir()
+    text = (ROOT / "pipelines/grc/dvc.yaml").read_text()
+    text = text[:text.index("\nplots:")].replace("data/nt_grc_en", "conf/data/synthetic.yaml").replace("grc", "smoke")
+    (pipeline / "dvc.yaml").write_text(text)
+    (pipeline / "dvc.lock").write_text("schema: '2.0'\nstages: {}\n")
+    (clone / "conf/units/smoke.yaml").write_text(SMOKE_PLAN)
+    run("-m", "flexatt.cli", "params", *SMOKE_PARAMS, "--output", "pipelines/smoke/params.yaml")
+    run("-m", "flexatt.freeze", "smoke")
+    pending = yaml.safe_load((pipeline / "units.yaml").read_text())["pending"]
+    assert list(pending) == ["global-s1", "local_m-s1", "flexible-s1", "global-s2", "flexible-s2"]
+    assert pending["local_m-s1"]["after"] == "results/smoke/units/flexible-s1"  # matched in its decoding
+    git("add", "-A")
+    git("commit", "-qm", "the smoke profile's pipeline")
+
+    first = run("-m", "flexatt.cli", "repro", "--commit", "pipelines/smoke/dvc.yaml:report")
+    assert "report: done" in first.stdout
+    units = yaml.safe_load((pipeline / "units.yaml").read_text())
+    assert sorted(units["finished"]) == sorted(pending) and list(units["pending"]) == ["local_m-s2"]
+    log = git("log", "--format=%s")
+    assert all(f"smoke: unit {name} finished" in log for name in pending)
+    from flexatt.products import done_units
+
+    done = done_units(clone / "results/smoke/units")
+    assert done["local_m-s1"]["matched_by"]["unit"] == "flexible-s1"
+    assert "local_m-s1" in done["flexible-s1"]["summary"]["matched"]
+    assert done["global-s1"]["source"]["commit"] and not done["global-s1"]["source"]["uncommitted_edits"]
+
+    second = run("-m", "flexatt.cli", "repro", "--commit", "pipelines/smoke/dvc.yaml:report")
+    assert "train@local_m-s2: done" in second.stdout and "train@global-s1" not in second.stdout
+    assert not yaml.safe_load((pipeline / "units.yaml").read_text())["pending"]
+    status = run("-m", "dvc", "status", "--json", "pipelines/smoke/dvc.yaml")
+    changed = {k for k in json.loads(status.stdout or "{}")}
+    assert not changed, changed
+    assert not git("status", "--porcelain", "--", "results", "pipelines")  # all committed
+    report = json.loads((clone / "results/smoke/report.json").read_text())
+    assert report

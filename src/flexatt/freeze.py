@@ -91,11 +91,10 @@ def composed_params(commit: str, profile: str, overrides: list[str], variant: st
 
 def check_data(profile: str, tok: Path, manifests: dict[str, dict]) -> None:
     """Refuse tokenized data whose files differ from any unit's record (names unit and file)."""
+    from flexatt.errors import DataError
     from flexatt.products import data_difference, data_digests
 
-    from flexatt.errors import DataError
-
-    if differ := data_difference(data_digests(tok), manifests):
+    if manifests and (differ := data_difference(data_digests(tok), manifests)):
         raise DataError(tok / differ[1], f"not the file unit {profile}/{differ[0]} read")
 
 
@@ -196,6 +195,8 @@ def freeze(profile: str, root: str | os.PathLike = ".") -> tuple[int, int]:
             if stage.split("@", 1)[1] in finished:  # a pending unit finished: frozen from now on
                 del lock["stages"][stage]
         _write(lock_path, yaml.safe_dump(lock, sort_keys=False, width=110))
+    if not finished:
+        return 0, len(pending)
     # dvc commit takes the lock itself
     subprocess.run([sys.executable, "-m", "dvc", "--wait-for-lock", "commit", "-f", "-q",
                     f"pipelines/{profile}/dvc.yaml:unit"], cwd=root, check=True)
