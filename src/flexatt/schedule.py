@@ -143,7 +143,8 @@ PROFILE_STAGE = re.compile(r"pipelines/(?P<profile>[\w-]+)/dvc\.yaml:(?P<stage>[
 
 
 def commit_stage(name: str, root: str | os.PathLike = ".") -> list[str]:
-    """Commit what stage ``name`` just wrote: the outputs that git keeps (``cache: false``), its
+    """Commit what stage ``name`` just wrote: the outputs that git keeps (``cache: false`` and not
+    git-ignored), its
     ``dvc.lock``; for a long profile's ``decode@<unit>``, the unit frozen first
     (:func:`flexatt.freeze.freeze`) with its ``units.yaml``. Only those paths are staged and
     committed: other edits in the tree stay as they are. Returns the paths committed."""
@@ -162,7 +163,8 @@ def commit_stage(name: str, root: str | os.PathLike = ".") -> list[str]:
         freeze(found["profile"], root)
         paths.append(Path("pipelines") / found["profile"] / "units.yaml")
         message = f"{found['profile']}: unit {found['key']} finished, frozen (flexatt repro --commit)"
-    names = [str(p) for p in paths if (root / p).exists()]
+    names = [str(p) for p in paths if (root / p).exists()  # made again in seconds where git ignores it
+             and subprocess.run(["git", "check-ignore", "-q", str(p)], cwd=root).returncode != 0]
     subprocess.run(["git", "add", "--", *names], cwd=root, check=True)
     if subprocess.run(["git", "diff", "--cached", "--quiet", "--", *names], cwd=root).returncode != 0:
         subprocess.run(["git", "commit", "-qm", message, "--", *names], cwd=root, check=True)
