@@ -124,22 +124,30 @@ def key(name: str) -> str:
     return name.replace(".", "_")
 
 
-def pending_items(profile: str, manifests: dict[str, dict], data_dir: str, root: Path = Path(".")) -> dict[str, dict]:
+def pending_items(profile: str, manifests: dict[str, dict], data_dir: str, root: Path = Path("."),
+                  finished: set[str] | None = None, listed: dict[str, dict] | None = None) -> dict[str, dict]:
     """``units.yaml``'s ``pending``: the units of the profile's plan (:func:`flexatt.products.plan`,
     in its order) that have no products yet, each with what its ``train`` and ``decode`` stages
     need: the file its weights go to, the options of each step, and two paths its stages depend
     on (``parent``: a fine-tuning's parent weights; ``after``: the flexible unit a fixed window is
     matched to in its decoding; the tokenized data where there is none). A unit trains at the
     precision its comparison group already trained at (:func:`flexatt.products.comparison_group`:
-    the two sides of a pair at one precision), pinned in its options so that any machine keeps it."""
+    the two sides of a pair at one precision), pinned in its options so that any machine keeps it.
+    ``finished``: the units frozen (default: every unit with products); ``listed``: the pending
+    items written before, kept as they are (a unit's stages do not change once listed: one may be
+    running)."""
     from flexatt.products import Unit, comparison_group, parse_unit, plan, read_plan
 
     spec = read_plan(root / "conf" / "units" / f"{profile}.yaml")
     units = plan(spec, manifests)
     planned = {u.name for u in units}
     out = {}
+    finished = set(manifests) if finished is None else finished
     for unit in units:
-        if unit.name in manifests:
+        if unit.name in finished:
+            continue
+        if (listed or {}).get(key(unit.name), {}).get("unit") == unit.name:
+            out[key(unit.name)] = listed[key(unit.name)]
             continue
         group = sorted({str(m["training"]["precision"]) for n, m in manifests.items()
                         if comparison_group(parse_unit(n)) == comparison_group(unit) and "precision" in m["training"]})
@@ -167,10 +175,12 @@ def pending_items(profile: str, manifests: dict[str, dict], data_dir: str, root:
     return out
 
 
-def freeze(profile: str, root: str | os.PathLike = ".") -> tuple[int, int]:
+def freeze(profile: str, root: str | os.PathLike = ".", only: list[str] | None = None) -> tuple[int, int]:
     """Write ``units.yaml`` (the finished units, frozen; the pending ones) and the finished units'
     lock entries, under DVC's lock of the repository at ``root`` (stages of other units may be
-    writing theirs); returns the counts of finished and pending units."""
+    writing theirs); returns the counts of finished and pending units. ``only``: the units newly
+    frozen are these (a stage that just finished), not every unit with products (another unit's
+    decoding may have written its products and not yet its lock entry)."""
     from dvc.repo import Repo
 
     from flexatt.products import done_units
@@ -181,8 +191,13 @@ def freeze(profile: str, root: str | os.PathLike = ".") -> tuple[int, int]:
         manifests = done_units(root / "results" / profile / "units")
         params = yaml.safe_load((folder / "params.yaml").read_text())
         check_data(profile, root / params["train"]["data_dir"], manifests)
-        finished = items(profile, manifests)
-        pending = pending_items(profile, manifests, params["train"]["data_dir"], root)
+        before = yaml.safe_load((folder / "units.yaml").read_text()) if (folder / "units.yaml").is_file() else {}
+        before = before or {}
+        frozen = set(manifests) if only is None else \
+            {i["unit"] for i in (before.get("finished") or {}).values()} | set(only)
+        finished = items(profile, {n: m for n, m in manifests.items() if n in frozen})
+        pending = pending_items(profile, manifests, params["train"]["data_dir"], root, frozen & set(manifests),
+                                before.get("pending") or {})
         header = (f"# The units of pipelines/{profile}/dvc.yaml, written by python -m flexatt.freeze: `finished`,\n"
                   f"# the frozen `unit` stage's, from results/{profile}/units/*/unit.json (source: the commit each\n"
                   f"# ran from and whether its tree had uncommitted edits); `pending`, the `train` and `decode`\n"

@@ -142,6 +142,12 @@ class _Running:
 PROFILE_STAGE = re.compile(r"pipelines/(?P<profile>[\w-]+)/dvc\.yaml:(?P<stage>[\w-]+)(?:@(?P<key>\S+))?")
 
 
+def _pending(root: Path, profile: str) -> dict[str, dict]:
+    import yaml
+
+    return yaml.safe_load((root / "pipelines" / profile / "units.yaml").read_text())["pending"]
+
+
 def commit_stage(name: str, root: str | os.PathLike = ".") -> list[str]:
     """Commit what stage ``name`` just wrote: the outputs that git keeps (``cache: false`` and not
     git-ignored), its
@@ -160,7 +166,10 @@ def commit_stage(name: str, root: str | os.PathLike = ".") -> list[str]:
     if found and found["stage"] == "decode":
         from flexatt.freeze import freeze
 
-        freeze(found["profile"], root)
+        from flexatt.products import parse_unit
+
+        unit = next(i["unit"] for k, i in _pending(root, found["profile"]).items() if k == found["key"])
+        freeze(found["profile"], root, only=[parse_unit(unit).name])
         paths.append(Path("pipelines") / found["profile"] / "units.yaml")
         message = f"{found['profile']}: unit {found['key']} finished, frozen (flexatt repro --commit)"
     names = [str(p) for p in paths if (root / p).exists()  # made again in seconds where git ignores it
