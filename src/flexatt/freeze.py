@@ -210,15 +210,21 @@ def freeze(profile: str, root: str | os.PathLike = ".", only: list[str] | None =
             if stage.split("@", 1)[1] in finished:  # a pending unit finished: frozen from now on
                 del lock["stages"][stage]
         _write(lock_path, yaml.safe_dump(lock, sort_keys=False, width=110))
-    if not finished:
-        return 0, len(pending)
+    new = finished if only is None else {k: i for k, i in finished.items() if i["unit"] in only}
+    if not new:
+        return len(finished), len(pending)
     # dvc commit takes the lock itself
-    subprocess.run([sys.executable, "-m", "dvc", "--wait-for-lock", "commit", "-f", "-q",
-                    f"pipelines/{profile}/dvc.yaml:unit"], cwd=root, check=True)
+    done = subprocess.run([sys.executable, "-m", "dvc", "--wait-for-lock", "commit", "-f", "-q",
+                           *(f"pipelines/{profile}/dvc.yaml:unit@{k}" for k in new)], cwd=root,
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        from flexatt.errors import DataError
+
+        raise DataError(lock_path, f"dvc commit of {', '.join(new)} failed: {done.stderr.strip()[-800:]}")
     with Repo(str(root)) as repo, repo.lock:
         lock = yaml.safe_load(lock_path.read_text())
         params_file = f"pipelines/{profile}/params.yaml"
-        for name, item in finished.items():
+        for name, item in new.items():
             entry = lock["stages"][f"unit@{name}"]
             commit = item["source"]["commit"]
             for dep in entry["deps"]:
