@@ -110,27 +110,25 @@ smoke: $(STAMP)
 char: $(STAMP)
 	$(BIN)/python scripts/profile_run.py char --keep artifacts/char --targets evaluate --results results/char
 
-# the second corpus (data/nt_grc_en) as units, like `make bible` (conf/units/grc.yaml), its
-# products in results/grc/units/; COMMIT=1 commits each finished unit's folder
+# the Greek profile's pipeline (pipelines/grc/): its pending units (units.yaml), then its report;
+# COMMIT=1 commits each finished unit (frozen) and the report the moment each is done
 grc: $(STAMP)
-	$(BIN)/python scripts/units.py grc $(if $(COMMIT),--commit,)
+	$(BIN)/flexatt repro $(if $(COMMIT),--commit,) pipelines/grc/dvc.yaml:report
 
 # the synthetic task at reordering levels 0, 0.25, 0.5, 1 (copies kept in artifacts/reordering/),
 # with the real corpora whose results exist -> results/reordering/summary.json, the plot and figure
 reordering: $(STAMP)
 	$(BIN)/python scripts/reordering_sweep.py
 
-# the bible profile as units (conf/units/bible.yaml, scripts/units.py): one model each,
-# trained for the profile's equal budget and decoded, its products in results/bible/units/ as
-# soon as it finishes; started again, it runs the units not yet done (the one under way resumes
-# from its last epoch). COMMIT=1 commits each finished unit's folder.
+# the Bible profile's pipeline (pipelines/bible/), as `make grc`; started again, it runs the units
+# not yet done (one cut mid-training resumes from its last epoch on the same machine)
 bible: $(STAMP)
-	$(BIN)/python scripts/units.py bible $(if $(COMMIT),--commit,)
+	$(BIN)/flexatt repro $(if $(COMMIT),--commit,) pipelines/bible/dvc.yaml:report
 
-# both long runs' units, stage by stage: the first seed of every claim on each corpus, then the
-# other seeds, then the fine-tuning pairs (scripts/units.py bible grc)
+# both long profiles: each claim's first seed on both corpora, then the other seeds, then the
+# fine-tuning pairs (flexatt repro orders the units by their plan's stage)
 units: $(STAMP)
-	$(BIN)/python scripts/units.py bible grc $(if $(COMMIT),--commit,)
+	$(BIN)/flexatt repro $(if $(COMMIT),--commit,) pipelines/bible/dvc.yaml:report pipelines/grc/dvc.yaml:report
 
 clean:
 	rm -rf artifacts logs multirun outputs .pytest_cache  # runs/ (units' kept copies) stays: it resumes long runs

@@ -269,7 +269,7 @@ UNITS_CORPUS = {"bible": ("Bible", "`make bible` (Spanish → English Bible)"),
 
 
 def units_section(runs: dict[str, Path]) -> str:
-    """The long runs made of units (``results/<profile>/units/``, ``scripts/units.py``), both
+    """The long runs made of units (``results/<profile>/units/``, the stages of ``pipelines/<profile>/``), both
     corpora side by side: how many of each plan's units are done (and where the plan waits for a
     longer budget, :func:`flexatt.products.budget_waits`; a budget kept although its check failed is
     said in the claims' budget row) and the earlier budgets' failed checks; each model
@@ -277,7 +277,7 @@ def units_section(runs: dict[str, Path]) -> str:
     (:func:`flexatt.unit_claims.model_table`), the diagonal's AER once per corpus; the minutes a
     unit took; the Greek probes' outcome once one aligns (:func:`probes_block`); then the claims
     of each run's current report (:func:`units_claims`). Only finished units count; nothing is
-    promised for the rest (``scripts/units.py <profile> --list``)."""
+    promised for the rest (``pipelines/<profile>/units.yaml``: pending)."""
     from flexatt.unit_claims import Units, model_table
     from flexatt.products import budget_waits, plan, read_plan
 
@@ -503,7 +503,7 @@ ALIGNMENT_MARGIN = 0.1
 
 def probes_block(run: Path) -> str:
     """The alignment probes of a long profile (``<run>/probes/<name>/units/global-s1``: Global
-    trained under other settings, ``scripts/units.py <profile> --only global-s1 --set ...``), each
+    trained under other settings, ``python -m flexatt.units run global-s1 KEY=VALUE ...``), each
     with its settings (the overrides its unit records, or the commit whose profile it ran), dev
     and test AER beside the diagonal's and its minutes; and whether the one best on dev reaches
     the diagonal's test AER less :data:`ALIGNMENT_MARGIN`. Empty without probes."""

@@ -256,3 +256,35 @@ def test_the_smoke_profile_runs_its_units_end_to_end_through_dvc(tmp_path):
     assert not git("status", "--porcelain", "--", "results", "pipelines")  # all committed
     report = json.loads((clone / "results/smoke/report.json").read_text())
     assert report
+
+
+def test_pending_units_pin_their_groups_precision_and_name_what_they_wait_on(tmp_path):
+    """The committed ``pending`` list is what :func:`flexatt.freeze.pending_items` writes: a unit at
+    its comparison group's precision, a fixed window matched in its decoding to its seed's finished
+    flexible unit (a stage dependency), a fine-tuning after its parent's weights; an item once
+    listed is kept as it is."""
+    from flexatt.products import comparison_group, done_units, parse_unit
+
+    pending = yaml.safe_load((ROOT / "pipelines/grc/units.yaml").read_text())["pending"]
+    done = done_units(ROOT / "results/grc/units")
+    assert freeze.pending_items("grc", done, "artifacts/grc/tok", ROOT) == pending
+    for item in pending.values():
+        unit = parse_unit(item["unit"])
+        group = {m["training"]["precision"] for n, m in done.items()
+                 if comparison_group(parse_unit(n)) == comparison_group(unit)}
+        assert len(group) == 1 and f"trainer.precision={group.pop()}" in item["train_options"].split()
+    assert pending["local_m_d5-s2"]["after"] == "results/grc/units/flexible-s2"
+    assert "--match-flexible results/grc/units/flexible-s2" in pending["local_m_d5-s2"]["decode_options"]
+    assert pending["sact-s2"]["after"] == "artifacts/grc/tok" and pending["sact-s2"]["decode_options"] == ""
+    listed = {**pending, "sact-s2": {**pending["sact-s2"], "train_options": "kept"}}
+    assert freeze.pending_items("grc", done, "artifacts/grc/tok", ROOT, listed=listed)["sact-s2"]["train_options"] == "kept"
+    (tmp_path / "conf/units").mkdir(parents=True)
+    (tmp_path / "conf/units/t.yaml").write_text(yaml.safe_dump({
+        "seeds": [1], "seeded": ["flexible"], "parents": ["flexible"],
+        "finetuning": {"parent": "flexible", "betas": [1.0], "epochs": 1, "pairs": 1}}))
+    fresh = freeze.pending_items("t", {}, "artifacts/t/tok", tmp_path)
+    assert list(fresh) == ["flexible-s1", "flexible-s1-ctl-r1", "flexible-s1-ft-b1-r1"]
+    assert fresh["flexible-s1"]["weights"] == "weights.fp16.pt" and "--keep-weights" in fresh["flexible-s1"]["decode_options"]
+    control = fresh["flexible-s1-ctl-r1"]
+    assert control["parent"] == "results/t/units/flexible-s1/weights.fp16.pt"
+    assert f"--parent {control['parent']}" in control["train_options"] and control["weights"] == "model.pt"

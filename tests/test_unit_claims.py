@@ -13,6 +13,8 @@ from flexatt.metrics import corpus_bleu
 from flexatt.unit_claims import precisions, report, t_interval
 from flexatt.products import Plan, Unit, pack_json, write_products
 
+ROOT = Path(__file__).resolve().parents[1]
+
 N = 120
 WORDS = [f"w{i}" for i in range(400)]
 rng = random.Random(7)
@@ -184,19 +186,21 @@ def test_the_report_names_the_precisions_the_units_trained_at(run):
     assert "Trained at" not in report(run, PLAN, {"test": REFERENCES}, **OPTIONS)["markdown"]  # none recorded
 
 
-def test_the_script_writes_the_report_and_figure_from_units_alone(run, tmp_path, capsys):
+def test_the_report_stage_writes_the_report_and_figure_from_units_alone(run, tmp_path):
     """No checkpoint, no decoding: the references and the units' products are all it reads."""
-    from conftest import load_script
-
-    units = load_script("units")
     import shutil
+
+    from flexatt.errors import DataError
+    from flexatt.products import done_units
+    from flexatt.stages.report import read_references, write_report
 
     results = tmp_path / "copy" / "bible" / "units"
     shutil.copytree(run, results, ignore=shutil.ignore_patterns("copy"))
     data = tmp_path / "copy" / "tok"
     data.mkdir()
     (data / "test.ref").write_text("\n".join(REFERENCES) + "\n", encoding="utf-8")
-    written = units.write_report("bible", results, data)
+    refs = read_references({"test": data / "test.ref"}, done_units(results))
+    written, _ = write_report("bible", results, refs, plan_dir=ROOT / "conf/units")
     assert written == [results.parent / "report.json", results.parent / "report.md", results.parent / "figures/units.png"]
     assert (results.parent / "report.md").read_text().startswith("Units done: ")
     assert (results.parent / "figures" / "units.png").stat().st_size > 10_000
@@ -205,5 +209,5 @@ def test_the_script_writes_the_report_and_figure_from_units_alone(run, tmp_path,
     (data / "test.ref").write_text("\n".join(REFERENCES[::-1]) + "\n", encoding="utf-8")
     (results / "global-s1" / "unit.json").write_text((results / "global-s1" / "unit.json").read_text().replace(
         '"summary"', '"data": {"test.ref": "0000"}, "summary"', 1))
-    with pytest.raises(SystemExit, match="not the references the units decoded"):
-        units.write_report("bible", results, data)
+    with pytest.raises(DataError, match="not the references the units decoded"):
+        read_references({"test": data / "test.ref"}, done_units(results))

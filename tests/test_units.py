@@ -1,4 +1,4 @@
-"""flexatt.units and scripts/units.py: the plan's order, the budget check's schedule, the diagonal
+"""flexatt.units: the plan's order, the budget check's schedule, the diagonal
 alignment, and a real unit on the smoke profile whose products are complete, load, and come from
 the weights it keeps."""
 
@@ -10,8 +10,9 @@ import math
 from pathlib import Path
 
 import pytest
+import yaml
 
-from conftest import ROOT, copy_of, load_script, run_module
+from conftest import ROOT, copy_of, run_module
 from flexatt.errors import ConfigError, DataError
 from flexatt.runtime import native_cpu_bf16
 from flexatt.products import (Plan, Unit, budget_gain, budget_overrides, budget_short, budget_waits, done_units,
@@ -62,9 +63,11 @@ def test_the_other_seeds_wait_for_a_budget_that_passes_its_check():
     kept = Plan.model_validate({**CONVERGED_LIKE.model_dump(), "budget_check": {"variant": "flexible", "final": True}})
     assert budget_short(kept, done) and not budget_waits(kept, done)  # a budget kept as final: the seeds run at it
     assert [u.name for u in plan(kept, done)][-4:] == ["global-s2", "flexible-s2", "global-s3", "flexible-s3"]
-    notes = load_script("units").budget_note
-    assert notes(CONVERGED_LIKE, done).startswith("waiting  the other seeds and the pairs: flexible trained x1.5 gains +0.50")
-    assert notes(kept, done) == "kept     the budget (budget_check.final), although flexible trained x1.5 gains +0.50 dev BLEU"
+    from flexatt.freeze import budget_note
+
+    assert budget_note(CONVERGED_LIKE, done).startswith("the other seeds and the pairs wait: flexible trained x1.5 "
+                                                       "gains +0.50")
+    assert budget_note(kept, done) == "kept the budget (budget_check.final), although flexible trained x1.5 gains +0.50 dev BLEU"
 
 
 def test_the_fixed_window_nearest_flexibles_selected_window_gets_the_seeds_once_known():
@@ -99,10 +102,10 @@ def test_the_fine_tuning_sweep_runs_beside_its_control_and_its_pairs_wait_for_th
     assert select_beta(spec, {k: v for k, v in done.items() if k != "flexible-s1-ctl-r1"}) is None
 
 
-def test_the_plans_stages_come_in_order_and_several_profiles_finish_a_stage_on_each_before_the_next():
+def test_the_plans_stages_come_in_order_and_several_profiles_finish_a_stage_on_each_before_the_next(tmp_path):
     """phase: 0 the first seed of every claim (budget check, β sweep and control included), 1 the
-    other seeds, 2 the pairs; a plan is in that order, and a run of two profiles takes the earliest
-    stage of their next units (the profiles in the order given)."""
+    other seeds, 2 the pairs; a plan is in that order, and ``flexatt repro`` starts the units of
+    two profiles' pipelines by it (:func:`flexatt.schedule.unit_phases`)."""
     spec = Plan(seeds=[1, 2], seeded=["global", "flexible"], parents=["flexible"],
                 budget_check={"variant": "flexible", "factor": 1.5},
                 finetuning={"parent": "flexible", "betas": [1.0, 10.0], "epochs": 2, "pairs": 2})
@@ -114,56 +117,20 @@ def test_the_plans_stages_come_in_order_and_several_profiles_finish_a_stage_on_e
         ("flexible-s1-ft-b1-r1", 0), ("flexible-s1-ft-b10-r1", 0), ("global-s2", 1), ("flexible-s2", 1),
         ("flexible-s1-ft-b10-r2", 2), ("flexible-s1-ctl-r2", 2)]
 
-    class Profile:  # what next_unit reads of a profile's run: its plan and its pending units
-        def __init__(self, names: list[str]):
-            self.pending = [u for u in units if u.name in names]
+    from flexatt.schedule import unit_phases
 
-        def spec(self) -> Plan:
-            return spec
-
-        def todo(self) -> list[Unit]:
-            return self.pending
-
-    script = load_script("units")
-    bible, greek = Profile(["global-s2", "flexible-s2"]), Profile(["flexible-s1-ft-b1-r1", "global-s2"])
-    assert script.next_unit([bible, greek]) == (greek, units[4])  # Greek's first seed before Bible's second
-    greek.pending = greek.pending[1:]
-    assert script.next_unit([bible, greek]) == (bible, units[6])  # the same stage: the order given
-    assert script.next_unit([Profile([]), Profile([])]) is None
-
-
-def test_several_profiles_refuse_the_options_of_one_and_list_each_plan(tmp_path, capsys):
-    script = load_script("units")
-    for option in (["--only", "global-s1"], ["--keep", str(tmp_path)], ["--report"]):
-        with pytest.raises(SystemExit) as exc:
-            script.main(["bible", "grc", *option])
-        assert exc.value.code == 2
-        assert f"{option[0]}: one profile only (got bible, grc)" in capsys.readouterr().err
-    assert script.main(["bible", "grc", "--list"]) == 0  # the committed units
-    assert {line.split(":")[0] for line in capsys.readouterr().out.splitlines()} == {"bible", "grc"}
-
-    def unit(folder: Path, name: str, dev_bleu: float = 30.0) -> None:
-        (folder / name).mkdir(parents=True)
-        (folder / name / "unit.json").write_text(json.dumps({
-            "minutes": {"total": 30.0}, "source": {"commit": "abcdef0123"},
-            "summary": {"dev": {"inf": {"bleu": dev_bleu, "window": 30.0}}}}))
-
-    results = {"bible": tmp_path / "bible", "grc": tmp_path / "grc"}
-    unit(results["grc"], "global-s1")
-    script.list_plans(results)
-    lines = capsys.readouterr().out.splitlines()
-    assert any(line.split()[:3] == ["grc:", "done", "global-s1"] for line in lines)
-    queue = [line.split() for line in lines if line.split()[1] == "pending" and "matched" not in line]
-    stages = [phase(read_plan(ROOT / f"conf/units/{p[:-1]}.yaml"), parse_unit(name)) for p, _, name, *_ in queue]
-    assert stages == sorted(stages) and {p for p, *_ in queue} == {"bible:", "grc:"}  # stage by stage
-    assert set(stages) == {0, 1}  # the pairs wait for β
-    unit(results["bible"], "flexible-s1", 36.1)
-    unit(results["bible"], "flexible-s1-x1.5", 37.3)  # the budget check failed: +1.2, the budget kept as final
-    script.list_plans(results)
-    lines = capsys.readouterr().out.splitlines()
-    assert ("bible: kept     the budget (budget_check.final), although flexible trained x1.5 gains +1.20 dev BLEU"
-            in lines)
-    assert any(line.startswith("bible: pending") and parse_unit(line.split()[2]).seed > 1 for line in lines)
+    stages = {"global-s2": "decode", "flexible-s1-ft-b1-r1": "train", "flexible-s1-ft-b10-r2": "train"}
+    root = tmp_path
+    (root / "conf/units").mkdir(parents=True)
+    for profile in ("bible", "grc"):
+        (root / "conf/units" / f"{profile}.yaml").write_text(yaml.safe_dump(spec.model_dump()))
+        (root / "pipelines" / profile).mkdir(parents=True)
+        (root / "pipelines" / profile / "units.yaml").write_text(yaml.safe_dump(
+            {"pending": {n: {"unit": n} for n in stages}}))
+    names = [f"pipelines/{p}/dvc.yaml:{stage}@{n}" for p in ("bible", "grc") for n, stage in stages.items()]
+    phases = unit_phases([*names, "report"], root)
+    assert phases == {name: {"global-s2": 1, "flexible-s1-ft-b1-r1": 0, "flexible-s1-ft-b10-r2": 2}[name.split("@")[1]]
+                      for name in names}  # each claim's first seed on both corpora before any second
 
 
 def test_the_budget_check_adds_epochs_at_the_full_rate_and_keeps_the_halvings():
@@ -460,20 +427,6 @@ def test_a_unit_refuses_to_train_on_uncommitted_edits_to_what_it_runs(tmp_path, 
         refuse_uncommitted("params.yaml")
 
 
-def test_the_script_matches_flexible_units_to_fixed_windows_that_finished_after_them():
-    units = load_script("units")
-    spec = read_plan(ROOT / "conf/units/bible.yaml")
-    flexible = {**_manifest(35.0, selected=9.0), "variant": "flexible", "seed": 1, "kind": "train", "budget": 1.0,
-                "files": {"weights.fp16.pt": {}}}
-    flexible["summary"]["matched"] = {"local_m_d5-s1": {}}
-    done = {"local_m_d5-s1": _manifest(10.9), "local_m-s1": _manifest(19.8), "flexible-s1": flexible}
-    assert units.late_matches(spec, done) == {"flexible-s1": {"local_m-s1": 19.8}}
-    flexible["summary"]["matched"]["local_m-s1"] = {}
-    assert units.late_matches(spec, done) == {}
-    del flexible["summary"]["matched"]["local_m-s1"], flexible["files"]["weights.fp16.pt"]
-    assert units.late_matches(spec, done) == {}  # no kept weights: nothing to decode
-
-
 def test_a_finished_unit_started_again_trains_no_further_says_so_and_decodes_the_same(smoke_unit):
     """Its resume state (kept in the work folder) is of the run that ended: the trainer's word is
     in the unit's log, no epoch is trained, and the products are those of the first run."""
@@ -534,203 +487,3 @@ def test_committed_units_load_whichever_compression_they_were_written_with():
     assert set(repacked) == {"decodes.json.gz", "decodes.json.xz"}, repacked
     with pytest.raises(ValueError, match="decodes.json.bz2"):
         pack_json({}, "decodes.json.bz2")
-
-
-def test_the_script_lists_the_plan_and_refuses_data_that_differ(tmp_path, capsys):
-    units = load_script("units")
-    results = tmp_path / "units"
-    (results / "global-s1").mkdir(parents=True)
-    (results / "global-s1/unit.json").write_text(json.dumps({
-        "minutes": {"total": 41.5}, "source": {"commit": "abcdef0123"}, "data": {"train.npz": "aaaa"}}))
-    assert units.main(["bible", "--results", str(results), "--list"]) == 0
-    out = capsys.readouterr().out.splitlines()
-    assert out[0].split()[:2] == ["done", "global-s1"] and out[1].split() == ["pending", "flexible-s1"]
-    assert units.cpu_share({"total": 40.0, "cpu": 76.0, "threads": 2}) == " (cpu 95%)"
-    assert units.cpu_share({"total": 41.5}) == ""  # a manifest without CPU minutes
-    assert units.cpu_share({"total": 40.0, "cpu": 76.0, "threads": 2, "attempts": 2}) == " (cpu 95%, 2 attempts)"
-    assert units.figures({"summary": {"test": {"inf": {"bleu": 30.123, "window": 25.04}, "aer": {"inf": 0.61},
-                                               "aer_diagonal": 0.7}}}) == \
-        "test BLEU 30.12 window 25.0, AER 0.610 (diagonal 0.700)"
-    with pytest.raises(SystemExit, match="global-s1.*train.npz"):
-        units.check_data({"train.npz": "bbbb"}, units.done_units(results))
-    units.check_data({"train.npz": "aaaa"}, units.done_units(results))
-    spec = read_plan(ROOT / "conf/units/bible.yaml")
-    done = {"local_m_d5-s1": _manifest(10.9), "local_m-s1": _manifest(19.8)}
-    assert units.targets(Unit("flexible", 1), spec, done) == {"local_m_d5-s1": 10.9, "local_m-s1": 19.8}
-    assert units.match_args(units.targets(Unit("flexible", 1), spec, done)) == \
-        ["--match=local_m_d5-s1=10.9", "--match=local_m-s1=19.8"]
-    assert units.targets(Unit("flexible", 1, beta=0.0, run=2), spec, done) == {"local_m_d5-s1": 10.9, "local_m-s1": 19.8}
-    assert units.targets(Unit("flexible", 2), spec, done) == {} == units.targets(Unit("global", 1), spec, done)
-
-
-def test_the_list_estimates_each_pending_unit_at_the_pace_of_the_finished_units_of_its_kind(tmp_path, capsys):
-    def trained(variant, kind="train", budget=1.0, precision="bf16-mixed", per_epoch=1.5, epochs=57, train=85.5,
-                decode=1.0, resumed=None):
-        return {"kind": kind, "variant": variant, "budget": budget, "source": {"commit": "abcdef0"},
-                "minutes": {"train": train, "decode": decode, "total": train + decode},
-                "training": {"precision": precision, "wall_minutes": per_epoch * (epochs - (resumed or 0)),
-                             "epochs_budget": epochs, "resumed_from_epoch": resumed}}
-
-    script = load_script("units")
-    done = {"global-s1": trained("global"),
-            "flexible-s1-x1.5": trained("flexible", budget=1.5, per_epoch=1.4, epochs=86, decode=0.5),
-            "flexible-s1": trained("flexible", per_epoch=9.0, train=0.0, decode=3.0),  # only decoded: no pace
-            "flexible-s1-ft-b10-r1": trained("flexible", kind="finetune", per_epoch=2.0, epochs=4, decode=4.0),
-            "global-s2": trained("global", precision="32-true", per_epoch=3.0, decode=2.0, resumed=7)}  # 50 epochs
-    # no local_m finished: the pace of every trained model at bf16 (1.45 min an epoch), 57 epochs
-    assert script.estimate(Unit("local_m", 1), "bf16-mixed", done) == pytest.approx(1.45 * 57 + 0.75)
-    assert script.estimate(Unit("global", 3), "bf16-mixed", done) == pytest.approx(1.5 * 57 + 1.0)  # its variant's
-    # its last attempt trained 50 epochs in 150 minutes (its minutes' 85.5 add up the attempts')
-    assert script.estimate(Unit("global", 3), "32-true", done) == pytest.approx(3.0 * 57 + 2.0)
-    assert script.estimate(Unit("flexible", 2, budget=1.5), "bf16-mixed", done) == pytest.approx(1.4 * 86 + 0.5)
-    assert script.estimate(Unit("flexible", 1, beta=0.0, run=2), "bf16-mixed", done) == pytest.approx(2.0 * 4 + 4.0)
-    assert script.estimate(Unit("flexible", 1, beta=0.0, run=2), "32-true", done) is None  # none of its kind
-    assert script.estimate(Unit("sact", 1), None, done) == pytest.approx(1.5 * 57 + 1.0)  # any precision
-    assert script.estimate(Unit("sact", 1), "bf16-mixed", {"global-s1": {"minutes": {"total": 41.5}}}) is None
-
-    results = tmp_path / "units"
-    for name in ("global-s1", "flexible-s1"):
-        (results / name).mkdir(parents=True)
-        (results / name / "unit.json").write_text(json.dumps(done[name]))
-    script.list_plans({"bible": results}, {"bible": ("bf16-mixed", "set in trainer.precision")})
-    out = capsys.readouterr().out.splitlines()
-    listed = [line.split() for line in out if line.startswith("pending ")]
-    todo = script.pending("bible", results)[0]
-    assert [line[1] for line in listed] == [u.name for u in todo] and len(todo) > 1
-    minutes = [script.estimate(u, "bf16-mixed", script.done_units(results)) for u in todo]
-    assert [line[2:] for line in listed] == [[] if m is None else [f"~{m:.0f}", "min"] for m in minutes]
-    known = [m for m in minutes if m is not None]
-    assert 0 < len(known) < len(todo)  # the trained models have a pace, the fine-tunings none yet
-    assert out[-1] == (f"pending: {len(todo)} units; the {len(known)} with an estimate, about {sum(known) / 60:.1f} h "
-                       "(at the pace of the finished units of their kind and precision)")
-    assert script.pending_total([60.0]) == \
-        "pending: 1 unit, about 1.0 h (at the pace of the finished units of their kind and precision)"
-    assert script.pending_total([None, None]) is None
-
-
-def test_a_units_commit_takes_the_readmes_figures_along_but_never_someone_elses_edits(tmp_path, capsys):
-    import subprocess
-
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True).stdout
-
-    script = load_script("units")
-    (tmp_path / "scripts").mkdir()
-    figures = tmp_path / "scripts/readme_figures.py"
-    figures.write_text("from pathlib import Path\nPath('README.md').write_text('figures of 2 units\\n')\n")
-    (tmp_path / "README.md").write_text("figures of 1 unit\n")
-    git("init", "-q")
-    git("add", ".")
-    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
-    assert script.refresh_readme(tmp_path) == [tmp_path / "README.md"]
-    assert (tmp_path / "README.md").read_text() == "figures of 2 units\n"
-
-    (tmp_path / "README.md").write_text("a sentence being written\n")  # someone's edit, uncommitted
-    assert script.refresh_readme(tmp_path) == []
-    assert (tmp_path / "README.md").read_text() == "a sentence being written\n"
-    assert "README.md holds uncommitted edits" in capsys.readouterr().out
-
-    git("checkout", "--", "README.md")
-    figures.write_text("from pathlib import Path\nPath('README.md').write_text('half')\nraise SystemExit('no report')\n")
-    assert script.refresh_readme(tmp_path) == []  # the unit is committed without it
-    assert (tmp_path / "README.md").read_text() == "figures of 1 unit\n"
-    assert "readme_figures.py failed (exit 1), README.md left as it was: no report" in capsys.readouterr().out
-
-
-def test_the_two_sides_of_a_pair_train_at_one_precision(tmp_path, capsys):
-    """A seed's models are paired with each other, a fine-tuning with the control of its run: a unit
-    is refused where those that finished trained at another precision, and skipped (said once) by a
-    run that goes on with the units this machine may train; other seeds and runs may differ."""
-    trained = {"global-s1": "bf16-mixed", "flexible-s1": "bf16-mixed", "flexible-s1-x1.5": "bf16-mixed",
-               "flexible-s1-ctl-r1": "bf16-mixed", "flexible-s1-ft-b10-r1": "bf16-mixed",
-               "global-s2": "32-true", "flexible-s1-ft-b10-r2": "32-true"}
-    done = {name: {"training": {"precision": p}} for name, p in trained.items()}
-    assert precision_conflicts(Unit("local_m_d5", 1), "32-true", done) == \
-        {"flexible-s1": "bf16-mixed", "flexible-s1-x1.5": "bf16-mixed", "global-s1": "bf16-mixed"}
-    assert precision_conflicts(Unit("local_m_d5", 1), "bf16-mixed", done) == {}
-    assert precision_conflicts(Unit("flexible", 2), "32-true", done) == {}  # its seed trained at float32
-    assert precision_conflicts(Unit("flexible", 2), "bf16-mixed", done) == {"global-s2": "32-true"}
-    assert precision_conflicts(Unit("flexible", 1, beta=0.0, run=2), "32-true", done) == {}
-    assert precision_conflicts(Unit("flexible", 1, beta=0.0, run=2), "bf16-mixed", done) == \
-        {"flexible-s1-ft-b10-r2": "32-true"}
-    assert precision_conflicts(Unit("flexible", 1, beta=100.0, run=1), "32-true", done) == \
-        {"flexible-s1-ctl-r1": "bf16-mixed", "flexible-s1-ft-b10-r1": "bf16-mixed"}
-    assert precision_conflicts(Unit("sact", 3), "32-true", done) == {}
-    assert precision_conflicts(Unit("global", 1), "32-true", {"flexible-s1": {"training": {}}}) == {}
-
-    script = load_script("units")
-    why = script.precision_refusal(Unit("local_m_d5", 1), "32-true", "auto: no native bf16", done)
-    assert why.startswith("local_m_d5-s1 would train at 32-true here (auto: no native bf16)")
-    assert "global-s1 (bf16-mixed)" in why and "flexible-s1-x1.5 (bf16-mixed)" in why
-    assert why.endswith("or here with --set trainer.precision=bf16-mixed where that is native, not emulated and slow")
-    mixed = {**done, "flexible-s1-x1.5": {"training": {"precision": "16-mixed"}}}
-    assert "--set trainer.precision=<theirs>" in script.precision_refusal(Unit("local_m_d5", 1), "32-true", "", mixed)
-    assert script.precision_refusal(Unit("local_m_d5", 1), "bf16-mixed", "", done) is None
-    (tmp_path / "params.yaml").write_text("trainer:\n  accelerator: cpu\n  precision: 32-true\n")
-    assert script.machine_precision(tmp_path) == ("32-true", "set in trainer.precision")
-
-    results = tmp_path / "units"
-    for name in ("global-s1", "flexible-s1"):
-        (results / name).mkdir(parents=True)
-        (results / name / "unit.json").write_text(json.dumps({
-            "training": {"precision": "bf16-mixed"}, "minutes": {"total": 30.0}, "source": {"commit": "abcdef0"}}))
-    run = object.__new__(script.ProfileRun)  # its state without making the copy's data
-    run.profile, run.results, run.copy = "grc", results, ROOT
-    run.precision, run.precision_reason, run._skipped = "32-true", "auto: no native bf16", set()
-    pending = [u.name for u in script.pending("grc", results)[0]]
-    todo = [u.name for u in run.todo()]
-    assert todo == [n for n in pending if parse_unit(n).seed != 1 or parse_unit(n).kind != "train"]
-    assert {"flexible-s1-ctl-r1", "global-s2"} <= set(todo)  # a run of its own, a seed of its own
-    skipped = capsys.readouterr().out.splitlines()
-    assert [line.split()[3] for line in skipped] == [n for n in pending if n not in todo]
-    assert "units: grc: skipped: local_m_d5-s1 would train at 32-true here (auto: no native bf16)" in "\n".join(skipped)
-    run.todo()
-    assert capsys.readouterr().out == ""  # said once
-
-    script.list_plans({"grc": results}, {"grc": ("32-true", "auto: no native bf16")})
-    listed = {line.split()[1]: line for line in capsys.readouterr().out.splitlines() if line.startswith("pending")}
-    assert listed["local_m_d5-s1"].endswith(
-        "not here: 32-true (auto: no native bf16); flexible-s1, global-s1 trained at bf16-mixed")
-    assert [n for n, line in listed.items() if "not here" not in line] == todo  # the rest may train here
-    assert script.profile_precision("paper") == ("bf16-mixed", "set in trainer.precision")  # its trainer: gpu
-    assert script.profile_precision("grc")[1].startswith("auto: ")
-
-    # the partners' precision set here trains the unit with them, in the profile's own results and copy
-    assert script.probe_overrides(["trainer.precision=32-true"]) == []
-    assert script.probe_overrides(["data=nt_grc_en_x3", "trainer.precision=32-true"]) == ["data=nt_grc_en_x3"]
-    assert script.profile_precision("grc", overrides=["trainer.precision=32-true"]) == \
-        ("32-true", "set in trainer.precision")
-    assert script.main(["grc", "--results", str(results), "--list", "--set", "trainer.precision=32-true"]) == 0
-    listed = {line.split()[1]: line for line in capsys.readouterr().out.splitlines() if line.startswith("pending")}
-    assert listed["local_m_d5-s1"].endswith(
-        "not here: 32-true (set in trainer.precision); flexible-s1, global-s1 trained at bf16-mixed")
-    assert script.main(["grc", "--results", str(results), "--list", "--set", "trainer.precision=bf16-mixed"]) == 0
-    assert "not here" not in capsys.readouterr().out
-    with pytest.raises(SystemExit, match=r"--set data=nt_grc_en_x3 changes what the units train: give the run its own"):
-        script.main(["grc", "--set", "data=nt_grc_en_x3", "--set", "trainer.precision=32-true"])
-
-
-@pytest.mark.slow
-def test_the_script_runs_a_profiles_next_unit_in_a_kept_copy_and_resumes_the_plan(tmp_path):
-    """scripts/units.py end to end on the smoke profile: the copy, its data by its own stages, the
-    first unit of the plan with its products, then the plan without it."""
-    import subprocess
-    import sys
-
-    from conftest import stage_env
-
-    results, copy = tmp_path / "units", tmp_path / "copy"
-    cmd = [sys.executable, str(ROOT / "scripts/units.py"), "smoke", "--results", str(results), "--keep", str(copy)]
-    run = subprocess.run([*cmd, "--units", "1"], capture_output=True, text=True, env=stage_env(), timeout=1200)
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert "units: flexible-s1 done" in run.stdout  # the budget check's model comes first
-    products = load_products(results / "flexible-s1")
-    m = products["manifest"]
-    assert m["profile"] == "smoke" and m["source"]["commit"] and m["training"]["epochs"] == 10
-    assert (copy / ".resume/units/flexible-s1/model/flexible/last.ckpt").is_file()  # the resume state stays in the copy
-    listed = subprocess.run([*cmd, "--list"], capture_output=True, text=True, env=stage_env(), timeout=600)
-    assert listed.stdout.splitlines()[0].startswith("done     flexible-s1")
-    pending = listed.stdout.splitlines()[1].split()
-    assert pending[:2] == ["pending", "flexible-s1-x1.5"]  # with flexible-s1's pace for 1.5x its epochs:
-    minutes = m["training"]["wall_minutes"] / 10 * 15 + m["minutes"]["decode"]
-    assert pending[2:] == [f"~{minutes:.0f}", "min"]

@@ -236,6 +236,20 @@ def freeze(profile: str, root: str | os.PathLike = ".", only: list[str] | None =
     return len(finished), len(pending)
 
 
+def budget_note(spec, done: dict[str, dict]) -> str | None:
+    """A failed budget check: why a profile's plan ends with its first seed, or that the plan keeps
+    its budget as final all the same (None where the check passed or is not done)."""
+    from flexatt.products import budget_gain, budget_short
+
+    if not budget_short(spec, done):
+        return None
+    check = spec.budget_check
+    gains = f"{check.variant} trained x{check.factor:g} gains {budget_gain(spec, done):+.2f} dev BLEU"
+    if check.final:
+        return f"kept the budget (budget_check.final), although {gains}"
+    return f"the other seeds and the pairs wait: {gains}, so the budget is short: raise train.epochs first"
+
+
 def _write(path: Path, text: str) -> None:
     from flexatt.io import atomic_path
 
@@ -255,6 +269,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {exc}", file=sys.stderr)
             return 2
         print(f"{profile}: {finished} finished units frozen, {pending} pending (pipelines/{profile}/units.yaml)")
+        from flexatt.products import done_units, read_plan
+
+        note = budget_note(read_plan(Path("conf/units") / f"{profile}.yaml"), done_units(Path("results") / profile / "units"))
+        if note:
+            print(f"{profile}: {note}")
     return 0
 
 

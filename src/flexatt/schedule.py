@@ -7,13 +7,17 @@ runs the same stages, each as ``dvc repro --single-item <stage>`` (DVC releases 
 lock while a stage's command runs, so two can run at once; each records its own ``dvc.lock``
 entry), in the order of the DAG, on as many cores as the machine has:
 
-* a training stage (``train@``, ``finetune@``, ``control@``) takes ``train.threads`` cores;
+* a training stage (``train@``, ``finetune@``, ``control@``) takes ``train.threads`` cores, and
+  so does a long profile's unit step (``train@``, ``decode@`` of ``pipelines/<profile>/dvc.yaml``:
+  its profile's ``train.threads``);
 * any other stage takes one core while other stages wait to run beside it, else every free core;
   a stage that trains several models (``sweep_beta``, ``sweep_sigma``) runs as many of them at
   once as its cores hold (``$FLEXATT_JOBS``, :func:`flexatt.parallel.jobs`).
 
-Of the stages ready to start, those that train several models go first (they are the longest),
-then those that more stages wait on.
+Of the stages ready to start, a long profile's units go by the stage of its plan they belong to
+(:func:`unit_phases`: each claim's first seed on every corpus before any second seed), then
+those that train several models go first (they are the longest), then those that more stages
+wait on.
 
 Every stage's arithmetic is what ``dvc repro`` gives: a training's thread count is its parameter
 ``train.threads``, never the cores it got, and decoding does not depend on the thread count. A
@@ -142,6 +146,27 @@ class _Running:
 PROFILE_STAGE = re.compile(r"pipelines/(?P<profile>[\w-]+)/dvc\.yaml:(?P<stage>[\w-]+)(?:@(?P<key>\S+))?")
 
 
+def unit_phases(names: list[str], root: str | os.PathLike = ".") -> dict[str, int]:
+    """The plan's stage (:func:`flexatt.products.phase`: 0 the first seed of every claim, 1 the
+    other seeds, 2 the fine-tuning pairs) of each long profile's unit stage among ``names``
+    (``pipelines/<profile>/dvc.yaml:train@<unit>`` or ``decode@``): the units of several profiles
+    start by it, so every corpus has each claim's first seed before any has a second."""
+    from flexatt.products import parse_unit, phase, read_plan
+
+    out, specs = {}, {}
+    for name in names:
+        found = PROFILE_STAGE.fullmatch(name)
+        if not found or found["stage"] not in ("train", "decode"):
+            continue
+        profile = found["profile"]
+        if profile not in specs:
+            specs[profile] = read_plan(Path(root) / "conf" / "units" / f"{profile}.yaml")
+        item = _pending(Path(root), profile).get(found["key"])
+        if item is not None:
+            out[name] = phase(specs[profile], parse_unit(item["unit"]))
+    return out
+
+
 def _pending(root: Path, profile: str) -> dict[str, dict]:
     import yaml
 
@@ -194,9 +219,14 @@ def run(the_plan: Plan, force: bool = False, n_cores: int | None = None, threads
     def need(name: str, free: int, others: bool) -> int:
         if name.startswith(TRAINING_PREFIXES):
             return min(threads, n_cores)
+        found = PROFILE_STAGE.fullmatch(name)
+        if found and found["stage"] in ("train", "decode"):  # a unit's step: its profile's train.threads
+            return min(training_threads(Path("pipelines") / found["profile"]), n_cores)
         return 1 if others else free
 
-    rank = {name: (name not in WIDE_STAGES, -the_plan.downstream(name), i) for i, name in enumerate(the_plan.order)}
+    phases = unit_phases(the_plan.order)
+    rank = {name: (phases.get(name, 0), name not in WIDE_STAGES, -the_plan.downstream(name), i)
+            for i, name in enumerate(the_plan.order)}
     print(f"flexatt repro: {len(waiting)} stage(s) on {n_cores} core(s), trainings at {threads} thread(s) "
           f"each; logs in {log_dir}/", flush=True)
     while waiting or running:
