@@ -19,6 +19,7 @@ from flexatt.products import (Plan, Unit, budget_gain, budget_overrides, budget_
                               load_products,
                               nearest_fixed, pack_json, parse_unit, phase, plan, precision_conflicts, read_plan,
                               select_beta, verified_manifest, write_products)
+from flexatt.tau import INF
 from flexatt.units import AttemptClock, diagonal_links, load_weights
 
 
@@ -402,6 +403,37 @@ def test_a_fixed_window_matches_its_seeds_flexible_unit_in_its_own_decoding(smok
     wrong = run_module("flexatt.units", "decode", "local_p-s2", "--work", "w", "--out", str(tmp_path / "x"),
                        "--match-flexible", str(results / "local_p-s2"), *SHORT, cwd=smoke_unit, threads="1")
     assert wrong.returncode == 2 and "kept no weights" in wrong.stderr
+
+
+def test_a_units_decoding_logs_its_figures_to_its_w_and_b_run(smoke_unit, tmp_path):
+    """BLEU, chrF, RIBES, window and AER at τ = ∞ and at the selected τ, on both splits: the
+    summary of a W&B run of its own, grouped by profile, equal to the products' figures."""
+    from wandb_records import find_runs
+
+    from flexatt.metrics import corpus_ribes
+    from flexatt.units import decode_figures
+
+    out = tmp_path / "decoded"
+    SHORT_ON = [o for o in SHORT if not o.startswith("logger.")]
+    result = run_module("flexatt.units", "decode", "flexible-s2", "--keep-weights", "--out", str(out), *SHORT_ON,
+                        "logger.enabled=true", "logger.mode=offline", f"logger.dir={tmp_path}", cwd=smoke_unit, threads="1")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    products = load_products(out)
+    manifest, records = products["manifest"], products["decodes"]["records"]
+    runs = [r for r in find_runs(tmp_path / "wandb") if r["run"].job_type == "unit-decode"]
+    assert len(runs) == 1 and runs[0]["run"].run_group == "smoke-units"
+    summary = runs[0]["summary"]
+    from omegaconf import OmegaConf
+
+    tok = smoke_unit / OmegaConf.load(smoke_unit / "params.yaml").train.data_dir
+    refs = {s: (tok / f"{s}.ref").read_text(encoding="utf-8").split("\n")[:-1] for s in ("dev", "test")}
+    expected = decode_figures(manifest, records, refs)
+    assert {k: summary[k] for k in expected} == expected
+    test_inf = next(r for r in records if r["split"] == "test" and r["tau"] == INF)
+    assert expected["test/inf/bleu"] == manifest["summary"]["test"]["inf"]["bleu"] == test_inf["bleu"]
+    assert expected["test/inf/ribes"] == round(100 * corpus_ribes(test_inf["hypotheses"], refs["test"]), 2)
+    assert expected["test/selected/window"] == manifest["summary"]["test"]["selected"]["window"]
+    assert expected["test/inf/aer"] == manifest["summary"]["test"]["aer"]["inf"]
 
 
 def test_a_unit_refuses_to_train_on_uncommitted_edits_to_what_it_runs(tmp_path, monkeypatch):

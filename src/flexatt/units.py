@@ -598,9 +598,47 @@ def decode_unit(unit: Unit, folder: Path, out: Path, *, params: str | None = Non
                     "threads": seconds["threads"], "attempts": seconds["attempts"]},
     }
     write_products(out, manifest, files)
+    log_decodes(p, manifest, decodes["records"], tok_dir)
     print(f"unit {unit.name}: {manifest['minutes']['total']} min, products "
           f"{sum(len(b) for b in files.values()) / 1e6:.2f} MB in {out}", flush=True)
     return manifest
+
+
+def decode_figures(manifest: dict, records: list[dict], references: dict[str, list[str]]) -> dict[str, float]:
+    """What a unit's decoding logs to W&B: per split, at τ = ∞ and (a flexible model) at its
+    dev-selected τ, BLEU, chrF, RIBES and the window (``<split>/<inf|selected>/<metric>``), and AER
+    where the split has gold links."""
+    from flexatt.metrics import corpus_ribes
+
+    found = {(r["split"], float(r["tau"])): r for r in records}
+    out: dict[str, float] = {}
+    for split in SPLITS:
+        summary = manifest["summary"][split]
+        taus = {"inf": INF, **({"selected": float(summary["selected_tau"])} if "selected_tau" in summary else {})}
+        for point, tau in taus.items():
+            record = found[(split, tau)]
+            out.update({f"{split}/{point}/bleu": record["bleu"], f"{split}/{point}/chrf": record["chrf"],
+                        f"{split}/{point}/window": record["window"],
+                        f"{split}/{point}/ribes": round(100 * corpus_ribes(record["hypotheses"], references[split]), 2)})
+            if "aer" in summary and tau_key(tau) in summary["aer"]:
+                out[f"{split}/{point}/aer"] = summary["aer"][tau_key(tau)]
+    return out
+
+
+def log_decodes(p, manifest: dict, records: list[dict], tok_dir: Path) -> None:
+    """The unit's decoding figures (:func:`decode_figures`) as the summary of a W&B run of its own
+    (job type ``unit-decode``, grouped by profile: ``<profile>-units``), with its manifest's
+    provenance as config; nothing where W&B is off (``logger.enabled``)."""
+    from flexatt.tracking import start_run
+
+    if not p.logger.enabled:
+        return
+    references = {s: (tok_dir / f"{s}.ref").read_text(encoding="utf-8").split("\n")[:-1] for s in SPLITS}
+    grouped = p.model_copy(update={"logger": p.logger.model_copy(update={"group": p.logger.group or f"{p.profile}-units"})})
+    with start_run(grouped, "unit-decode", manifest["unit"], tags=[manifest["variant"], p.profile, "unit"]) as run:
+        run.config({"unit": manifest["unit"], "seed": manifest["seed"], "kind": manifest["kind"],
+                    "source": manifest["source"], "precision": manifest["training"].get("precision")})
+        run.summary(decode_figures(manifest, records, references))
 
 
 def _machine() -> dict:
