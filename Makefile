@@ -73,7 +73,7 @@ push: $(STAMP)
 	$(BIN)/dvc push $(if $(REMOTE),-r $(REMOTE),)
 
 pull: $(STAMP)
-	$(BIN)/dvc pull $(if $(REMOTE),-r $(REMOTE),)
+	$(BIN)/dvc pull --allow-missing $(if $(REMOTE),-r $(REMOTE),)  # pending units' weights do not exist yet
 
 params: $(STAMP)
 	$(BIN)/flexatt params $(if $(PROFILE),profile=$(PROFILE),)

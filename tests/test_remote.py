@@ -50,7 +50,10 @@ def test_pull_from_a_folder_remote_restores_the_pipeline(smoke_copy, tmp_path):
     git(tmp_path, "clone", "-q", str(origin), str(clone))
     assert not (clone / "artifacts").exists() and not any((clone / ".dvc/cache").glob("*/*/*"))
     assert dvc(clone, "remote", "list").split()[:2] == ["storage", str(remote)]
-    dvc(clone, "pull")
+    # a bare `dvc pull` refuses outputs no stage has made yet (the long profiles' pending units'
+    # weights); --allow-missing pulls every output that exists, and the checks below prove that the
+    # whole pushed pipeline came back
+    dvc(clone, "pull", "--allow-missing")
     expected = outputs(origin)
     assert "artifacts/models_ft/flexible/best.ckpt" in expected and "artifacts/models/global/best.ckpt" in expected
     assert outputs(clone) == expected, "dvc pull restored other files than the pipeline made"
