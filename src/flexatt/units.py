@@ -353,17 +353,23 @@ def _git(*args: str) -> str:
     return subprocess.run(["git", *args], capture_output=True, text=True, check=False).stdout.strip()
 
 
-def _git_commit() -> dict:
+def _runs(params: str | None = None) -> list[str]:
+    """What a unit runs, as git paths: the package, ``conf/`` and its params file."""
+    return ["src", "conf", params or os.environ.get("FLEXATT_PARAMS") or "params.yaml"]
+
+
+def _git_commit(params: str | None = None) -> dict:
+    """The commit HEAD names and whether what a unit runs (:func:`_runs`) holds uncommitted edits
+    (other files, such as a ``dvc.lock`` its pipeline's stages update, do not count)."""
     return {"commit": _git("rev-parse", "HEAD") or None,
-            "uncommitted_edits": bool(_git("status", "--porcelain", "--untracked-files=no"))}
+            "uncommitted_edits": bool(_git("status", "--porcelain", "--untracked-files=no", "--", *_runs(params)))}
 
 
 def refuse_uncommitted(params: str | None) -> None:
     """Refuse to train where what a unit runs holds uncommitted edits (the package, ``conf/``, its
     params file): its ``source.commit`` would name code that did not run. Outside a git working
     tree there is nothing to compare, and the unit records no commit."""
-    what = ["src", "conf", params or os.environ.get("FLEXATT_PARAMS") or "params.yaml"]
-    edited = _git("status", "--porcelain", "--untracked-files=all", "--", *what)
+    edited = _git("status", "--porcelain", "--untracked-files=all", "--", *_runs(params))
     if edited:
         files = ", ".join(line.split(maxsplit=1)[1] for line in edited.splitlines()[:5])
         raise ConfigError("source", f"uncommitted edits to what the unit runs ({files}): commit them first, "
@@ -537,7 +543,7 @@ def train_unit(unit: Unit, *, work: Path = Path("units"), params: str | None = N
                      "lr_sequence": [float(row.split(",")[2]) for row in curve]},
         "weights": "float16 (weights.fp16.pt): every decode of this unit is of the rounded weights"
                    if unit.keep_weights else "not kept",
-        "source": source or {**_git_commit(), "overrides": list(overrides)},
+        "source": source or {**_git_commit(params), "overrides": list(overrides)},
         "machine": _machine(),
         "seconds": {"wall": earlier["wall"] + time.perf_counter() - started,
                     "cpu": earlier["cpu"] + time.process_time() - started_cpu,
