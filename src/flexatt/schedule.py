@@ -175,8 +175,7 @@ def _pending(root: Path, profile: str) -> dict[str, dict]:
 
 def commit_stage(name: str, root: str | os.PathLike = ".") -> list[str]:
     """Commit what stage ``name`` just wrote: the outputs that git keeps (``cache: false`` and not
-    git-ignored), its
-    ``dvc.lock``; for a long profile's ``decode@<unit>``, the unit frozen first
+    git-ignored), its ``dvc.lock``; for a long profile's ``decode@<unit>``, the unit frozen first
     (:func:`flexatt.freeze.freeze`) with its ``units.yaml``. Only those paths are staged and
     committed: other edits in the tree stay as they are. Returns the paths committed."""
     from dvc.repo import Repo
@@ -191,10 +190,7 @@ def commit_stage(name: str, root: str | os.PathLike = ".") -> list[str]:
     if found and found["stage"] == "decode":
         from flexatt.freeze import freeze
 
-        from flexatt.products import parse_unit
-
-        unit = next(i["unit"] for k, i in _pending(root, found["profile"]).items() if k == found["key"])
-        freeze(found["profile"], root, only=[parse_unit(unit).name])
+        freeze(found["profile"], root, only=[_pending(root, found["profile"])[found["key"]]["unit"]])
         paths.append(Path("pipelines") / found["profile"] / "units.yaml")
         message = f"{found['profile']}: unit {found['key']} finished, frozen (flexatt repro --commit)"
     names = [str(p) for p in paths if (root / p).exists()  # made again in seconds where git ignores it
