@@ -410,33 +410,41 @@ def superseded_budgets(runs: dict[str, Path]) -> list[str]:
 def units_claims(runs: dict[str, Path]) -> tuple[str, list[str]]:
     """The claims the long runs' units decide, as a sentence and the lines of a table with one
     column per corpus, from each run's ``report.json`` (:mod:`flexatt.unit_claims`) while it
-    covers exactly the units done. Per measured claim: its verdict with the Δ BLEU over seeds
-    (mean and 95% t-interval, or the one seed's) and pooled (with its paired-bootstrap
-    interval); b's share of positions cut, c's window change; e2 (the paper's +2 BLEU) in e's
-    cell; f once per fixed window; the budget check once both of its units are done. The
-    p-values are in the reports. Without a measured claim the table is empty and the sentence
+    covers exactly the units done. Per measured claim: its verdict with its seed count (parents
+    for c), the Δ BLEU over seeds (mean and 95% t-interval, or the one seed's) and the two-level
+    bootstrap interval; b's share of positions cut, c's window change and τ = ∞ Δ; e2 (the
+    paper's +2 BLEU) in e's cell; f once per fixed window; the budget check once both of its
+    units are done, and claims a and b at its budget. The per-seed Δs and p-values are in the
+    reports. Without a measured claim the table is empty and the sentence
     says why."""
-    from flexatt.unit_claims import BUDGET_GAIN
+    from flexatt.unit_claims import BUDGET_GAIN, MIN_SEEDS
     from flexatt.products import done_units
 
-    def delta(e: dict, of: str = "seed") -> str:
-        over, pooled = e["over_seeds"], e["pooled"]
-        seeds = (f"{_signed(over['mean'])} [{_signed(over['ci'][0])}, {_signed(over['ci'][1])}] ({over['n']} {of}s)"
-                 if over["ci"] else f"{_signed(over['mean'])} (1 {of})")
-        return f"{seeds}; pooled {_signed(pooled['delta'])} [{_signed(pooled['ci'][0])}, {_signed(pooled['ci'][1])}]"
+    def delta(e: dict) -> str:
+        over, boot = e["over_seeds"], e["bootstrap"]
+        seeds = (f"{_signed(over['mean'])} [{_signed(over['ci'][0])}, {_signed(over['ci'][1])}]" if over["ci"]
+                 else _signed(over["mean"]))
+        return f"{seeds}; bootstrap [{_signed(boot['ci'][0])}, {_signed(boot['ci'][1])}]"
 
     def share(stat: dict, sign: str = "") -> str:
         fmt = lambda x: f"{100 * x:{sign}.0f}%".replace("-", "−")  # noqa: E731
         return fmt(stat["mean"]) + (f" [{fmt(stat['ci'][0])}, {fmt(stat['ci'][1])}]" if stat["ci"] else "")
 
+    def verdict(e: dict) -> str:
+        of = "parent" if "window_change" in e else "seed"  # c: over fine-tuning parents
+        n = e["seeds"]
+        return f"**{e['verdict']}** ({n} {of}{'s' * (n != 1)})"
+
     def cell(c: dict, effect: dict | None = None) -> str:
         if c["verdict"] == NOT_MEASURED:
             return ""
+        if "pairs" in c:
+            return f"**{c['verdict']}**"
         extra = (f"; cut {share(c['cut'])}" if "cut" in c else
-                 f"; window {share(c['window_change'], '+')} at β = {c['beta']:g}" if "window_change" in c else "")
+                 f"; window {share(c['window_change'], '+')} at β = {c['beta']:g}, Δ at τ = ∞ "
+                 f"{_signed(c['inf']['over_seeds']['mean'])}" if "window_change" in c else "")
         e2 = f", by +2 (e2): **{effect['verdict']}**" if effect else ""
-        of = "pair" if "window_change" in c else "seed"  # c: fine-tuning/control pairs of one parent
-        return f"**{c['verdict']}**{e2}" + ("" if "pairs" in c else f": {delta(c, of)}{extra}")
+        return f"{verdict(c)}{e2}: {delta(c)}{extra}"
 
     reports, stale = {}, []
     for profile, run in runs.items():
@@ -452,7 +460,8 @@ def units_claims(runs: dict[str, Path]) -> tuple[str, list[str]]:
         out = {}
         for c in report["claims"]:
             if c["id"] != "e2":
-                out[f"{c['id']}. {CLAIM_LABELS.get(c['id'], c['claim'])}"] = cell(c, e2 if c["id"] == "e" else None)
+                label = UNIT_LABELS.get(c["id"]) or CLAIM_LABELS.get(c["id"], c["claim"])
+                out[f"{c['id']}. {label}"] = cell(c, e2 if c["id"] == "e" else None)
                 out.update({f"{c['id']}. vs {e['fixed']}": cell(e) for e in c.get("pairs", [])})
         budget = report.get("budget_check")
         if budget:
@@ -460,6 +469,12 @@ def units_claims(runs: dict[str, Path]) -> tuple[str, list[str]]:
                 f"**{'holds' if budget['enough'] else 'fails'}**: {_signed(budget['dev_gain'])} "
                 f"({budget['epochs'][0]} → {budget['epochs'][1]} epochs"
                 + ("; budget kept)" if budget.get("kept_short") else ")"))
+        if rows := report.get("budget_claims"):
+            def moved(r: dict) -> str:
+                return "" if "moved" not in r else (f", at ×1 {_signed(r['at_budget'])}"
+                                                    + (": **moved**" if r["moved"] else ""))
+            out[f"budget: a, b at ×{rows[0]['factor']:g} (seed {rows[0]['seed']})"] = "; ".join(
+                f"{r['id']} {_signed(r['delta'])} [{_signed(r['ci'][0])}, {_signed(r['ci'][1])}]{moved(r)}" for r in rows)
         return out
 
     columns = {p: cells_of(r) for p, r in reports.items()}
@@ -476,7 +491,8 @@ def units_claims(runs: dict[str, Path]) -> tuple[str, list[str]]:
         return " ".join(text), []
     lines = [f"| claim | {' | '.join(UNITS_CORPUS[p][0] for p in reports)} |", "|---|" + "---|" * len(reports)]
     lines += [f"| {label} | {' | '.join(columns[p].get(label, '') for p in reports)} |" for label in labels]
-    lead = (f"**Claims** (test; Δ BLEU [95% t-interval] over seeds, pooled [95% paired bootstrap]; p-values: "
+    lead = (f"**Claims** (test; a verdict needs {MIN_SEEDS} training seeds, else *not decided*; Δ BLEU "
+            f"[95% t-interval] over seeds, two-level bootstrap [95%]; per-seed Δs and p-values: "
             f"`results/<profile>/report.md`, `figures/units.png` beside; [rules](docs/method.md#claims)):")
     return " ".join([*text, lead]), lines
 
@@ -542,6 +558,10 @@ CLAIM_LABELS = {"a": "Flexible τ=∞ ≥ Global", "b": "the selected τ cuts po
                 "c": "fine-tuning narrows the window (vs a control)", "c+sact": "the same, Flexible+SACT",
                 "d": "Local-p > Global", "e": "SACT > Global", "e2": "SACT gains +2 BLEU over Global",
                 "f": "Flexible > a fixed window of equal size"}
+
+
+#: where the long profiles' claim differs from the default profile's (:mod:`flexatt.unit_claims`)
+UNIT_LABELS = {"b": "the selected τ cuts ≥ 50% of positions at ≤ 0.5 BLEU"}
 
 
 def claims_block(path: Path) -> str:

@@ -162,7 +162,7 @@ def test_the_units_section_shows_the_models_over_their_finished_units_and_no_pro
     run = tmp_path / "bible"
     (run / "units").mkdir(parents=True)
     empty = figures.units_section({"bible": run})
-    assert "(Spanish → English Bible) 0 of 23;" in " ".join(empty.split()) and "|" not in empty
+    assert "(Spanish → English Bible) 0 of 24;" in " ".join(empty.split()) and "|" not in empty
     assert figures.blocks_of(figures.README, runs={"bible": run, "grc": ROOT / "results/grc"})["grc"] == ""
     # the probes' outcome is a sentence of the units section
     for unit in (_unit("global-s1", "global", 1, 30.0, 25.3), _unit("global-s2", "global", 2, 31.0, 25.1),
@@ -171,7 +171,7 @@ def test_the_units_section_shows_the_models_over_their_finished_units_and_no_pro
         (run / "units" / unit["unit"] / "unit.json").write_text(json.dumps(unit))
     block = figures.units_section({"bible": run})
     text = " ".join(block.split())
-    assert "(Spanish → English Bible) 3 of 23;" in text and "reads no words: 0.610 Bible);" in text
+    assert "(Spanish → English Bible) 3 of 24;" in text and "reads no words: 0.610 Bible);" in text
     assert "Claims: `dvc repro pipelines/bible/dvc.yaml:report` decides them from the units done." in text
     rows = [line for line in block.splitlines() if line.startswith("| global") or line.startswith("| flexible")]
     assert rows == ["| global | τ=∞ | 2 | 30.50 ± 0.71 | 25.20 ± 0.14 | 0.480 ± 0.000 |",
@@ -199,8 +199,9 @@ def _report(names: list[str], claims: list[dict], budget: dict | None = None) ->
 
 def test_the_units_section_gives_the_claims_of_a_current_report_only(tmp_path):
     """The claims come from a run's report.json only while that report covers exactly the units
-    done: per measured claim its verdict, the Δ over seeds (over pairs for c; one said so) and pooled; f per
-    fixed window; the budget check; the claims not measured on any corpus are left out."""
+    done: per measured claim its verdict with its seed count (parents for c), the Δ over seeds and
+    the two-level bootstrap; f per fixed window; the budget check; the claims not measured on any
+    corpus are left out."""
     from conftest import load_script
 
     figures = load_script("readme_figures")
@@ -209,29 +210,31 @@ def test_the_units_section_gives_the_claims_of_a_current_report_only(tmp_path):
                  _unit("flexible-s1", "flexible", 1, 31.1, 25.3, {"tau": 1.2, "window": 11.87})):
         (run / "units" / unit["unit"]).mkdir(parents=True)
         (run / "units" / unit["unit"] / "unit.json").write_text(json.dumps(unit))
-    stats = {"over_seeds": {"n": 1, "mean": 1.1, "sd": None, "ci": None},
-             "pooled": {"delta": 1.08, "ci": [0.61, 1.52]}, "p": 0.012, "p_ar": 0.02}
-    claims = [{"id": "a", "claim": "Flexible τ=∞ ≥ Global", "verdict": "holds", **stats},
-              {"id": "b", "claim": "cut", "verdict": "inconclusive", **stats,
+    stats = {"seeds": 1, "over_seeds": {"n": 1, "mean": 1.1, "sd": None, "ci": None},
+             "bootstrap": {"delta": 1.08, "ci": [0.61, 1.52]}, "p": None}
+    claims = [{"id": "a", "claim": "Flexible τ=∞ ≥ Global", "verdict": "not decided", **stats},
+              {"id": "b", "claim": "cut", "verdict": "inconclusive", **stats, "seeds": 3,
                "over_seeds": {"n": 3, "mean": -0.3, "sd": 0.2, "ci": [-0.8, 0.2]},
                "cut": {"n": 3, "mean": 0.52, "sd": 0.01, "ci": [0.5, 0.55]}},
-              {"id": "c", "claim": "narrows", "verdict": "inconclusive", **stats, "beta": 10.0,
+              {"id": "c", "claim": "narrows", "verdict": "not decided", **stats, "seeds": 2, "beta": 10.0,
                "over_seeds": {"n": 2, "mean": -0.32, "sd": 0.13, "ci": [-1.52, 0.89]},
-               "window_change": {"n": 2, "mean": -0.149, "sd": 0.01, "ci": [-0.251, -0.048]}},
-              {"id": "f", "claim": "fixed", "verdict": "inconclusive",
-               "pairs": [{"fixed": "local_m_d5", "verdict": "holds", **stats}, {"fixed": "local_m", "verdict": "not measured"}]}]
+               "window_change": {"n": 2, "mean": -0.149, "sd": 0.01, "ci": [-0.251, -0.048]},
+               "inf": {"per_seed": [-0.1, -0.3], "over_seeds": {"n": 2, "mean": -0.2, "sd": 0.14, "ci": [-1.5, 1.1]}}},
+              {"id": "f", "claim": "fixed", "verdict": "not decided",
+               "pairs": [{"fixed": "local_m_d5", "verdict": "not decided", **stats},
+                         {"fixed": "local_m", "verdict": "not measured"}]}]
     budget = {"variant": "flexible", "factor": 1.5, "epochs": [25, 38], "dev_gain": 0.61, "enough": False}
     (run / "report.json").write_text(_report(["flexible-s1", "global-s1"], claims, budget))
     lines = figures.units_section({"bible": run}).splitlines()
     rows = lines[[i for i, line in enumerate(lines) if line.startswith("| claim")][0]:]
     assert rows == ["| claim | Bible |", "|---|---|",
-                    "| a. Flexible τ=∞ ≥ Global | **holds**: +1.10 (1 seed); pooled +1.08 [+0.61, +1.52] |",
-                    "| b. the selected τ cuts positions at ≤ 0.5 BLEU | **inconclusive**: −0.30 [−0.80, +0.20] (3 seeds); "
-                    "pooled +1.08 [+0.61, +1.52]; cut 52% [50%, 55%] |",
-                    "| c. fine-tuning narrows the window (vs a control) | **inconclusive**: −0.32 [−1.52, +0.89] "
-                    "(2 pairs); pooled +1.08 [+0.61, +1.52]; window −15% [−25%, −5%] at β = 10 |",
-                    "| f. Flexible > a fixed window of equal size | **inconclusive** |",
-                    "| f. vs local_m_d5 | **holds**: +1.10 (1 seed); pooled +1.08 [+0.61, +1.52] |",
+                    "| a. Flexible τ=∞ ≥ Global | **not decided** (1 seed): +1.10; bootstrap [+0.61, +1.52] |",
+                    "| b. the selected τ cuts ≥ 50% of positions at ≤ 0.5 BLEU | **inconclusive** (3 seeds): −0.30 "
+                    "[−0.80, +0.20]; bootstrap [+0.61, +1.52]; cut 52% [50%, 55%] |",
+                    "| c. fine-tuning narrows the window (vs a control) | **not decided** (2 parents): −0.32 "
+                    "[−1.52, +0.89]; bootstrap [+0.61, +1.52]; window −15% [−25%, −5%] at β = 10, Δ at τ = ∞ −0.20 |",
+                    "| f. Flexible > a fixed window of equal size | **not decided** |",
+                    "| f. vs local_m_d5 | **not decided** (1 seed): +1.10; bootstrap [+0.61, +1.52] |",
                     "| budget: flexible at ×1.5 epochs gains < 0.5 dev BLEU | **fails**: +0.61 (25 → 38 epochs) |"]
     kept = {**budget, "final": True, "kept_short": True}
     (run / "report.json").write_text(_report(["flexible-s1", "global-s1"], claims, kept))
@@ -240,7 +243,7 @@ def test_the_units_section_gives_the_claims_of_a_current_report_only(tmp_path):
     (run / "units" / "global-s2").mkdir()
     (run / "units" / "global-s2" / "unit.json").write_text(json.dumps(_unit("global-s2", "global", 2, 31.0, 25.1)))
     block = figures.units_section({"bible": run})
-    assert "**holds**" not in block and " ".join(block.split()).endswith(
+    assert "**inconclusive**" not in block and " ".join(block.split()).endswith(
         "Claims: `dvc repro pipelines/bible/dvc.yaml:report` decides them from the units done.")
 
 
@@ -259,7 +262,7 @@ def test_the_units_of_an_earlier_budget_that_failed_its_check_are_named_not_coun
     (old / "report.json").write_text(_report(["global-s1"], [], budget))
     block = figures.blocks_of(figures.README, runs={"bible": run, "grc": tmp_path / "grc"})["bible"]
     text = " ".join(block.split())
-    assert "(Spanish → English Bible) 0 of 23;" in text and "|" not in block
+    assert "(Spanish → English Bible) 0 of 24;" in text and "|" not in block
     assert text.endswith("Earlier budgets failed their checks (flexible's dev BLEU gain from training longer: "
                          f"Bible 25 → 38 epochs +1.22 (`{old}/`)).")
     (old / "report.json").write_text(_report(["global-s1"], [], {**budget, "dev_gain": 0.3, "enough": True}))
@@ -346,8 +349,8 @@ def test_both_long_runs_with_every_unit_and_claim_keep_the_readme_within_its_len
     from flexatt.products import read_plan
 
     figures = load_script("readme_figures")
-    stats = {"over_seeds": {"n": 3, "mean": -3.91, "sd": 2.2, "ci": [-10.49, +6.23]},
-             "pooled": {"delta": -3.91, "ci": [-14.55, -13.29]}, "p": 0.0123, "p_ar": 0.02}
+    stats = {"seeds": 3, "over_seeds": {"n": 3, "mean": -3.91, "sd": 2.2, "ci": [-10.49, +6.23]},
+             "bootstrap": {"delta": -3.91, "ci": [-14.55, -13.29]}, "p": 0.0123}
     earlier = {"bible": [(25, 38, 1.22), (38, 57, 0.66)], "grc": [(30, 45, 1.72)]}
     for profile in ("bible", "grc"):
         spec = read_plan(ROOT / "conf" / "units" / f"{profile}.yaml")
@@ -373,12 +376,19 @@ def test_both_long_runs_with_every_unit_and_claim_keep_the_readme_within_its_len
             if cid == "c":
                 claim["window_change"] = {"n": 5, "mean": -0.17, "sd": 0.03, "ci": [-0.19, -0.16]}
                 claim["beta"] = 100.0
+                claim["inf"] = {"per_seed": [-0.72, -0.8, -0.61], "over_seeds": {"n": 3, "mean": -0.71, "sd": 0.1,
+                                                                                 "ci": [-0.95, -0.47]}}
             if cid == "f":
                 claim["pairs"] = [{"fixed": v, "verdict": "inconclusive", **stats} for v in spec.fixed]
             claims.append(claim)
         budget = {"variant": "flexible", "factor": 1.5, "epochs": [45, 68], "dev_bleu": [14.44, 15.64],
                   "test_bleu": [14.31, 14.75], "dev_gain": 1.2, "enough": False, "final": True, "kept_short": True}
-        (run / "report.json").write_text(json.dumps({"units": sorted(names), "claims": claims, "budget_check": budget}))
+        at_budget = [{"id": "a", "factor": 1.5, "seed": 1, "delta": -0.33, "ci": [-0.72, 0.07], "at_budget": 0.04,
+                      "half_width": 0.63, "moved": False},
+                     {"id": "b", "factor": 1.5, "seed": 1, "delta": -1.33, "ci": [-1.72, -0.97], "cut": 0.55,
+                      "at_budget": -0.09, "half_width": 0.75, "moved": True}]
+        (run / "report.json").write_text(json.dumps({"units": sorted(names), "claims": claims, "budget_check": budget,
+                                                     "budget_claims": at_budget}))
         for epochs, longer, gain in earlier[profile]:
             folder = run / f"budget-{epochs}"
             (folder / "units").mkdir(parents=True)
@@ -402,9 +412,11 @@ def test_both_long_runs_with_every_unit_and_claim_keep_the_readme_within_its_len
     assert "on AMD EPYC, Intel(R) Xeon(R) Processor." in block
     assert ("| budget: flexible at ×1.5 epochs gains < 0.5 dev BLEU | **fails**: +1.20 (45 → 68 epochs; budget kept) "
             "| **fails**") in blocks["bible"]
-    assert "; window −17% [−19%, −16%] at β = 100 |" in blocks["bible"]
-    assert "| e. SACT > Global | **inconclusive**, by +2 (e2): **inconclusive**: −3.91 [−10.49, +6.23] (3 seeds)" \
+    assert "; window −17% [−19%, −16%] at β = 100, Δ at τ = ∞ −0.71 |" in blocks["bible"]
+    assert "| e. SACT > Global | **inconclusive** (3 seeds), by +2 (e2): **inconclusive**: −3.91 [−10.49, +6.23]" \
         in blocks["bible"]
+    assert ("| budget: a, b at ×1.5 (seed 1) | a −0.33 [−0.72, +0.07], at ×1 +0.04; b −1.33 [−1.72, −0.97], at ×1 "
+            "−0.09: **moved** |") in blocks["bible"]
     text = figures.fill(figures.README.read_text(encoding="utf-8"), blocks, figures.README)
     (tmp_path / "README.md").write_text(text)
     assert len(text.splitlines()) <= 250, len(text.splitlines())

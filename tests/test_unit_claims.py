@@ -1,5 +1,5 @@
 """flexatt.unit_claims: the claims decided from units' stored decodes, on constructed units whose
-hypotheses are made to differ by known amounts (per-seed t-intervals beside the pooled test)."""
+hypotheses are made to differ by known amounts (verdicts over seeds, the two-level bootstrap beside)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from flexatt.claims import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED
+from flexatt.claims import FAILS, HOLDS, INCONCLUSIVE, NOT_MEASURED, bleu_difference
 from flexatt.metrics import corpus_bleu
-from flexatt.unit_claims import precisions, report, t_interval
+from flexatt.unit_claims import (UNDECIDED, bleu_difference_over_seeds, precisions, report, t_interval, t_test_p,
+                                 verdict_cut_at)
 from flexatt.products import Plan, Unit, pack_json, write_products
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,7 +35,7 @@ def _record(tau: float | None, errors: float, seed: int, window: float) -> dict:
 
 
 def _unit(folder: Path, unit: Unit, records: list[dict], *, selected: float | None = None, matched: dict | None = None,
-          dev_bleu: float = 30.0, dev_window: float = 20.0) -> None:
+          dev_bleu: float = 30.0, dev_window: float = 20.0, precision: str | None = None) -> None:
     test = {"inf": {k: records[0][k] for k in ("tau", "window", "bleu")}}
     dev = {"inf": {"tau": None, "window": dev_window, "bleu": dev_bleu}}
     if selected is not None:
@@ -43,14 +44,16 @@ def _unit(folder: Path, unit: Unit, records: list[dict], *, selected: float | No
         dev.update(selected_tau=selected, selected={"tau": selected, "window": sel["window"], "bleu": dev_bleu - 0.2})
     summary = {"dev": dev, "test": test, **({"matched": matched} if matched else {})}
     manifest = {"unit": unit.name, "kind": unit.kind, "variant": unit.variant, "seed": unit.seed, "budget": unit.budget,
-                "summary": summary}
+                "summary": summary, "training": {"epochs": 38 if unit.budget != 1.0 else 25,
+                                                 **({"precision": precision} if precision else {})}}
     write_products(folder / unit.name, manifest, {"curve.csv": b"epoch,step,lr\n",
                                                   "decodes.json.xz": pack_json({"records": records}, "decodes.json.xz")})
 
 
 PLAN = Plan(seeds=[1, 2, 3], seeded=["global", "flexible"], fixed=["local_m_d5", "local_m"], others=["sact", "local_p"],
-            parents=["flexible"], finetuning={"parent": "flexible", "betas": [10.0], "epochs": 1, "pairs": 3})
-OPTIONS = {"n_samples": 200, "ar_trials": 200}
+            parents=["flexible"], finetuning={"parent": "flexible", "betas": [10.0], "epochs": 1, "pairs": 3,
+                                              "parent_seeds": [2, 3], "parent_pairs": 2})
+OPTIONS = {"n_samples": 200}
 
 
 def test_the_t_interval_over_seeds():
@@ -58,10 +61,70 @@ def test_the_t_interval_over_seeds():
     assert t_interval([0.5]) == {"n": 1, "mean": 0.5, "sd": None, "ci": None}
 
 
+def test_the_t_test_over_seeds():
+    assert t_test_p([1.0, 2.0, 3.0]) == pytest.approx(0.07418, abs=1e-5)  # t = 2/(1/sqrt 3) = 3.46, 2 df
+    assert t_test_p([0.5]) is None
+    assert t_test_p([0.3, 0.3, 0.3]) == 0.0 and t_test_p([0.0, 0.0]) == 1.0
+
+
+GOOD, BAD = _system(0.1, 1), _system(0.5, 2)
+
+
+def test_the_two_level_bootstrap_carries_the_spread_between_seeds():
+    same = [[(GOOD, GOOD, REFERENCES)]] * 3
+    assert bleu_difference_over_seeds(same, n_samples=50, seed=7) == {"delta": 0.0, "ci": [0.0, 0.0]}
+    one = bleu_difference_over_seeds([[(GOOD, BAD, REFERENCES)]], n_samples=300, seed=7)
+    paired = bleu_difference(GOOD, BAD, REFERENCES, n_samples=300, seed=7)
+    assert one["delta"] == paired["delta"] and one["ci"][0] <= one["delta"] <= one["ci"][1]
+    # seeds that disagree (A better at one, worse at another, equal at the third) average to 0;
+    # resampling the seeds puts the interval around both of them
+    split = [[(GOOD, BAD, REFERENCES)], [(BAD, GOOD, REFERENCES)], [(GOOD, GOOD, REFERENCES)]]
+    both = bleu_difference_over_seeds(split, n_samples=400, seed=7)
+    assert both["delta"] == 0.0 and both["ci"][0] < -0.5 * paired["delta"] and both["ci"][1] > 0.5 * paired["delta"]
+    assert bleu_difference_over_seeds(split, n_samples=400, seed=7) == both  # seeded
+    # a group's comparisons are averaged: two pairs of one parent with Δ and −Δ give 0
+    pairs = [[(GOOD, BAD, REFERENCES), (BAD, GOOD, REFERENCES)]]
+    assert bleu_difference_over_seeds(pairs, n_samples=50, seed=7)["delta"] == 0.0
+
+
+def test_the_two_level_bootstrap_refuses_an_empty_seed_or_a_length_mismatch():
+    with pytest.raises(ValueError, match="at least one seed"):
+        bleu_difference_over_seeds([[(GOOD, BAD, REFERENCES)], []])
+    with pytest.raises(ValueError, match=rf"hypotheses of A \({N - 1}\) and B \({N}\) as references \({N}\)"):
+        bleu_difference_over_seeds([[(GOOD[:-1], BAD, REFERENCES)]])
+
+
+@pytest.mark.parametrize("within, cut, verdict", [
+    ("holds", (0.55, 0.60), "holds"),  # at least half of the positions cut within the margin
+    ("holds", (0.5, 0.5), "holds"),  # exactly half counts
+    ("holds", (0.4, 0.4), "fails"),  # 40% cut: less than the half the rule requires
+    ("holds", (0.45, 0.62), "inconclusive"),  # an interval over seeds across one half
+    ("inconclusive", (0.7, 0.7), "inconclusive"),  # a wide BLEU interval decides, whatever the cut
+    ("fails", (0.7, 0.7), "fails"),
+    ("holds", (0.0, 0.0), "fails"),  # nothing cut
+])
+def test_claim_b_needs_half_the_positions_cut(within, cut, verdict):
+    assert verdict_cut_at(within, cut) == verdict
+
+
+def _pair(folder: Path, parent: int, run: int, *, tuned_window: float, control_window: float = 12.0,
+          precision: str | None = None) -> None:
+    """A fine-tuning and its control from ``parent``: the same translations at each one's own
+    selected τ (Δ BLEU 0), the fine-tuned model at ``tuned_window`` positions."""
+    k = 10 * parent + run
+    _unit(folder, Unit("flexible", parent, beta=10.0, run=run),
+          [_record(None, 0.25, 610 + k, 25.0), _record(1.0, 0.25, 640 + k, tuned_window)], selected=1.0,
+          dev_bleu=29.9, precision=precision)
+    _unit(folder, Unit("flexible", parent, beta=0.0, run=run),
+          [_record(None, 0.25, 630 + k, 25.0), _record(1.5, 0.25, 640 + k, control_window)], selected=1.5,
+          precision=precision)
+
+
 @pytest.fixture
 def run(tmp_path: Path) -> Path:
     """Three seeds of Global and Flexible (flexible a little better), the fixed windows, SACT and
-    local-p at seed 1, a local-m at D = 2 outside the plan, and three fine-tuning/control pairs."""
+    local-p at seed 1, a local-m at D = 2 outside the plan, and fine-tuning/control pairs from
+    three parents (three from the first, two from each other)."""
     for s in (1, 2, 3):
         _unit(tmp_path, Unit("global", s), [_record(None, 0.40, 100 + s, 25.0)])
         _unit(tmp_path, Unit("flexible", s), [_record(None, 0.25, 200 + s, 25.0), _record(1.2, 0.25, 200 + s, 11.0),
@@ -72,42 +135,88 @@ def run(tmp_path: Path) -> Path:
     _unit(tmp_path, Unit("local_m_d2", 1), [_record(None, 0.05, 502, 5.0)])  # better than flexible: not in f
     _unit(tmp_path, Unit("sact", 1), [_record(None, 0.29, 503, 25.0)])
     # fine-tuned narrower than its control at each one's own selected τ, at the same BLEU
-    # (the same translations: the BLEU difference is 0)
-    for r in (1, 2, 3):
-        _unit(tmp_path, Unit("flexible", 1, beta=10.0, run=r), [_record(None, 0.25, 610 + r, 25.0),
-                                                              _record(1.0, 0.25, 640 + r, 9.0 + 0.2 * r)],
-              selected=1.0, dev_bleu=29.9)
-        _unit(tmp_path, Unit("flexible", 1, beta=0.0, run=r), [_record(None, 0.25, 630 + r, 25.0),
-                                                             _record(1.5, 0.25, 640 + r, 12.0 + 0.1 * r)],
-              selected=1.5)
+    for parent, runs in ((1, (1, 2, 3)), (2, (1, 2)), (3, (1, 2))):
+        for r in runs:
+            _pair(tmp_path, parent, r, tuned_window=9.0 + 0.2 * r + 0.1 * parent, control_window=12.0 + 0.1 * r)
     return tmp_path
 
 
-def _claims(folder: Path) -> dict[str, dict]:
-    return {c["id"]: c for c in report(folder, PLAN, {"test": REFERENCES}, **OPTIONS)["claims"]}
+def _claims(folder: Path, plan: Plan = PLAN) -> dict[str, dict]:
+    return {c["id"]: c for c in report(folder, plan, {"test": REFERENCES}, **OPTIONS)["claims"]}
 
 
-def test_claims_from_units_with_seeds_beside_the_pooled_test(run):
+def test_claims_over_seeds_and_parents(run):
     claims = _claims(run)
     a = claims["a"]
     assert a["seeds"] == 3 and a["over_seeds"]["ci"] is not None and a["verdict"] == HOLDS
     assert len(a["per_seed"]) == 3 and min(a["per_seed"]) > 0  # flexible drops fewer words at every seed
+    assert a["p"] is not None and a["bootstrap"]["ci"][0] <= a["bootstrap"]["delta"] <= a["bootstrap"]["ci"][1]
     b = claims["b"]  # the same translations at τ: within the margin, and it cuts 56% of positions
     assert b["cut"]["mean"] == pytest.approx(0.56) and b["paper_cut"] == "inside" and b["verdict"] == HOLDS
-    c = claims["c"]  # each at its own selected τ: 9.2-9.6 positions against 12.2-12.3
-    assert c["seeds"] == 3 and c["window_change"]["ci"][1] < -0.05 and c["verdict"] == HOLDS
+    assert b["required_cut"] == 0.5 and b["dev_per_seed"] == [-0.2, -0.2, -0.2]
+    c = claims["c"]  # over 3 parents, each at its own selected τ: 9.3-9.9 positions against 12.1-12.3
+    assert c["seeds"] == 3 and c["seed_ids"] == [1, 2, 3] and c["pairs_per_parent"] == {1: [1, 2, 3], 2: [1, 2], 3: [1, 2]}
+    assert c["window_change"]["ci"][1] < -0.05 and c["verdict"] == HOLDS
     assert c["beta"] == 10.0  # the β of the pairs, chosen on dev from the sweep's units
+    assert c["inf"]["per_seed"] == [round(x, 2) for x in c["inf"]["per_seed"]] and len(c["inf"]["per_seed"]) == 3
+    assert c["at_selected"]["tuned"]["window"] < c["at_selected"]["control"]["window"]
     assert claims["d"]["verdict"] == NOT_MEASURED  # no local-p unit
-    assert claims["e"]["over_seeds"]["ci"] is None  # one seed: the pooled test decides alone
+    e = claims["e"]  # one seed: its numbers, no verdict
+    assert e["over_seeds"]["ci"] is None and e["p"] is None and e["verdict"] == UNDECIDED
+    assert claims["e2"]["verdict"] == UNDECIDED
     f = claims["f"]
     assert [p["fixed"] for p in f["pairs"]] == ["local_m_d5", "local_m"]  # D = 5 and 10; D = 2 is not in f
-    assert f["pairs"][0]["verdict"] == HOLDS and f["pairs"][1]["verdict"] == NOT_MEASURED
-    assert f["verdict"] == INCONCLUSIVE  # D = 10 not measured yet: not every fixed window holds
+    assert f["pairs"][0]["verdict"] == UNDECIDED and f["pairs"][0]["per_seed"][0] > 0  # better, but one seed
+    assert f["pairs"][1]["verdict"] == NOT_MEASURED and f["verdict"] == UNDECIDED
+
+
+def test_a_verdict_needs_three_seeds(run):
+    """Two seeds of a clear gain are shown, not decided; the third decides."""
+    import shutil
+
+    shutil.rmtree(run / "global-s3")
+    a = _claims(run)["a"]
+    assert a["seeds"] == 2 and a["over_seeds"]["ci"] is not None and min(a["per_seed"]) > 0
+    assert a["verdict"] == UNDECIDED
+    _unit(run, Unit("global", 3), [_record(None, 0.40, 103, 25.0)])
+    assert _claims(run)["a"]["verdict"] == HOLDS
+
+
+def test_c_is_over_parents_and_one_parent_does_not_decide(run):
+    import shutil
+
+    for parent in (2, 3):
+        for r in (1, 2):
+            for name in (f"flexible-s{parent}-ft-b10-r{r}", f"flexible-s{parent}-ctl-r{r}"):
+                shutil.rmtree(run / name)
+    c = _claims(run)["c"]  # three pairs of one parent: their spread is fine-tuning noise, not seeds
+    assert c["seeds"] == 1 and c["verdict"] == UNDECIDED and c["window_change"]["ci"] is None
+
+
+def test_c_reads_only_the_pairs_at_the_plans_precision(run):
+    plan = Plan(**{**PLAN.model_dump(), "finetuning": {**PLAN.finetuning.model_dump(), "precision": "32-true"}})
+    assert "c" not in {k for k, c in _claims(run, plan).items() if c["verdict"] != NOT_MEASURED}
+    for parent, runs in ((1, (2, 3)), (2, (1, 2)), (3, (1,))):
+        for r in runs:
+            _pair(run, parent, r, tuned_window=9.5, precision="32-true")
+    c = _claims(run, plan)["c"]  # the sweep's pair r1 of parent 1 (no precision recorded) is left out
+    assert c["pairs_per_parent"] == {1: [2, 3], 2: [1, 2], 3: [1]} and c["verdict"] == HOLDS
+
+
+def test_the_papers_beta_is_shown_beside_the_selected_one(run):
+    plan = Plan(**{**PLAN.model_dump(), "finetuning": {**PLAN.finetuning.model_dump(), "betas": [0.1, 10.0]}})
+    _unit(run, Unit("flexible", 1, beta=0.1, run=1), [_record(None, 0.30, 701, 25.0), _record(1.4, 0.30, 702, 11.8)],
+          selected=1.4, dev_bleu=29.9, dev_window=20.0)
+    c = _claims(run, plan)["c"]
+    pb = c["paper_beta"]  # one pair, against the sweep's control: shown, not tested
+    assert c["beta"] == 10.0 and pb["beta"] == 0.1 and pb["seeds"] == 1 and pb["pairs_per_parent"] == {1: [1]}
+    assert pb["inf"]["per_seed"][0] < 0  # the β = 0.1 model translates worse at τ = ∞ here
+    assert "at the paper's β = 0.1 (not tested)" in report(run, plan, {"test": REFERENCES}, **OPTIONS)["markdown"]
 
 
 def test_a_wide_interval_over_seeds_leaves_b_inconclusive(run):
     """Seeds that disagree (one loses 0.2 of its words at τ, two lose nothing) widen the t-interval
-    past the margin even where the pooled interval stays inside it."""
+    past the margin."""
     _unit(run, Unit("flexible", 3), [_record(None, 0.25, 203, 25.0), _record(1.2, 0.45, 303, 11.0)], selected=1.2)
     b = _claims(run)["b"]
     assert b["per_seed"][:2] == [0.0, 0.0] and b["per_seed"][2] < -5
@@ -115,13 +224,35 @@ def test_a_wide_interval_over_seeds_leaves_b_inconclusive(run):
     assert b["verdict"] == INCONCLUSIVE
 
 
+def test_b_fails_when_the_cut_is_under_half(run):
+    for s in (1, 2, 3):  # the same translations at a τ that scores 16 of 25 positions: 36% cut
+        _unit(run, Unit("flexible", s), [_record(None, 0.25, 200 + s, 25.0), _record(1.2, 0.25, 200 + s, 16.0)],
+              selected=1.2)
+    b = _claims(run)["b"]
+    assert b["cut"]["mean"] == pytest.approx(0.36) and b["verdict"] == FAILS
+
+
 def test_c_fails_when_the_fine_tuned_window_is_not_narrower_at_its_own_tau(run):
-    for r in (1, 2, 3):  # the fine-tuned model's curve shifted: its own selected τ gives the control's window
-        _unit(run, Unit("flexible", 1, beta=10.0, run=r), [_record(None, 0.25, 610 + r, 25.0),
-                                                         _record(1.0, 0.25, 640 + r, 12.2 + 0.05 * r)],
-              selected=1.0, dev_bleu=29.9)
+    for parent, runs in ((1, (1, 2, 3)), (2, (1, 2)), (3, (1, 2))):  # its own selected τ gives the control's window
+        for r in runs:
+            _pair(run, parent, r, tuned_window=12.2 + 0.05 * r, control_window=12.0 + 0.1 * r)
     c = _claims(run)["c"]
     assert c["window_change"]["ci"][0] > -0.05 and c["verdict"] == FAILS
+
+
+def test_claims_a_and_b_at_the_budget_checks_budget(run):
+    plan = Plan(**{**PLAN.model_dump(), "budget_check": {"variant": "flexible", "factor": 1.5, "others": ["global"]}})
+    _unit(run, Unit("flexible", 1, 1.5), [_record(None, 0.25, 201, 25.0), _record(1.1, 0.25, 201, 10.0)],
+          selected=1.1)
+    out = report(run, plan, {"test": REFERENCES}, **OPTIONS)
+    assert [r["id"] for r in out["budget_claims"]] == ["b"]  # Global at x1.5 not done yet
+    _unit(run, Unit("global", 1, 1.5), [_record(None, 0.10, 901, 25.0)])  # Global gains far more with the budget
+    out = report(run, plan, {"test": REFERENCES}, **OPTIONS)
+    rows = {r["id"]: r for r in out["budget_claims"]}
+    claims = {c["id"]: c for c in out["claims"]}
+    assert rows["a"]["at_budget"] == claims["a"]["per_seed"][0] and rows["a"]["delta"] < 0 < rows["a"]["at_budget"]
+    assert rows["a"]["moved"] and rows["b"]["delta"] == 0.0 and not rows["b"]["moved"] and rows["b"]["cut"] == 0.6
+    assert "Claims at ×1.5 the budget" in out["markdown"] and "**yes**" in out["markdown"]
 
 
 def test_the_figure_shows_each_fine_tuning_pair_beside_the_trade_off(run, tmp_path_factory):
@@ -132,11 +263,13 @@ def test_the_figure_shows_each_fine_tuning_pair_beside_the_trade_off(run, tmp_pa
     from flexatt.unit_claims import Units, figure, finetuning_pairs
 
     out = tmp_path_factory.mktemp("figures")
-    assert finetuning_pairs(Units(run, PLAN)) == (
-        10.0, {r: (f"flexible-s1-ft-b10-r{r}", f"flexible-s1-ctl-r{r}") for r in (1, 2, 3)})
+    assert finetuning_pairs(Units(run, PLAN)) == (10.0, {
+        1: {r: (f"flexible-s1-ft-b10-r{r}", f"flexible-s1-ctl-r{r}") for r in (1, 2, 3)},
+        2: {r: (f"flexible-s2-ft-b10-r{r}", f"flexible-s2-ctl-r{r}") for r in (1, 2)},
+        3: {r: (f"flexible-s3-ft-b10-r{r}", f"flexible-s3-ctl-r{r}") for r in (1, 2)}})
     both = Image.open(figure(Units(run, PLAN), out / "both.png")).size
     shutil.rmtree(run / "flexible-s1-ctl-r3")
-    assert list(finetuning_pairs(Units(run, PLAN))[1]) == [1, 2]  # a pair once both sides finished
+    assert list(finetuning_pairs(Units(run, PLAN))[1][1]) == [1, 2]  # a pair once both sides finished
     for r in (1, 2):
         shutil.rmtree(run / f"flexible-s1-ctl-r{r}")
     assert finetuning_pairs(Units(run, PLAN)) is None  # β waits for the sweep's control
@@ -170,7 +303,7 @@ def test_the_report_renders_every_claim(run):
     assert "| global | τ=∞ | 1,2,3 |" in md and "| flexible | selected τ | 1,2,3 |" in md
     assert "not measured" in md and "vs local_m_d5" in md and "the paper's 56–64% overlaps it" in md
     claim_rows = [line for line in md.splitlines() if line.startswith("| claim") or line.startswith("| a:")
-                  or line.startswith("| f:") or line.startswith("| f vs")]
+                  or line.startswith("| c") or line.startswith("| f:") or line.startswith("| f vs")]
     assert len({line.count("|") for line in claim_rows}) == 1  # every row as many columns as the header
 
 

@@ -279,13 +279,13 @@ def test_evaluate_and_compare_from_products_equal_them_from_the_model(smoke_unit
     """What the claims read from a unit's products (no checkpoint, no decoding) equals what the
     evaluate and compare stages compute from the model: its kept weights decoded again on the
     test split at τ = ∞ and at the selected τ give the stored window, BLEU and chrF
-    (``evaluate.score_row``), and the pooled comparison of the two decodes from their stored
-    records (``unit_claims``) is the compare stage's ``compare_pair`` of the fresh ones."""
-    from flexatt.claims import compare_pair
+    (``evaluate.score_row``), and the comparison of the two decodes from their stored records
+    (``unit_claims``: Δ and its bootstrap) is that of the fresh ones."""
+    from flexatt.claims import bleu_difference
     from flexatt.data.evalset import EvalSet
     from flexatt.decoding.translate import DecodeOptions, translate_split
     from flexatt.stages.evaluate import score_row
-    from flexatt.unit_claims import _pair_stats
+    from flexatt.unit_claims import _comparison, bleu_difference_over_seeds
 
     products = load_products(smoke_unit / "products")
     m = products["manifest"]
@@ -300,11 +300,12 @@ def test_evaluate_and_compare_from_products_equal_them_from_the_model(smoke_unit
         row, stored = score_row(out, data, "en"), records[("test", tau)]
         assert {k: row[k] for k in ("window", "window_step_weighted", "bleu", "chrf")} \
             == {k: stored[k] for k in ("window", "window_step_weighted", "bleu", "chrf")}, tau
-    options_ = {"n_samples": 200, "seed": 7, "ar_trials": 200}
-    from_products = _pair_stats([(records[("test", taus[1])], records[("test", taus[0])])],
-                                {"test": data.references}, **options_)["pooled"]
-    assert from_products == compare_pair(fresh[taus[1]].hypotheses, fresh[taus[0]].hypotheses, data.references,
-                                         **options_)
+    options_ = {"n_samples": 200, "seed": 7}
+    from_products = _comparison([(1, [(records[("test", taus[1])], records[("test", taus[0])])])],
+                                {"test": data.references}, **options_)["bootstrap"]
+    fresh_pair = (fresh[taus[1]].hypotheses, fresh[taus[0]].hypotheses, data.references)
+    assert from_products == bleu_difference_over_seeds([[fresh_pair]], **options_)
+    assert from_products["delta"] == bleu_difference(*fresh_pair, **options_)["delta"]
 
 
 def test_a_control_replays_its_fine_tunings_learning_rates_from_the_same_kept_weights(smoke_unit):
@@ -476,15 +477,18 @@ def test_a_finished_unit_started_again_trains_no_further_says_so_and_decodes_the
     assert untimed(again["decodes"]) == untimed(first["decodes"])
 
 
-def test_the_budget_check_trains_longer_and_decodes_at_tau_inf_only(smoke_unit):
+def test_the_budget_check_trains_longer_and_decodes_like_any_unit(smoke_unit):
+    """Claims a and b are re-asked at the check's budget: its flexible model is decoded over τ
+    too, with a τ selected on dev, as at the budget."""
     result = run_module("flexatt.units", "run", "flexible-s2-x1.5", "--out", "longer", *SHORT, cwd=smoke_unit,
                         threads="1")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     products = load_products(smoke_unit / "longer")
     m = products["manifest"]
     assert m["training"]["epochs"] == 2 and m["training"]["epochs_budget"] == 2 and m["budget"] == 1.5
-    assert [(r["split"], r["tau"]) for r in products["decodes"]["records"]] == [("dev", math.inf), ("test", math.inf)]
-    assert products["alignments"] is None and "selected" not in m["summary"]["dev"]
+    decoded = {(r["split"], r["tau"]) for r in products["decodes"]["records"]}
+    assert {("dev", math.inf), ("test", math.inf)} <= decoded and len({t for s, t in decoded if s == "dev"}) > 1
+    assert "selected_tau" in m["summary"]["dev"] and products["alignments"] is not None
 
 
 def test_a_changed_product_is_refused(smoke_unit, tmp_path):

@@ -127,13 +127,16 @@ def key(name: str) -> str:
 def pending_items(profile: str, manifests: dict[str, dict], data_dir: str, root: Path = Path("."),
                   finished: set[str] | None = None, listed: dict[str, dict] | None = None) -> dict[str, dict]:
     """``units.yaml``'s ``pending``: the units of the profile's plan (:func:`flexatt.products.plan`,
-    in its order) that have no products yet, each with what its ``train`` and ``decode`` stages
+    in its order) that have no products yet (or are not in ``finished``: products of uncommitted
+    edits, :func:`flexatt.products.rerun_due`), each with what its ``train`` and ``decode`` stages
     need: the file its weights go to, the options of each step, and two paths its stages depend
     on (``parent``: a fine-tuning's parent weights; ``after``: the flexible unit a fixed window is
     matched to in its decoding; the tokenized data where there is none). A unit trains at the
     precision its comparison group already trained at (:func:`flexatt.products.comparison_group`:
-    the two sides of a pair at one precision), pinned in its options so that any machine keeps it.
-    ``finished``: the units frozen (default: every unit with products); ``listed``: the pending
+    the two sides of a pair at one precision), a fine-tuning pair at the selected β at the plan's
+    ``finetuning.precision``, pinned in its options so that any machine keeps it.
+    ``finished``: the units frozen (default: every unit with products but those to run again);
+    ``listed``: the pending
     items written before, kept as they are (a unit's stages do not change once listed: one may be
     running)."""
     from flexatt.products import Unit, comparison_group, parse_unit, plan, read_plan
@@ -142,7 +145,10 @@ def pending_items(profile: str, manifests: dict[str, dict], data_dir: str, root:
     units = plan(spec, manifests)
     planned = {u.name for u in units}
     out = {}
-    finished = set(manifests) if finished is None else finished
+    if finished is None:
+        from flexatt.products import rerun_due
+
+        finished = set(manifests) - rerun_due(manifests, root)
     for unit in units:
         if unit.name in finished:
             continue
@@ -159,7 +165,10 @@ def pending_items(profile: str, manifests: dict[str, dict], data_dir: str, root:
         if unit.kind != "train":
             parent = f"results/{profile}/units/{unit.parent}/weights.fp16.pt"
             train.append(f"--parent {parent}")
-        if len(group) == 1:
+        ft = spec.finetuning
+        if unit.kind != "train" and ft is not None and ft.precision and (unit.run > 1 or unit.seed != spec.seeds[0]):
+            train.append(f"trainer.precision={ft.precision}")  # a pair at the selected β: the claim's precision
+        elif len(group) == 1:
             train.append(f"trainer.precision={group[0]}")
         after = data_dir
         flexible = Unit(spec.flexible, unit.seed).name
@@ -183,7 +192,9 @@ def freeze(profile: str, root: str | os.PathLike = ".", only: list[str] | None =
     decoding may have written its products and not yet its lock entry)."""
     from dvc.repo import Repo
 
-    from flexatt.products import done_units
+    from dvc.utils.serialize import dump_yaml
+
+    from flexatt.products import done_units, rerun_due
 
     root = Path(root)
     folder = root / "pipelines" / profile
@@ -195,13 +206,16 @@ def freeze(profile: str, root: str | os.PathLike = ".", only: list[str] | None =
         before = before or {}
         frozen = set(manifests) if only is None else \
             {i["unit"] for i in (before.get("finished") or {}).values()} | set(only)
+        due = rerun_due(manifests, root)  # ran on uncommitted edits: pending again, never frozen
+        frozen -= due
         finished = items(profile, {n: m for n, m in manifests.items() if n in frozen})
         pending = pending_items(profile, manifests, params["train"]["data_dir"], root, frozen & set(manifests),
                                 before.get("pending") or {})
         header = (f"# The units of pipelines/{profile}/dvc.yaml, written by python -m flexatt.freeze: `finished`,\n"
                   f"# the frozen `unit` stage's, from results/{profile}/units/*/unit.json (source: the commit each\n"
                   f"# ran from and whether its tree had uncommitted edits); `pending`, the `train` and `decode`\n"
-                  f"# stages', the units of conf/units/{profile}.yaml's plan that have no products yet, in its order.\n")
+                  f"# stages', the units of conf/units/{profile}.yaml's plan that have no products yet (or products of\n"
+                  f"# uncommitted edits to what they ran: run again), in its order.\n")
         _write(folder / "units.yaml", header + yaml.safe_dump({"finished": finished, "pending": pending},
                                                                sort_keys=False, width=110))
         lock_path = folder / "dvc.lock"
@@ -209,7 +223,9 @@ def freeze(profile: str, root: str | os.PathLike = ".", only: list[str] | None =
         for stage in [s for s in lock["stages"] if s.split("@")[0] in ("train", "decode")]:
             if stage.split("@", 1)[1] in finished:  # a pending unit finished: frozen from now on
                 del lock["stages"][stage]
-        _write(lock_path, yaml.safe_dump(lock, sort_keys=False, width=110))
+        for name in due:  # to be re-run: its train and decode stages replace its frozen one
+            lock["stages"].pop(f"unit@{key(name)}", None)
+        dump_yaml(lock_path, lock)  # as DVC writes its lock
     new = finished if only is None else {k: i for k, i in finished.items() if i["unit"] in only}
     if not new:
         return len(finished), len(pending)
@@ -232,7 +248,7 @@ def freeze(profile: str, root: str | os.PathLike = ".", only: list[str] | None =
                     dep.update(tree_hash(commit, root=root))
             entry["params"] = {params_file: composed_params(commit, profile, item["source"].get("overrides", []),
                                                             item["variant"], root)}
-        _write(lock_path, yaml.safe_dump(lock, sort_keys=False, width=110))
+        dump_yaml(lock_path, lock)  # as DVC writes its lock
     return len(finished), len(pending)
 
 

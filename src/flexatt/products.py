@@ -53,13 +53,18 @@ class BudgetCheck(BaseModel):
     variant: str
     factor: Annotated[float, Field(gt=1.0)] = 1.5
     final: bool = False
+    #: the other side of the claims the check's variant takes part in (Global for claim a), trained
+    #: at the same ``factor`` at the first seed after the other seeds: does a claim's Δ move with
+    #: the budget? (:func:`flexatt.unit_claims.budget_claims`)
+    others: list[str] = Field(default_factory=list)
 
 
 class Finetuning(BaseModel):
     """Fine-tuning units: the first seed's ``parent`` fine-tuned at each β of ``betas`` (fine-tuning
     seed 1) beside its control (β = 0), each ``epochs`` epochs at the constant ``finetune.lr`` (the
     control replays the same sequence); β selected on dev (:func:`select_beta`); then ``pairs``
-    fine-tuning/control pairs at that β, fine-tuning seeds 1 to ``pairs`` (seed 1 is the sweep's)."""
+    fine-tuning/control pairs at that β, fine-tuning seeds 1 to ``pairs`` (seed 1 is the sweep's),
+    from the first seed's parent, and ``parent_pairs`` from the parent of each of ``parent_seeds``."""
 
     model_config = ConfigDict(extra="forbid")
     parent: str
@@ -67,6 +72,13 @@ class Finetuning(BaseModel):
     epochs: PositiveInt
     pairs: PositiveInt = 5
     tolerance: Annotated[float, Field(ge=0)] = 0.5
+    #: the parents' training seeds beyond the first with ``parent_pairs`` pairs each at the selected
+    #: β, fine-tuning seeds 1 to ``parent_pairs``: claim c's interval is over parents
+    parent_seeds: list[PositiveInt] = Field(default_factory=list)
+    parent_pairs: PositiveInt = 2
+    #: the precision every pair at the selected β trains at (pinned in its stage's options), and
+    #: the only one claim c reads: a corpus's pairs at one precision; ``None``: each pair's own
+    precision: Optional[str] = None
 
 
 class Plan(BaseModel):
@@ -145,10 +157,11 @@ def plan(spec: Plan, done: dict[str, dict]) -> list[Unit]:
     other model (fixed windows first, the flexible model last: its test decodes are matched to
     their windows; a flexible model that ran first with the check keeps its weights, and the fixed
     windows that finish after it are matched from them), the fine-tuning's β sweep beside its
-    control, then the other seeds of the seeded
-    models and of the fixed window nearest flexible's (per seed, flexible last again), then the
-    fine-tuning/control pairs at the selected β. Units that wait for a choice made from finished units (``done``: name ->
-    manifest) are listed once it can be made: the nearest fixed window's seeds, the pairs. Where the
+    control, then the other seeds of the seeded models and of the fixed window nearest flexible's
+    (per seed, flexible last again), then the fine-tuning/control pairs at the selected β (the
+    first seed's parent's, then the other parents'), then the other sides of the budget check
+    (``budget_check.others``). Units that wait for a choice made from finished units (``done``:
+    name -> manifest) are listed once it can be made: the nearest fixed window's seeds, the pairs. Where the
     budget check has failed (:func:`budget_short`) and the budget is not kept as final, the plan ends
     with the first seed: more seeds of models trained too short would not decide anything; the
     profile's budget is raised first (:func:`budget_waits`)."""
@@ -177,6 +190,10 @@ def plan(spec: Plan, done: dict[str, dict]) -> list[Unit]:
     beta = select_beta(spec, done) if ft is not None else None
     if beta is not None:
         units += [Unit(ft.parent, first, beta=b, run=r) for r in range(2, ft.pairs + 1) for b in (beta, 0.0)]
+        units += [Unit(ft.parent, s, beta=b, run=r) for s in ft.parent_seeds if s != first
+                  for r in range(1, ft.parent_pairs + 1) for b in (beta, 0.0)]
+    if spec.budget_check is not None:
+        units += [Unit(v, first, spec.budget_check.factor) for v in spec.budget_check.others]
     return units
 
 
@@ -218,9 +235,15 @@ def budget_waits(spec: Plan, done: dict[str, dict]) -> bool:
 def phase(spec: Plan, unit: Unit) -> int:
     """The stage of the plan ``unit`` belongs to: 0 the first seed of every claim (the budget
     check and the fine-tuning's β sweep beside its control included), 1 the other training seeds,
-    2 the fine-tuning/control pairs after the first. :func:`plan` lists one profile's units in this
-    order; a run of several profiles finishes a stage on every one before the next."""
-    return 1 if unit.seed != spec.seeds[0] else 2 if unit.run > 1 else 0
+    2 the fine-tuning/control pairs after the sweep's and the budget check's other sides.
+    :func:`plan` lists one profile's units in this order; a run of several profiles finishes a
+    stage on every one before the next."""
+    first = spec.seeds[0]
+    if unit.kind != "train":
+        return 2 if unit.run > 1 or unit.seed != first else 0
+    if unit.budget != 1.0 and spec.budget_check is not None and unit.variant in spec.budget_check.others:
+        return 2
+    return 1 if unit.seed != first else 0
 
 
 def comparison_group(unit: Unit) -> tuple:
@@ -418,6 +441,32 @@ def done_units(folder: str | os.PathLike) -> dict[str, dict]:
                 raise DataError(folder / name / "unit.json", f"matched to {by['unit']}, which matched it too")
             matched[name] = by["match"]
     return found
+
+
+def ran_on_edits(manifest: dict, root: str | os.PathLike = ".") -> bool:
+    """Whether a finished unit ran on uncommitted edits to what it runs: its record says its tree
+    had edits (``source.uncommitted_edits``) and the code of its recorded commit did not refuse
+    them before training. Units refuse to train on edits to the package, ``conf/`` or their
+    params file (:func:`flexatt.units.refuse_uncommitted`); a unit whose commit has that refusal
+    and still records edits had them in other files (a ``dvc.lock`` its pipeline's data stages
+    wrote): not what it ran. Without git or the commit, the record stands."""
+    import subprocess
+
+    source = manifest.get("source") or {}
+    if not source.get("uncommitted_edits"):
+        return False
+    if not source.get("commit"):
+        return True
+    shown = subprocess.run(["git", "show", f"{source['commit']}:src/flexatt/units.py"], cwd=root,
+                           capture_output=True, text=True)
+    return shown.returncode != 0 or "def refuse_uncommitted(" not in shown.stdout
+
+
+def rerun_due(done: dict[str, dict], root: str | os.PathLike = ".") -> set[str]:
+    """The finished units that ran on uncommitted edits to what they ran (:func:`ran_on_edits`):
+    their products name code that did not run, so they are trained and decoded again (as pending
+    units) until their products say otherwise."""
+    return {name for name, m in done.items() if ran_on_edits(m, root)}
 
 
 def match_records(folder: str | os.PathLike, flexible: str, manifests: dict[str, dict]) -> list[dict]:

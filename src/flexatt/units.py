@@ -131,8 +131,8 @@ class UnitDecoder:
         return summary_point(self.records[key])
 
 
-def decode_products(model, p, tok_dir: Path, filter_dir: Path, targets: dict[str, float] | None = None,
-                    full: bool = True) -> tuple[dict, dict, dict | None, dict]:
+def decode_products(model, p, tok_dir: Path, filter_dir: Path,
+                    targets: dict[str, float] | None = None) -> tuple[dict, dict, dict | None, dict]:
     """Every decode of a unit's model: ``(summary, decodes, alignments, g_values)``.
 
     ``summary[split]``: ``inf`` (and, for a flexible model, ``selected``, ``selected_tau``,
@@ -142,8 +142,8 @@ def decode_products(model, p, tok_dir: Path, filter_dir: Path, targets: dict[str
     ``summary["matched"][unit]``. ``decodes``: ``{"records": [...]}``, one stored record per (split, τ).
     ``alignments``: ``{split: {tau label: ["i-j ...", ...]}}`` or ``None``. ``g_values``:
     ``{"<split>/<tau label>": array}`` of the g_t seen in forced decoding (flexible models).
-    ``full=False`` (the budget check, which reports what longer training gains) decodes dev and
-    test at τ = ∞ only.
+    A budget check's units are decoded in full too: claims a and b are re-asked at its budget
+    (:func:`flexatt.unit_claims.budget_claims`).
     """
     from flexatt.data.evalset import EvalSet
     from flexatt.points import decode_options
@@ -156,8 +156,6 @@ def decode_products(model, p, tok_dir: Path, filter_dir: Path, targets: dict[str
     flexible = model.config.get("attention") in TAU_ATTENTIONS
     summary: dict[str, dict] = {s: {"inf": decoder.point(s, INF)} for s in SPLITS}
     taus: dict[str, list[float]] = {s: [INF] for s in SPLITS}
-    if not full:
-        return summary, _decodes(decoder, options), None, {}
     if flexible:
         grid = dev_grid(st.grid, sets["dev"].mean_src_len, st.add_log_mean_len)
         reference = summary["dev"]["inf"]["bleu"]
@@ -575,8 +573,7 @@ def decode_unit(unit: Unit, folder: Path, out: Path, *, params: str | None = Non
         files[WEIGHTS] = weights.read_bytes()
     tok_dir, filter_dir = Path(p.train.data_dir), Path(p.tokenize.in_dir)
     with intra_op_threads(p.train.threads):
-        summary, decodes, alignments, g_values = decode_products(model, p, tok_dir, filter_dir, targets,
-                                                                   full=unit.budget == 1.0)
+        summary, decodes, alignments, g_values = decode_products(model, p, tok_dir, filter_dir, targets)
         matched_by = None
         if match_flexible is not None:
             matched_by, files[MATCH_PRODUCT] = match_into(unit, summary["dev"]["inf"]["window"], match_flexible, p)
