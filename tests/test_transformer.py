@@ -1,0 +1,166 @@
+"""flexatt.transformer: cross-attention against its equations (dense with the penalty at τ = ∞;
+masked to the window at a finite τ, scoring only the window), incremental decoding against
+teacher forcing, the penalty's gradients in float64."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from flexatt.transformer import CrossAttention, TransformerConfig, TransformerSeq2Seq
+
+B, S, T, D, HEADS = 3, 9, 6, 16, 4
+LENGTHS = torch.tensor([9, 6, 4])
+
+
+def _cross(kind: str, **extra) -> CrossAttention:
+    torch.manual_seed(0)
+    cfg = TransformerConfig(d_model=D, heads=HEADS, cross=kind, dropout=0.0, att_size=8, local_D=2, sigma=1.0,
+                            length_ratio=1.5, **extra)
+    return CrossAttention(cfg).double().eval()
+
+
+def _inputs(seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randn(B, T, D, generator=g, dtype=torch.float64)
+    enc = torch.randn(B, S, D, generator=g, dtype=torch.float64)
+    mask = torch.arange(S).unsqueeze(0) < LENGTHS.unsqueeze(1)
+    steps = torch.arange(1, T + 1).unsqueeze(0).expand(B, -1)
+    return y, enc, mask, steps
+
+
+def _reference(att: CrossAttention, y, enc, mask, centre, g, allowed):
+    """The equations written out: per head q·k/√d_h − g (s − p)²/(2σ²) over the allowed positions."""
+    q = att.q(y).view(B, T, HEADS, -1).transpose(1, 2)
+    k, v = (z.view(B, S, HEADS, -1).transpose(1, 2) for z in att.kv(enc).chunk(2, -1))
+    logits = q @ k.transpose(-1, -2) / math.sqrt(D // HEADS)
+    if g is not None:
+        s = torch.arange(1, S + 1, dtype=torch.float64)
+        logits = logits - (g.unsqueeze(-1) * (s - centre.unsqueeze(-1)) ** 2 / 2.0).unsqueeze(1)
+    a = torch.softmax(logits.masked_fill(~allowed.unsqueeze(1), float("-inf")), -1)
+    out = att.out((a @ v).transpose(1, 2).reshape(B, T, D))
+    return out, a.mean(1)
+
+
+def test_flexible_at_tau_inf_is_the_dense_computation_with_the_penalty():
+    att = _cross("flexible")
+    y, enc, mask, steps = _inputs()
+    out, weights, stats = att(y, att.memory(enc), mask, steps)
+    centre = LENGTHS.double().unsqueeze(1) * torch.sigmoid(att.v_p(torch.tanh(att.W_p(y)))).squeeze(-1)
+    g = torch.sigmoid(att.v_g(torch.tanh(att.W_g(y)))).squeeze(-1)
+    ref_out, ref_w = _reference(att, y, enc, mask, centre, g, mask.unsqueeze(1).expand(-1, T, -1))
+    torch.testing.assert_close(out, ref_out)
+    torch.testing.assert_close(weights, ref_w)
+    assert torch.equal(stats["window"], LENGTHS.unsqueeze(1).expand(-1, T))  # every real position
+    torch.testing.assert_close(stats["g"], g)
+
+
+@pytest.mark.parametrize("kind, tau", [("flexible", 0.8), ("flexible", 0.05), ("local_m", INF := math.inf),
+                                       ("local_mr", math.inf)])
+def test_a_window_is_the_dense_computation_masked_and_scores_only_the_window(kind, tau):
+    att = _cross(kind)
+    y, enc, mask, steps = _inputs()
+    memory = att.memory(enc)
+    centre, g = att.centre_and_strength(y, steps, LENGTHS, None)
+    lo, hi = att.span(centre, g, tau, LENGTHS)
+    s = torch.arange(1, S + 1)
+    allowed = (s >= lo.unsqueeze(-1)) & (s <= hi.unsqueeze(-1)) & mask.unsqueeze(1)  # B x T x S
+    if kind == "flexible":  # penalty < τ, and the position nearest the centre
+        penalty = g.unsqueeze(-1) * (s - centre.unsqueeze(-1)) ** 2 / 2.0
+        nearest = torch.minimum(torch.round(centre).clamp_min(1), LENGTHS.unsqueeze(1).double()).unsqueeze(-1)
+        assert torch.equal(allowed, ((penalty < tau) | (s == nearest)) & mask.unsqueeze(1))
+    else:
+        p = steps.double() if kind == "local_m" else steps / 1.5
+        near = torch.minimum(torch.round(p).clamp_min(1), LENGTHS.unsqueeze(1).double()).unsqueeze(-1)
+        assert torch.equal(allowed, ((s - near).abs() <= 2) & mask.unsqueeze(1))
+    # positions outside every window hold NaN keys and values: one product with them and the
+    # output would be NaN
+    outside = ~allowed.any(1)  # B x S: in no step's window
+    poisoned = type(memory)(memory.keys.masked_fill(outside[:, None, :, None], float("nan")),
+                            memory.values.masked_fill(outside[:, None, :, None], float("nan")))
+    out, weights, stats = att(y, poisoned, mask, steps, tau)
+    ref_out, ref_w = _reference(att, y, enc, mask, centre, g, allowed)
+    torch.testing.assert_close(out, ref_out)
+    torch.testing.assert_close(weights, ref_w)
+    assert torch.equal(stats["window"], allowed.sum(-1))  # counted from the positions scored
+    assert (stats["window"] < LENGTHS.unsqueeze(1)).any()
+
+
+def test_the_penalty_path_has_the_gradients_of_its_equations():
+    att = _cross("flexible")
+    y, enc, mask, steps = _inputs()
+    y = y[:1, :3].clone().requires_grad_()
+    enc = enc[:1].clone().requires_grad_()
+
+    def f(y, enc):
+        out, _, stats = att(y, att.memory(enc), mask[:1], steps[:1, :3])
+        return out, stats["g"], stats["position"]
+
+    assert torch.autograd.gradcheck(f, (y, enc))
+    windowed = lambda y, enc: att(y, att.memory(enc), mask[:1], steps[:1, :3], 0.5)[0]  # noqa: E731
+    assert torch.autograd.gradcheck(windowed, (y, enc))
+
+
+def _model(kind: str, centre: str = "query") -> TransformerSeq2Seq:
+    torch.manual_seed(0)
+    cfg = TransformerConfig(d_model=D, heads=HEADS, enc_layers=2, dec_layers=3, ff_size=32, dropout=0.0, cross=kind,
+                            centre=centre, att_size=8, local_D=2, sigma=1.0, length_ratio=1.5, max_len=64)
+    return TransformerSeq2Seq(cfg, 20, 23).double().eval()
+
+
+@pytest.mark.parametrize("kind, centre, tau", [("global", "query", math.inf), ("flexible", "query", math.inf),
+                                               ("flexible", "query", 0.5), ("flexible", "below", 0.5),
+                                               ("local_m", "query", math.inf), ("local_mr", "query", math.inf)])
+def test_incremental_decoding_equals_teacher_forcing_step_by_step(kind, centre, tau):
+    model = _model(kind, centre)
+    g = torch.Generator().manual_seed(3)
+    src = torch.randint(3, 20, (B, S), generator=g).masked_fill(~(torch.arange(S) < LENGTHS.unsqueeze(1)), 0)
+    tgt = torch.randint(3, 23, (B, T), generator=g)
+    logits, aux = model(src, LENGTHS, tgt, tau)
+    cache, state = model.encode(src, LENGTHS)
+    for t in range(T):
+        step_logits, state, weights, stats = model.decode_step(tgt[:, t], state, cache, tau)
+        torch.testing.assert_close(step_logits, logits[:, t])
+        torch.testing.assert_close(weights, aux["attention"][:, t])
+        assert torch.equal(stats.window, aux["window"][:, t])
+    assert aux["window"].dtype == torch.long and (aux["g"] is None) == (kind != "flexible")
+    if kind != "global" and not (kind == "flexible" and math.isinf(tau)):
+        dense = model.window_layers * LENGTHS.unsqueeze(1)  # every real position in every layer
+        assert (aux["window"] <= dense).all() and (aux["window"] < dense).any()
+
+
+def test_the_centre_below_is_the_layer_belows_expected_position():
+    model = _model("flexible", "below")
+    src = torch.randint(3, 20, (B, S)).masked_fill(~(torch.arange(S) < LENGTHS.unsqueeze(1)), 0)
+    _, aux = model(src, LENGTHS, torch.randint(3, 23, (B, T)), 0.5)
+    layers = aux["layers"]
+    for below, layer in zip(layers, layers[1:]):
+        lo, hi = layer["span_lo"], layer["span_hi"]
+        nearest = torch.minimum(torch.round(below["position"]).clamp_min(1), LENGTHS.unsqueeze(1).double()).long()
+        assert ((lo <= nearest) & (nearest <= hi)).all()  # the window holds the centre below
+
+
+def test_a_wrong_setting_is_named():
+    with pytest.raises(ValueError, match="cross must be one of"):
+        TransformerConfig(cross="local_p")
+    with pytest.raises(ValueError, match="multiple of heads"):
+        TransformerConfig(d_model=10, heads=4)
+
+
+def test_beam_search_decodes_it_the_same_at_any_batch_size():
+    """The searches of flexatt.decoding decode it through its step API (the eager backend), one
+    sentence at a time as in a batch."""
+    from flexatt.decoding.search import beam_search
+
+    model = _model("flexible").float()
+    src = torch.randint(3, 20, (B, S), generator=torch.Generator().manual_seed(5))
+    src = src.masked_fill(~(torch.arange(S) < LENGTHS.unsqueeze(1)), 0)
+    batch = beam_search(model, src, LENGTHS, 10, 3, tau=0.5, n_best=2, backend="eager")
+    for i in range(B):
+        one = beam_search(model, src[i:i + 1, :int(LENGTHS[i])], LENGTHS[i:i + 1], 10, 3, tau=0.5, n_best=2,
+                          backend="eager")
+        width = one.tokens.size(-1)
+        assert torch.equal(one.tokens[0], batch.tokens[i, ..., :width]) and (batch.tokens[i, ..., width:] == 0).all()
+        assert int(one.window_sum[0]) == int(batch.window_sum[i])
