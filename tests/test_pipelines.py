@@ -49,6 +49,9 @@ def test_every_finished_unit_is_a_frozen_stage_of_its_profile(profile):
     assert sorted(item["unit"] for item in finished.values()) == sorted(set(done) - again)
     pending = yaml.safe_load((ROOT / "pipelines" / profile / "units.yaml").read_text())["pending"]
     assert again <= {item["unit"] for item in pending.values()}
+    curves = yaml.safe_load((ROOT / "pipelines" / profile / "dvc.yaml").read_text())["plots"][0]["dev_bleu_by_epoch"]["y"]
+    assert sorted(curves) == sorted(f"../../results/{profile}/units/{item['unit']}/curve.csv" for item in finished.values()
+                                    if done[item["unit"]]["kind"] == "train" and done[item["unit"]]["budget"] == 1.0)
     spec = yaml.safe_load((ROOT / "pipelines" / profile / "dvc.yaml").read_text())["stages"]["unit"]
     assert spec["do"]["frozen"] is True
     stages = lock(profile)

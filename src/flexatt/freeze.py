@@ -185,9 +185,9 @@ def pending_items(profile: str, manifests: dict[str, dict], data_dir: str, root:
 
 
 def freeze(profile: str, root: str | os.PathLike = ".", only: list[str] | None = None) -> tuple[int, int]:
-    """Write ``units.yaml`` (the finished units, frozen; the pending ones) and the finished units'
-    lock entries, under DVC's lock of the repository at ``root`` (stages of other units may be
-    writing theirs); returns the counts of finished and pending units. ``only``: the units newly
+    """Write ``units.yaml`` (the finished units, frozen; the pending ones), the curves of
+    ``dvc.yaml``'s plot (:func:`write_curves`) and the finished units' lock entries, under DVC's
+    lock of the repository at ``root`` (stages of other units may be writing theirs); returns the counts of finished and pending units. ``only``: the units newly
     frozen are these (a stage that just finished), not every unit with products (another unit's
     decoding may have written its products and not yet its lock entry)."""
     from dvc.repo import Repo
@@ -218,6 +218,7 @@ def freeze(profile: str, root: str | os.PathLike = ".", only: list[str] | None =
                   f"# uncommitted edits to what they ran: run again), in its order.\n")
         _write(folder / "units.yaml", header + yaml.safe_dump({"finished": finished, "pending": pending},
                                                                sort_keys=False, width=110))
+        write_curves(profile, root, [i["unit"] for i in finished.values()])
         lock_path = folder / "dvc.lock"
         lock = yaml.safe_load(lock_path.read_text())
         for stage in [s for s in lock["stages"] if s.split("@")[0] in ("train", "decode")]:
@@ -250,6 +251,25 @@ def freeze(profile: str, root: str | os.PathLike = ".", only: list[str] | None =
                                                             item["variant"], root)}
         dump_yaml(lock_path, lock)  # as DVC writes its lock
     return len(finished), len(pending)
+
+
+def write_curves(profile: str, root: Path, finished: list[str]) -> None:
+    """The ``dev_bleu_by_epoch`` plot of ``pipelines/<profile>/dvc.yaml``: the curve of every
+    finished unit trained for the budget (``dvc plots show``), where the pipeline has that plot.
+    The plot's ``y`` lines are replaced as text, the rest of the file (its comments, its layout)
+    kept as it is."""
+    import re
+
+    from flexatt.products import parse_unit
+
+    trained = [n for n in sorted(finished) if parse_unit(n).kind == "train" and parse_unit(n).budget == 1.0]
+    path = root / "pipelines" / profile / "dvc.yaml"
+    text = path.read_text(encoding="utf-8")
+    found = re.search(r"^(  - dev_bleu_by_epoch:\n(?:      (?!y:).*\n)*      y:\n)((?:        .*\n)*)", text, re.M)
+    if found is None:  # a pipeline without the plot
+        return
+    lines = "".join(f"        ../../results/{profile}/units/{n}/curve.csv: val_bleu\n" for n in trained)
+    _write(path, text[:found.start(2)] + lines + text[found.end(2):])
 
 
 def budget_note(spec, done: dict[str, dict]) -> str | None:
