@@ -23,7 +23,7 @@ import pytest
 
 from conftest import copy_of
 from flexatt import dashboard
-from wandb_records import read_run
+from wandb_records import logged_keys, read_run
 
 ENTITY, PROJECT = "flexatt-team", "flexatt"
 #: the default profile's epochs: three of training, one of fine-tuning (and so of its control)
@@ -44,7 +44,7 @@ def test_workspace_and_report_build_offline():
     sections = dashboard.sections()
     titles = [s.title for s in sections]
     assert titles == ["Table 1 (test set)", "BLEU against window", "τ trade-off per flexible model", *CURVES,
-                      "σ sweep", "Seeds", "Attention per step"]
+                      "σ sweep", "Seeds", "Equal-budget units (long profiles)", "Attention per step"]
     view = dashboard.workspace(ENTITY, PROJECT)._to_model()  # what save() sends, made without a network
     spec = view.spec.section.panel_bank_config
     assert (view.entity, view.project, view.display_name) == (ENTITY, PROJECT, dashboard.TITLE)
@@ -64,6 +64,9 @@ def test_workspace_and_report_build_offline():
                                      ("config.train.variant", "config.finetune.variant", "config.finetune.variant")):
         grid = grids[titles.index(title)]  # one stage per chart, a line per variant
         assert [(r.filters, r.groupby) for r in grid.runsets] == [(f"Metric(\"JobType\") in {[stage]}", [variant])]
+    units = grids[titles.index("Equal-budget units (long profiles)")]  # the reports, and the units by variant
+    assert [(r.filters, r.groupby) for r in units.runsets] == [
+        ("Metric(\"JobType\") in ['units-report']", []), ("Metric(\"JobType\") in ['unit-decode']", ["config.variant"])]
 
 
 def _per_epoch(section) -> list[str]:
@@ -130,35 +133,6 @@ def test_without_an_api_key_the_command_says_so_in_one_line(tmp_path):
 # --------------------------------------------------------------------------- real runs
 
 
-def logged_keys(wandb_dir: Path) -> set[str]:
-    """Every key that the offline runs under ``wandb_dir`` log, named as
-    :func:`flexatt.dashboard.keys_read` names them: history and summary keys (a table or image,
-    stored as ``<key>/_type``, ``<key>/path``, …, as ``<key>``), ``table[column]`` for each
-    column of a logged table (read from the run's table file), ``config.<dotted path>``."""
-    keys: set[str] = set()
-
-    def config(prefix: str, value) -> None:
-        keys.add(prefix)
-        if isinstance(value, dict):
-            for k, v in value.items():
-                config(f"{prefix}.{k}", v)
-
-    for path in sorted(wandb_dir.glob("offline-run-*/run-*.wandb")):
-        run = read_run(path)
-        for values in [run["summary"], *run["history"]]:
-            for key, value in values.items():
-                keys.add(key)
-                if key.endswith("/_type"):
-                    keys.add(key.removesuffix("/_type"))
-                    if value == "table-file":
-                        table = key.removesuffix("/_type")
-                        columns = json.loads((path.parent / "files" / values[f"{table}/path"]).read_text())["columns"]
-                        keys.update(f"{table}[{column}]" for column in columns)
-        for key, value in run["config"].items():
-            config(f"config.{key}", value)
-    return keys
-
-
 @pytest.fixture(scope="module")
 def smoke_and_seeds(smoke_copy, tmp_path_factory) -> Path:
     """A copy of the smoke pipeline's run, then a two-seed seeds sweep on its data (one epoch,
@@ -178,9 +152,13 @@ def test_every_panel_reads_keys_that_runs_log(smoke_and_seeds):
     assert {"train", "finetune", "control", "sweep_tau", "evaluate", "sweep_sigma", "replicate", "sweep_summary"} <= jobs
     logged = logged_keys(smoke_and_seeds / "wandb")
     assert "evaluate/table1[bleu_ci_low]" in logged and "val/bleu" in logged and "config.train.variant" in logged
-    assert dashboard.unlogged(logged) == {}
+    # the long profiles' section reads the runs of their units and reports (tests/test_unit_claims.py,
+    # tests/test_units.py); every other section the runs of this pipeline and its seeds sweep
+    here = [s for s in dashboard.sections() if not dashboard.of_units(s)]
+    assert dashboard.unlogged(logged, here) == {}
+    assert not [c for c in dashboard.RUN_TABLE_COLUMNS if c.startswith("summary:") and c.split(":", 1)[1] not in logged]
     # and each section's keys come from the runs its report grid shows
-    for section in dashboard.sections():
+    for section in here:
         shown = [run for run in runs if run["run"].job_type in {j for r in section.runs for j in r.job_types}]
         assert shown, section.title
         for key in dashboard.keys_read(section):

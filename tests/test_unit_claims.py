@@ -344,3 +344,36 @@ def test_the_report_stage_writes_the_report_and_figure_from_units_alone(run, tmp
         '"summary"', '"data": {"test.ref": "0000"}, "summary"', 1))
     with pytest.raises(DataError, match="not the references the units decoded"):
         read_references({"test": data / "test.ref"}, done_units(results))
+
+
+def test_the_report_logs_its_claims_models_and_figure_to_w_and_b(run, tmp_path):
+    """The report stage's W&B run (job type units-report, the profile's units group): the claims
+    table a row per comparison, the models table, the figure; what the dashboard's units section
+    reads of it."""
+    import json
+
+    from wandb_records import find_runs, logged_keys
+
+    from flexatt import config as C
+    from flexatt import dashboard, schema
+    from flexatt.io import write_json
+    from flexatt.stages.report import log_report
+    from flexatt.unit_claims import CLAIM_COLUMNS, Units, claim_records, figure
+
+    out = report(run, PLAN, {"test": REFERENCES}, **OPTIONS)
+    write_json(tmp_path / "report.json", {k: v for k, v in out.items() if k != "markdown"})
+    saved = json.loads((tmp_path / "report.json").read_text())
+    rows = claim_records("grc", saved["claims"])
+    assert [(r["claim"], r["comparison"]) for r in rows if r["claim"] == "f"] == [
+        ("f", "vs local_m_d5"), ("f", "vs local_m"), ("f", "")]
+    a = next(r for r in rows if r["claim"] == "a")
+    assert a["seeds"] == 3 and a["verdict"] == HOLDS and a["ci_low"] < a["delta"] < a["ci_high"] and set(a) == set(CLAIM_COLUMNS)
+    p = schema.validate(C.load_params(str(ROOT / "pipelines/grc/params.yaml"),
+                                      ["logger.enabled=true", "logger.mode=offline", f"logger.dir={tmp_path}"]))
+    log_report(p, saved, figure(Units(run, PLAN), tmp_path / "units.png"))
+    runs = find_runs(tmp_path / "wandb")
+    assert [(r["run"].job_type, r["run"].run_group) for r in runs] == [("units-report", "grc-units")]
+    assert runs[0]["summary"]["units"] == len(saved["units"])
+    section = next(s for s in dashboard.sections({}) if dashboard.of_units(s))
+    of_report = {k for k in dashboard.keys_read(section) if not k.startswith(("test/", "config."))}
+    assert of_report <= logged_keys(tmp_path / "wandb")

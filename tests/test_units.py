@@ -435,6 +435,15 @@ def test_a_units_decoding_logs_its_figures_to_its_w_and_b_run(smoke_unit, tmp_pa
     assert expected["test/inf/ribes"] == round(100 * corpus_ribes(test_inf["hypotheses"], refs["test"]), 2)
     assert expected["test/selected/window"] == manifest["summary"]["test"]["selected"]["window"]
     assert expected["test/inf/aer"] == manifest["summary"]["test"]["aer"]["inf"]
+    assert runs[0]["config"]["variant"] == "flexible" and runs[0]["config"]["seed"] == 2
+    # what the dashboard's units section reads of a unit's decoding
+    from wandb_records import logged_keys
+
+    from flexatt import dashboard
+
+    section = next(s for s in dashboard.sections({}) if dashboard.of_units(s))
+    of_decodes = {k for k in dashboard.keys_read(section) if k.startswith(("test/", "config."))}
+    assert of_decodes and of_decodes <= logged_keys(tmp_path / "wandb")
 
 
 def test_a_unit_refuses_to_train_on_uncommitted_edits_to_what_it_runs(tmp_path, monkeypatch):

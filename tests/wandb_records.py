@@ -66,3 +66,32 @@ def read_run(path: str | Path) -> dict:
 def find_runs(wandb_dir: str | Path) -> list[dict]:
     """Every offline run under ``wandb_dir``, read."""
     return [read_run(p) for p in sorted(Path(wandb_dir).glob("offline-run-*/run-*.wandb"))]
+
+
+def logged_keys(wandb_dir: Path) -> set[str]:
+    """Every key that the offline runs under ``wandb_dir`` log, named as
+    :func:`flexatt.dashboard.keys_read` names them: history and summary keys (a table or image,
+    stored as ``<key>/_type``, ``<key>/path``, …, as ``<key>``), ``table[column]`` for each
+    column of a logged table (read from the run's table file), ``config.<dotted path>``."""
+    keys: set[str] = set()
+
+    def config(prefix: str, value) -> None:
+        keys.add(prefix)
+        if isinstance(value, dict):
+            for k, v in value.items():
+                config(f"{prefix}.{k}", v)
+
+    for path in sorted(wandb_dir.glob("offline-run-*/run-*.wandb")):
+        run = read_run(path)
+        for values in [run["summary"], *run["history"]]:
+            for key, value in values.items():
+                keys.add(key)
+                if key.endswith("/_type"):
+                    keys.add(key.removesuffix("/_type"))
+                    if value == "table-file":
+                        table = key.removesuffix("/_type")
+                        columns = json.loads((path.parent / "files" / values[f"{table}/path"]).read_text())["columns"]
+                        keys.update(f"{table}[{column}]" for column in columns)
+        for key, value in run["config"].items():
+            config(f"config.{key}", value)
+    return keys

@@ -14,7 +14,11 @@ panel grid per section, each grid on the runs of the stages it shows), with the
   ``sweep_tau/curve`` (the trade-off curve), the image ``figures/tradeoff``;
 * ``sweep_sigma``: the table ``sweep_sigma/points``, summary ``selected_sigma``, ``figures/sigma``;
 * ``replicate`` (the seeds sweep, a run per seed): summary ``<row>/bleu``, ``<row>/window`` of its
-  four fixed rows, and the sweep's ``sweep_summary`` run: the table ``sweep/results``.
+  four fixed rows, and the sweep's ``sweep_summary`` run: the table ``sweep/results``;
+* the long profiles: ``unit-decode`` (a unit's decoding, :func:`flexatt.units.log_decodes`):
+  summary ``<split>/<inf|selected>/<bleu|chrf|ribes|window|aer>``, config ``variant``, ``seed``;
+  ``units-report`` (:func:`flexatt.stages.report.log_report`): the tables ``units/claims`` and
+  ``units/models``, the image ``figures/units``.
 
 :func:`keys_read` lists what each panel reads, so that a test can check them against the keys
 of real (offline) runs. Building the objects needs no network; only saving them does
@@ -122,7 +126,8 @@ def learning_curves(stage: str, epochs: int | None) -> Section:
 def sections(epochs: Mapping[str, int] | None = None) -> list[Section]:
     """The dashboard's sections, in order: Table 1, BLEU against window, the τ trade-off,
     learning curves (a section per training stage; ``epochs``: what each trains for, default
-    :func:`curve_epochs`), the σ sweep, the seeds summary, attention per step. (One long
+    :func:`curve_epochs`), the σ sweep, the seeds summary, the long profiles' units, attention
+    per step. (One long
     function: the dashboard declared as one list, in the order it shows.)"""
     import wandb_workspaces.reports.v2 as wr
 
@@ -197,6 +202,25 @@ def sections(epochs: Mapping[str, int] | None = None) -> list[Section]:
                                        "flexible_ft_tau_window")},
         ),
         Section(
+            "Equal-budget units (long profiles)",
+            "The claims decided over training seeds on each long profile (`pipelines/<profile>/`, its "
+            "report stage): per comparison its seeds, verdict, mean Δ BLEU with its 95% t-interval and "
+            "two-level bootstrap; the models over seeds; per unit (a run of its decoding), test BLEU "
+            "and window at τ = ∞ and at the selected τ, a bar per variant, mean ± sd over its seeds.",
+            (Runs(("units-report",)), Runs(("unit-decode",), "config.variant")),
+            [wr.WeavePanelSummaryTable(table_name="units/claims", layout=wr.Layout(**wide)),
+             wr.WeavePanelSummaryTable(table_name="units/models", layout=wr.Layout(**wide)),
+             wr.BarPlot(metrics=["test/inf/bleu", "test/selected/bleu"], title="test BLEU per unit, mean ± sd over seeds",
+                        groupby_aggfunc="mean", groupby_rangefunc="stddev"),
+             wr.BarPlot(metrics=["test/inf/window", "test/selected/window"],
+                        title="test window per unit, mean ± sd over seeds", groupby_aggfunc="mean",
+                        groupby_rangefunc="stddev"),
+             wr.MediaBrowser(media_keys=["figures/units"], title="BLEU against window, every unit")],
+            columns={"units/claims": ("profile", "claim", "comparison", "seeds", "verdict", "delta", "ci_low",
+                                      "ci_high"),
+                     "units/models": ("profile", "model", "at", "seeds", "bleu", "window")},
+        ),
+        Section(
             "Attention per step",
             "The fine-tuned flexible model on test sentences: the span of its window (Figure 4), "
             "g_t (Figure 5) and SACT's temperature per decoding step, attention heatmaps.",
@@ -206,6 +230,15 @@ def sections(epochs: Mapping[str, int] | None = None) -> list[Section]:
                              title="per decoding step", layout=wr.Layout(**wide))],
         ),
     ]
+
+
+#: the job types of the long profiles' runs (a unit's decoding, a report of the units)
+UNIT_JOBS = ("unit-decode", "units-report")
+
+
+def of_units(section: Section) -> bool:
+    """Whether ``section`` shows the runs of the long profiles' units (:data:`UNIT_JOBS`)."""
+    return any(job in UNIT_JOBS for runs in section.runs for job in runs.job_types)
 
 
 def keys_read(section: Section) -> set[str]:

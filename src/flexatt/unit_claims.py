@@ -629,6 +629,40 @@ def report(folder: str | Path, plan: Plan, references: dict[str, list[str]], *, 
             "budget_claims": at_budget, "markdown": render(table, claims, units, budget, shown, at_budget)}
 
 
+#: the columns of the claims table a long profile's report logs to W&B (:func:`claim_records`)
+CLAIM_COLUMNS = ["profile", "claim", "comparison", "seeds", "verdict", "delta", "ci_low", "ci_high", "bootstrap_low",
+                 "bootstrap_high", "p"]
+#: the columns of its models' table (:func:`model_records`)
+MODEL_COLUMNS = ["profile", "model", "at", "seeds", "bleu", "bleu_sd", "window", "aer"]
+
+
+def claim_records(profile: str, claims: list[dict]) -> list[dict]:
+    """A report's claims as table rows (:data:`CLAIM_COLUMNS`), one per comparison (claim f one
+    per fixed window, then its overall verdict): seeds, verdict, the mean Δ BLEU over seeds with
+    its t-interval, the two-level bootstrap interval, the Holm-adjusted p."""
+    rows = []
+    for c in claims:
+        for e in [*(c.get("pairs") or []), c]:
+            row = {"profile": profile, "claim": c["id"], "comparison": f"vs {e['fixed']}" if "fixed" in e else "",
+                   "verdict": e["verdict"], "seeds": e.get("seeds", 0)}
+            if "over_seeds" in e:
+                over, boot = e["over_seeds"], e["bootstrap"]
+                row.update(delta=over["mean"], ci_low=(over["ci"] or [None, None])[0],
+                           ci_high=(over["ci"] or [None, None])[1], bootstrap_low=boot["ci"][0],
+                           bootstrap_high=boot["ci"][1], p=e.get("p"))
+            rows.append(row)
+    return rows
+
+
+def model_records(profile: str, table: list[dict]) -> list[dict]:
+    """A report's models table as rows (:data:`MODEL_COLUMNS`): test BLEU (mean, sd), window and
+    AER over the seeds done."""
+    mean = lambda stat: None if stat is None else stat["mean"]  # noqa: E731
+    return [{"profile": profile, "model": r["model"], "at": r["at"], "seeds": len(r["seeds"]), "bleu": mean(r["bleu"]),
+             "bleu_sd": None if r["bleu"] is None else r["bleu"]["sd"], "window": mean(r["window"]),
+             "aer": mean(r["aer"])} for r in table]
+
+
 def figure(units: Units, path: str | Path) -> Path:
     """Test BLEU against the window of every trained unit (:func:`_tradeoff_panel`) and, once β is
     selected and a pair finished, each fine-tuning pair at its own dev-selected τ

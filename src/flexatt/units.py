@@ -639,8 +639,9 @@ def log_decodes(p, manifest: dict, records: list[dict], tok_dir: Path) -> None:
     references = {s: (tok_dir / f"{s}.ref").read_text(encoding="utf-8").split("\n")[:-1] for s in SPLITS}
     grouped = p.model_copy(update={"logger": p.logger.model_copy(update={"group": p.logger.group or f"{p.profile}-units"})})
     with start_run(grouped, "unit-decode", manifest["unit"], tags=[manifest["variant"], p.profile, "unit"]) as run:
-        run.config({"unit": manifest["unit"], "seed": manifest["seed"], "kind": manifest["kind"],
-                    "source": manifest["source"], "precision": manifest["training"].get("precision")})
+        run.config({"unit": manifest["unit"], "variant": manifest["variant"], "seed": manifest["seed"],
+                    "kind": manifest["kind"], "budget": manifest.get("budget", 1.0), "source": manifest["source"],
+                    "precision": manifest["training"].get("precision")})
         run.summary(decode_figures(manifest, records, references))
 
 

@@ -13,11 +13,13 @@ clone rebuilds the report with no checkpoint, no decoding and no DVC cache. The 
 those the units decoded: their digest is checked against every unit's record (``data``).
 
 Writes ``results/<profile>/report.json`` (table, budget check, claims), ``report.md`` and
-``figures/units.png`` (:mod:`flexatt.unit_claims`).
+``figures/units.png`` (:mod:`flexatt.unit_claims`), and logs the claims, the models and the figure
+to W&B (:func:`log_report`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import tempfile
 import time
@@ -77,6 +79,24 @@ def write_report(profile: str, results: Path, refs: dict[str, list[str]], plan_d
     return written, out["markdown"]
 
 
+def log_report(p: schema.Params, report: dict, figure: Path) -> None:
+    """The report's claims and models (:func:`flexatt.unit_claims.claim_records`,
+    :func:`~flexatt.unit_claims.model_records`) and its figure, as a W&B run of job type
+    ``units-report`` in the profile's units group (``<profile>-units``, beside the units'
+    ``unit-decode`` runs); nothing where W&B is off."""
+    from flexatt.tracking import start_run
+    from flexatt.unit_claims import CLAIM_COLUMNS, MODEL_COLUMNS, claim_records, model_records
+
+    if not p.logger.enabled:
+        return
+    grouped = p.model_copy(update={"logger": p.logger.model_copy(update={"group": p.logger.group or f"{p.profile}-units"})})
+    with start_run(grouped, "units-report", p.profile, tags=[p.profile, "units"]) as run:
+        run.records("units/claims", claim_records(p.profile, report["claims"]), CLAIM_COLUMNS)
+        run.records("units/models", model_records(p.profile, report["table"]), MODEL_COLUMNS)
+        run.summary({"units": len(report["units"])})
+        run.image("figures/units", figure)
+
+
 def run(p: schema.Params) -> list[Path]:
     started = time.time()
     results = Path("results") / p.profile / "units"
@@ -86,6 +106,7 @@ def run(p: schema.Params) -> list[Path]:
     with tempfile.TemporaryDirectory(prefix="flexatt-references-") as tmp:
         refs = read_references(references(p, Path(tmp)), done)
     written, _ = write_report(p.profile, results, refs)
+    log_report(p, json.loads(written[0].read_text(encoding="utf-8")), written[2])
     log.info("report of %d units in %.0f s: %s", len(done), time.time() - started,
              ", ".join(str(path) for path in written))
     return written
