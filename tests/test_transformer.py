@@ -125,9 +125,11 @@ def test_incremental_decoding_equals_teacher_forcing_step_by_step(kind, centre, 
         torch.testing.assert_close(step_logits, logits[:, t])
         torch.testing.assert_close(weights, aux["attention"][:, t])
         assert torch.equal(stats.window, aux["window"][:, t])
-    assert aux["window"].dtype == torch.long and (aux["g"] is None) == (kind != "flexible")
+    per_layer = torch.stack([layer["window"] for layer in aux["layers"]])  # L x B x T, counted in each layer
+    assert per_layer.dtype == torch.long and torch.equal(aux["window"], per_layer.double().mean(0))
+    assert (aux["g"] is None) == (kind != "flexible")
     if kind != "global" and not (kind == "flexible" and math.isinf(tau)):
-        dense = model.window_layers * LENGTHS.unsqueeze(1)  # every real position in every layer
+        dense = LENGTHS.unsqueeze(1)  # every real position
         assert (aux["window"] <= dense).all() and (aux["window"] < dense).any()
 
 
@@ -164,3 +166,34 @@ def test_beam_search_decodes_it_the_same_at_any_batch_size():
         width = one.tokens.size(-1)
         assert torch.equal(one.tokens[0], batch.tokens[i, ..., :width]) and (batch.tokens[i, ..., width:] == 0).all()
         assert int(one.window_sum[0]) == int(batch.window_sum[i])
+
+
+def test_the_model_config_builds_it_and_the_trainer_trains_it(smoke_tokenized, tmp_path, monkeypatch):
+    """``model.arch=transformer`` through the real pipeline pieces: the Lightning trainer learns the
+    synthetic task (dev loss falls), the checkpoint rebuilds the model (weights_only) and decodes
+    as the trained one; fine-tuning reads its g_t; local_mr gets the corpus's ρ."""
+    from conftest import copy_of
+
+    from flexatt.checkpoints import load_model
+    from flexatt.config import load_params
+    from flexatt.decoding.search import greedy
+    from flexatt.trainer import train
+
+    monkeypatch.chdir(copy_of(smoke_tokenized, tmp_path / "run"))
+    sizes = ["model.arch=transformer", "model.hidden_size=32", "model.heads=4", "model.layers=2", "model.ff_size=64",
+             "model.att_size=16", "train.out_dir=m", "train.metrics_dir=r"]
+    metrics, objects = train(load_params("params.yaml", sizes), "flexible", epochs=3)
+    curve = [line.split(",") for line in (tmp_path / "run/r/flexible.csv").read_text().splitlines()[1:]]
+    assert metrics["epochs"] == 3 and float(curve[-1][4]) < float(curve[0][4])  # dev loss falls
+    model = load_model(tmp_path / "run/m/flexible/best.ckpt").eval()
+    batch = next(iter(objects["data"].val_dataloader()))
+    trained = objects["task"].model.eval()
+    if metrics["best_epoch"] == 3:
+        assert torch.equal(greedy(model, batch.src, batch.src_len, 20, tau=0.5, backend="eager").tokens,
+                           greedy(trained, batch.src, batch.src_len, 20, tau=0.5, backend="eager").tokens)
+    _, aux = model(batch.src, batch.src_len, batch.tgt_in)
+    assert aux["g"].shape == batch.tgt_in.shape  # what fine-tuning's −β·mean g reads
+    _, local = train(load_params("params.yaml", [*sizes, "variants.local_m.attention=local_mr"]), "local_m", epochs=1)
+    split = local["data"].train
+    rho = (float(split.tgt_lengths.sum()) + len(split)) / (float(split.src_lengths.sum()) + len(split))
+    assert [float(layer.cross.length_ratio) for layer in local["task"].model.decoder] == pytest.approx([rho] * 2)

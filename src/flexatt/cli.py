@@ -130,7 +130,7 @@ def translate(args: argparse.Namespace) -> None:
                 trace = out.traces[k]
                 handle.write(json.dumps({
                     "index": i, "src_len": int(out.src_lengths[k]), "steps": int(out.steps[k]),
-                    "mean_window": round(int(out.window_sum[k]) / max(int(out.steps[k]), 1), 3),
+                    "mean_window": round(float(out.window_sum[k]) / max(int(out.steps[k]), 1), 3),
                     "windows": trace.window.tolist(),
                     "span": [[int(a), int(b)] for a, b in zip(trace.span_lo.tolist(), trace.span_hi.tolist())],
                     "decoded_by": out.decoded_by,

@@ -118,10 +118,15 @@ def require_registered(cfg: Mapping | schema.Model) -> Mapping | schema.Model:
     return cfg
 
 
-def build_model(cfg: Mapping | schema.Model, src_vocab: int, tgt_vocab: int, pad_id: int = 0) -> Seq2Seq:
+def build_model(cfg: Mapping | schema.Model, src_vocab: int, tgt_vocab: int, pad_id: int = 0) -> nn.Module:
     """Build a :class:`Seq2Seq` from the validated model config (a :class:`flexatt.schema.Model`;
-    a mapping is validated first, keys: see :data:`DEFAULTS`)."""
+    a mapping is validated first, keys: see :data:`DEFAULTS`); with ``arch`` transformer, a
+    :class:`flexatt.transformer.TransformerSeq2Seq` (the same step API)."""
     m = validate_model(cfg)
+    if m.arch == "transformer":
+        from flexatt.transformer import TransformerSeq2Seq, config_of
+
+        return TransformerSeq2Seq(config_of(m), src_vocab, tgt_vocab, pad_id, m.model_dump())
     hidden, ctx = m.hidden_size, 2 * m.hidden_size
     encoder = RecurrentEncoder(src_vocab, m.emb_size, hidden, hidden, m.dropout, pad_id)
     attention = build_attention(m, AttentionSizes.of(m))  # query h_{t-1}: H, keys h̄: 2H = ctx, feedback: E

@@ -31,6 +31,9 @@ from flexatt.errors import ConfigError
 ON_INVALID = ("error", "skip")  # filter.on_invalid: refuse an undecodable line, or drop and count it
 MODEL_TYPES = ("unigram", "bpe", "char", "word")  # tokenize.model_type: SentencePiece's
 SCORE_TYPES = ("concat", "general", "dot", "scaled_dot", "location")  # model.score
+ARCHS = ("rnn", "transformer")  # model.arch
+#: the cross-attention a Transformer has (model.attention with model.arch transformer)
+TRANSFORMER_ATTENTIONS = ("global", "flexible", "local_m", "local_mr")
 LR_SCHEDULES = ("fixed", "plateau")  # train.lr_schedule
 LOGGER_MODES = ("auto", "online", "offline", "disabled")  # logger.mode
 SPLITS = ("dev", "test")  # what sweep_tau and evaluate decode
@@ -181,6 +184,27 @@ class Model(Group):
     sact_feedback: bool = True
     temperature: Optional[PositiveFloat] = None
     max_src_len: PositiveInt = 256
+    # the Transformer (arch transformer; flexatt.transformer): hidden_size is its model size d,
+    # att_size the hidden size of g_t's and the centre's networks
+    arch: Literal[ARCHS] = "rnn"
+    layers: PositiveInt = 3  # encoder layers, and decoder layers (each with its cross-attention)
+    heads: PositiveInt = 4
+    ff_size: PositiveInt = 1024
+    centre: Literal["query", "below"] = "query"  # flexible cross-attention's centre
+    align_layer: int = -2  # the decoder layer whose head-averaged cross-attention aligns (Python index)
+
+    @model_validator(mode="after")
+    def _transformer(self) -> Model:
+        if self.arch != "transformer":
+            return self
+        if self.attention not in TRANSFORMER_ATTENTIONS:
+            raise _error("attention", f"must be one of {', '.join(TRANSFORMER_ATTENTIONS)} when model.arch is "
+                         f"transformer (got {self.attention!r})")
+        if self.hidden_size % self.heads:
+            raise _error("heads", f"must divide model.hidden_size ({self.hidden_size}) (got {self.heads})")
+        if not -self.layers <= self.align_layer < self.layers:
+            raise _error("align_layer", f"must index one of the {self.layers} decoder layers (got {self.align_layer})")
+        return self
 
     @model_validator(mode="after")
     def _temperature(self) -> Model:

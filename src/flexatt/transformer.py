@@ -28,8 +28,8 @@ values are gathered and nothing else is computed. Local-m scores p_t ± D with p
 (``local_m``) or p_t = t / ρ (``local_mr``, ρ the corpus's target/source length ratio); global
 every real position. Training stays parallel over t: no centre depends on the previous step.
 
-The window a step reports is the positions scored summed over the L cross-attention layers
-(:attr:`TransformerSeq2Seq.window_layers` divides it into the per-layer mean of the window metric).
+The window a step reports is the positions scored per cross-attention layer, averaged over the L
+layers (each layer's count is in the traces' ``layers``).
 
 Hand-written attention because the window and the centre need the weights:
 ``torch.nn.functional.scaled_dot_product_attention`` returns none; it computes the
@@ -153,7 +153,8 @@ class CrossAttention(nn.Module):
         super().__init__()
         d = cfg.d_model
         self.kind, self.heads, self.sigma, self.D = cfg.cross, cfg.heads, cfg.sigma, cfg.local_D
-        self.ratio = cfg.length_ratio
+        # ρ of local_mr, set from the training corpus (:meth:`TransformerSeq2Seq.set_length_ratio`), saved with the weights
+        self.register_buffer("length_ratio", torch.tensor(float(cfg.length_ratio)))
         self.q = nn.Linear(d, d)
         self.kv = nn.Linear(d, 2 * d)
         self.out = nn.Linear(d, d)
@@ -206,7 +207,7 @@ class CrossAttention(nn.Module):
             return None, None
         if self.kind in ("local_m", "local_mr"):
             t = steps.to(y.dtype)
-            return (t if self.kind == "local_m" else t / self.ratio), None
+            return (t if self.kind == "local_m" else t / self.length_ratio.to(t.dtype)), None
         centre = below if below is not None else self.predicted_centre(y, lengths)
         return centre, self.strength(y)
 
@@ -344,11 +345,23 @@ class TransformerState(NamedTuple):
                                 tuple(v.index_select(0, index) for v in self.values), self.step.index_select(0, index))
 
 
+def config_of(model) -> TransformerConfig:
+    """The :class:`TransformerConfig` of a validated ``model`` config (:class:`flexatt.schema.Model`
+    with ``arch`` transformer): ``hidden_size`` is d, ``layers`` the encoder's and the decoder's,
+    ``attention`` the cross-attention, the source and target embeddings separate."""
+    return TransformerConfig(d_model=model.hidden_size, heads=model.heads, enc_layers=model.layers,
+                             dec_layers=model.layers, ff_size=model.ff_size, dropout=model.dropout,
+                             cross=model.attention, centre=model.centre, sigma=model.sigma, local_D=model.local_D,
+                             att_size=model.att_size, max_len=max(model.max_src_len, 512),
+                             align_layer=model.align_layer)
+
+
 class TransformerSeq2Seq(nn.Module):
     """Encoder, decoder and the step API of :class:`flexatt.model.Seq2Seq` (``encode``,
     ``decode_step``, ``forward``), so that the searches of :mod:`flexatt.decoding` decode it."""
 
-    def __init__(self, cfg: TransformerConfig, src_vocab: int, tgt_vocab: int, pad_id: int = 0):
+    def __init__(self, cfg: TransformerConfig, src_vocab: int, tgt_vocab: int, pad_id: int = 0,
+                 config: Optional[dict] = None):
         super().__init__()
         self.cfg, self.pad_id = cfg, pad_id
         d = cfg.d_model
@@ -362,12 +375,16 @@ class TransformerSeq2Seq(nn.Module):
         self.decoder = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.dec_layers))
         self.enc_norm, self.dec_norm = nn.LayerNorm(d), nn.LayerNorm(d)
         self.dropout = nn.Dropout(cfg.dropout)
-        self.config = {"arch": "transformer", **asdict(cfg)}
+        #: what rebuilds it (a checkpoint's ``model_cfg``): the validated model config where it was built from one
+        self.config = dict(config) if config is not None else {"arch": "transformer", **asdict(cfg)}
 
-    @property
-    def window_layers(self) -> int:
-        """The cross-attention layers a step's window sums over."""
-        return self.cfg.dec_layers
+    def set_length_ratio(self, rho: float) -> bool:
+        """Set ρ of local_mr cross-attention (every layer); ``False`` (nothing set) for another."""
+        if self.cfg.cross != "local_mr":
+            return False
+        for layer in self.decoder:
+            layer.cross.length_ratio.fill_(rho)
+        return True
 
     def _embed(self, embed: nn.Embedding, ids: Tensor, first: int | Tensor = 0) -> Tensor:
         """√d · E[ids] + the sinusoid of each position (``first``: the position of column 0)."""
@@ -400,10 +417,12 @@ class TransformerSeq2Seq(nn.Module):
         return self.dec_norm(x) @ self.tgt_embed.weight.t(), kvs, weights, stats
 
     def _stats(self, weights: list, stats: list) -> tuple[Tensor, dict]:
-        """The alignment layer's weights and the step's traces: the window summed over the layers,
-        the alignment layer's span and centre, g_t averaged over the layers."""
+        """The alignment layer's weights and the step's traces: the window, the positions scored
+        per layer averaged over the layers (float64), the alignment layer's span and centre, g_t
+        averaged over the layers."""
         align = self.cfg.align_layer
-        out = {"window": torch.stack([s["window"] for s in stats]).sum(0), "span_lo": stats[align]["span_lo"],
+        windows = torch.stack([s["window"] for s in stats])  # L x ...: positions scored per layer
+        out = {"window": windows.sum(0).double() / len(stats), "span_lo": stats[align]["span_lo"],
                "span_hi": stats[align]["span_hi"], "position": stats[align]["position"],
                "g": None if stats[0]["g"] is None else torch.stack([s["g"] for s in stats]).mean(0),
                "temperature": None}

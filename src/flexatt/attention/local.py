@@ -105,10 +105,13 @@ def set_length_ratio(model, src_lengths, tgt_lengths) -> float | None:
     """Set ρ of a ``local_mr`` model (:class:`LocalAttention` with ``ratio``) from a corpus's
     length arrays (tokens without EOS, as :class:`flexatt.data.subwords.EncodedSplit` keeps
     them): Σ(T + 1) / Σ(S + 1), the steps the decoder takes per source position the attention
-    reads. Returns ρ, or ``None`` (and changes nothing) for any other attention."""
+    reads. Returns ρ, or ``None`` (and changes nothing) for any other attention. A model with its
+    own ``set_length_ratio`` (the Transformer's, every layer) sets it there."""
+    rho = (float(sum(tgt_lengths)) + len(tgt_lengths)) / (float(sum(src_lengths)) + len(src_lengths))
+    if hasattr(model, "set_length_ratio"):
+        return rho if model.set_length_ratio(rho) else None
     att = model.decoder.attention
     if not (isinstance(att, LocalAttention) and att.ratio):
         return None
-    rho = (float(sum(tgt_lengths)) + len(tgt_lengths)) / (float(sum(src_lengths)) + len(src_lengths))
     att.length_ratio.fill_(rho)
     return rho

@@ -186,9 +186,9 @@ def extension(required: bool = False) -> Optional[ModuleType]:
 
 def unsupported(model) -> Optional[str]:
     """Why ``model`` cannot be decoded by the kernel (``None`` if it can)."""
-    att = model.decoder.attention
     if type(model.encoder) is not RecurrentEncoder:
         return f"encoder {type(model.encoder).__name__} (kernel: RecurrentEncoder)"
+    att = model.decoder.attention
     if type(att) not in (GlobalAttention, FlexibleAttention):
         return f"attention {type(att).__name__} (kernel: GlobalAttention, FlexibleAttention)"
     if isinstance(att, FlexibleAttention) and att.sact:

@@ -14,7 +14,7 @@ The window metric (docs/method.md, Window)
 A *scored pair* is one (decoding step, live hypothesis) pair, i.e. one row handed to
 ``decode_step``. Every search returns, per sentence ``i``:
 
-* ``window_sum[i]`` = Σ over the decoding steps t of sentence i, Σ over the live hypotheses h of
+* ``window_sum[i]`` (float64) = Σ over the decoding steps t of sentence i, Σ over the live hypotheses h of
   sentence i at step t of ``stats.window[h]`` (the number of source positions whose score was
   evaluated for h at step t);
 * ``steps[i]`` = the number of such (step, live hypothesis) pairs.
@@ -206,7 +206,7 @@ def greedy(model, src: Tensor, src_len: Tensor, max_len: Tensor | int, tau: floa
     cache, state = stepper.encode(src, src_len)
     t_max = int(limit.max()) if batch else 0
     tokens = torch.full((batch, t_max), PAD_ID, dtype=torch.long, device=device)
-    window_sum = torch.zeros(batch, dtype=torch.long, device=device)
+    window_sum = torch.zeros(batch, dtype=torch.float64, device=device)
     steps = torch.zeros(batch, dtype=torch.long, device=device)
     log_probs = torch.zeros(batch, device=device)
     eos_end = torch.zeros(batch, dtype=torch.bool, device=device)
@@ -325,7 +325,7 @@ def beam_search(
     row_score = torch.zeros(batch, device=device)  # N  log p of each live hypothesis
     prev = torch.full((batch,), BOS_ID, dtype=torch.long, device=device)  # N  y_{t-1}
     parent: Optional[Tensor] = None  # N  the row of step t-1 each row extends
-    window_sum = torch.zeros(batch, dtype=torch.long, device=device)
+    window_sum = torch.zeros(batch, dtype=torch.float64, device=device)
     steps = torch.zeros(batch, dtype=torch.long, device=device)
     finished = _Finished(batch, n_best, device)
     history = _History(return_traces)
@@ -547,7 +547,7 @@ def forced_decode(
     if out is not None:
         return _forced_result(out, tgt_out, lengths, src_len, return_traces, stepper.name)
     cache, state = stepper.encode(src, src_len)
-    window_sum = torch.zeros(batch, dtype=torch.long, device=device)
+    window_sum = torch.zeros(batch, dtype=torch.float64, device=device)
     steps = torch.zeros(batch, dtype=torch.long, device=device)
     log_probs = torch.zeros(batch, device=device)
     attention = torch.zeros(batch, t_max, src.size(1), device=device)
@@ -599,7 +599,7 @@ def _forced_result(out: dict, tgt_out: Tensor, lengths: Tensor, src_len: Tensor,
     if return_traces:
         fields = {name: out[name] for name in AttentionStats._fields if out.get(name) is not None}
         traces = _traces(attention, fields, list(range(batch)), lengths.tolist(), src_len.tolist(), ref)
-    return _gold_result(ref, out_lengths, out["window"].sum(1), lengths.clone(), out["log_probs"], attention, traces,
+    return _gold_result(ref, out_lengths, out["window"].sum(1).double(), lengths.clone(), out["log_probs"], attention, traces,
                         backend)
 
 

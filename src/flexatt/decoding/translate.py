@@ -48,7 +48,7 @@ class Translation:
     """The output of decoding one split."""
 
     hypotheses: list[str]
-    window_sum: np.ndarray  # per sentence: positions scored, summed over steps (and hypotheses)
+    window_sum: np.ndarray  # per sentence: positions scored, summed over steps (and hypotheses); float64
     steps: np.ndarray  # per sentence: steps (x live hypotheses) that scored positions
     src_lengths: np.ndarray  # per sentence: S (EOS included), what global attention scores per step
     seconds: float
@@ -81,7 +81,7 @@ def translate_split(model, split: EncodedSplit, vocab: Vocab, options: DecodeOpt
                                                         options.batch_size, options.tau)
     n = len(split)
     token_rows: list[list[int] | None] = [None] * n
-    window_sum = np.zeros(n, dtype=np.int64)
+    window_sum = np.zeros(n, dtype=np.float64)
     steps = np.zeros(n, dtype=np.int64)
     traces: dict[int, dict] = {}
     sampler = LengthGroupedBatches(split.src_lengths, split.tgt_lengths, batch_size, shuffle=False)
@@ -100,7 +100,7 @@ def translate_split(model, split: EncodedSplit, vocab: Vocab, options: DecodeOpt
                                  alpha=alpha, return_traces=want_traces, backend=stepper)
         for row, i in enumerate(batch.index.tolist()):
             token_rows[i] = result.tokens[row].tolist()
-            window_sum[i] = int(result.window_sum[row])
+            window_sum[i] = float(result.window_sum[row])
             steps[i] = int(result.steps[row])
             if want_traces and i in trace_indices:
                 traces[i] = result.traces[row]
