@@ -346,6 +346,31 @@ def test_the_report_stage_writes_the_report_and_figure_from_units_alone(run, tmp
         read_references({"test": data / "test.ref"}, done_units(results))
 
 
+def test_the_report_names_the_units_its_listing_runs_again_from_the_listing_alone(run, tmp_path):
+    """A finished unit that the pipeline's ``units.yaml`` lists as pending (freeze found it ran on
+    uncommitted edits, which needs the repository's history) is named as to be run again; the
+    report reads that from the listing, so a clone without the history writes the same report."""
+    import shutil
+
+    import yaml
+
+    from flexatt.products import done_units, listed_again
+    from flexatt.stages.report import write_report
+
+    results = tmp_path / "copy" / "bible" / "units"
+    shutil.copytree(run, results, ignore=shutil.ignore_patterns("copy"))
+    refs = {"test": REFERENCES}
+    listing = tmp_path / "units.yaml"
+    assert listed_again(listing, done_units(results)) == set()  # no listing: none
+    listing.write_text(yaml.safe_dump({"finished": {}, "pending": {
+        "global-s1": {"unit": "global-s1"}, "sact-s9": {"unit": "sact-s9"}}}))
+    assert listed_again(listing, done_units(results)) == {"global-s1"}  # sact-s9 has no products
+    _, markdown = write_report("bible", results, refs, plan_dir=ROOT / "conf/units", listing=listing)
+    assert "to be run again (pending stages): `global-s1`." in markdown
+    _, markdown = write_report("bible", results, refs, plan_dir=ROOT / "conf/units")
+    assert "to be run again" not in markdown
+
+
 def test_the_report_logs_its_claims_models_and_figure_to_w_and_b(run, tmp_path):
     """The report stage's W&B run (job type units-report, the profile's units group): the claims
     table a row per comparison, the models table, the figure; what the dashboard's units section

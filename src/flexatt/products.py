@@ -469,6 +469,20 @@ def rerun_due(done: dict[str, dict], root: str | os.PathLike = ".") -> set[str]:
     return {name for name, m in done.items() if ran_on_edits(m, root)}
 
 
+def listed_again(listing: str | os.PathLike, done: dict[str, dict]) -> set[str]:
+    """The finished units (``done``) that a pipeline's ``units.yaml`` (``listing``) lists as
+    pending: to be run again (:func:`rerun_due`, which needs the repository's history, decided
+    that when :mod:`flexatt.freeze` wrote the listing; a clone without that history reads it
+    from the listing). No listing: none."""
+    import yaml
+
+    path = Path(listing)
+    if not path.is_file():
+        return set()
+    pending = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("pending") or {}
+    return {item["unit"] for item in pending.values()} & set(done)
+
+
 def match_records(folder: str | os.PathLike, flexible: str, manifests: dict[str, dict]) -> list[dict]:
     """The decodes of the flexible unit ``flexible`` made by the fixed-window units under
     ``folder`` that were matched to it in their own decoding (``manifests``: :func:`done_units`)."""

@@ -49,7 +49,7 @@ the first seed, beside the same seed's Δ at the budget.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,7 @@ from flexatt.claims import (ALPHA, FAILS, HOLDS, INCONCLUSIVE, MARGIN, MATCH_TOL
 from flexatt.metrics import BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED
 from flexatt.tau import INF
 from flexatt.products import (BUDGET_GAIN, Plan, Unit, budget_gain, budget_short, done_units, load_products,
-                              match_records, parse_unit, ran_on_edits, select_beta, tau_key)
+                              match_records, parse_unit, select_beta, tau_key)
 
 #: SACT's gain over Global in its paper (Lin et al. 2018), the effect claim e2 tests
 SACT_EFFECT = 2.0
@@ -554,9 +554,10 @@ def _row(label: str, rule: str, e: dict, verdict: str, detail: str) -> str:
 
 
 def render(table: list[dict], claims: list[dict], units: Units, budget: dict | None = None,
-           shown: str | None = None, budget_rows: Sequence[dict] = ()) -> str:
+           shown: str | None = None, budget_rows: Sequence[dict] = (), again: Iterable[str] = ()) -> str:
     """The report as Markdown: the models over seeds, the budget check, then the claims (and
-    claims a, b at the check's budget); ``shown`` names the units' folder (default: as given)."""
+    claims a, b at the check's budget); ``shown`` names the units' folder (default: as given),
+    ``again`` the finished units to be run again (:func:`flexatt.products.listed_again`)."""
     lines = [f"Units done: {len(units.manifests)} (`{shown or units.folder}`).", "",
              "| model | at | seeds | test BLEU | window | AER | diagonal AER |", "|---|---|---|---|---|---|---|"]
     for r in table:
@@ -566,7 +567,7 @@ def render(table: list[dict], claims: list[dict], units: Units, budget: dict | N
               "diagonal's.", ""]
     if trained := precisions(units):
         lines += ["Trained at " + ", ".join(trained) + "; the two sides of every pair at one precision.", ""]
-    if edited := sorted(n for n, m in units.manifests.items() if ran_on_edits(m, units.folder)):
+    if edited := sorted(set(again) & set(units.manifests)):
         lines += ["Ran on uncommitted edits to what they ran, to be run again (pending stages): "
                   + ", ".join(f"`{n}`" for n in edited) + ".", ""]
     if budget is not None:
@@ -615,10 +616,10 @@ def render(table: list[dict], claims: list[dict], units: Units, budget: dict | N
 
 
 def report(folder: str | Path, plan: Plan, references: dict[str, list[str]], *, shown: str | None = None,
-           **options) -> dict:
+           again: Iterable[str] = (), **options) -> dict:
     """The run's table and claims from its units: ``{"units", "table", "budget_check", "claims",
-    "budget_claims", "markdown"}``; ``shown`` names the folder in the Markdown, ``options`` go to
-    :func:`decide`."""
+    "budget_claims", "markdown"}``; ``shown`` names the folder in the Markdown, ``again`` the
+    units to be run again, ``options`` go to :func:`decide`."""
     units = Units(folder, plan)
     table = model_table(units)
     claims = decide(units, references, **options)
@@ -626,7 +627,7 @@ def report(folder: str | Path, plan: Plan, references: dict[str, list[str]], *, 
     at_budget = budget_claims(units, claims, references, **{k: v for k, v in options.items()
                                                             if k in ("n_samples", "seed")})
     return {"units": sorted(units.manifests), "table": table, "budget_check": budget, "claims": claims,
-            "budget_claims": at_budget, "markdown": render(table, claims, units, budget, shown, at_budget)}
+            "budget_claims": at_budget, "markdown": render(table, claims, units, budget, shown, at_budget, again)}
 
 
 #: the columns of the claims table a long profile's report logs to W&B (:func:`claim_records`)

@@ -6,8 +6,9 @@ Usage::
     FLEXATT_PARAMS=pipelines/bible/params.yaml python -m flexatt.stages.report
 
 Reads ``results/<profile>/units/*/`` (each unit's ``unit.json`` and decodes, checked against
-their manifests by :func:`flexatt.products.load_products`), the plan ``conf/units/<profile>.yaml``
-and the test references, which it makes from the committed corpus with the filter stage's own
+their manifests by :func:`flexatt.products.load_products`), the plan ``conf/units/<profile>.yaml``,
+the pipeline's ``units.yaml`` (the finished units it lists as pending are to be run again) and
+the test references, which it makes from the committed corpus with the filter stage's own
 code (:func:`references`: the filter run into a temporary folder, a few seconds), so that a fresh
 clone rebuilds the report with no checkpoint, no decoding and no DVC cache. The references must be
 those the units decoded: their digest is checked against every unit's record (``data``).
@@ -63,13 +64,16 @@ def read_references(paths: dict[str, Path], done: dict[str, dict]) -> dict[str, 
 
 
 def write_report(profile: str, results: Path, refs: dict[str, list[str]], plan_dir: Path = Path("conf/units"),
-                 shown: str | None = None) -> tuple[list[Path], str]:
+                 shown: str | None = None, listing: Path | None = None) -> tuple[list[Path], str]:
     """``<results>/../report.{json,md}`` and ``figures/units.png`` from the finished units of
-    ``results``; returns the files written and the Markdown."""
+    ``results``; ``listing``: the pipeline's ``units.yaml``, whose pending units with products
+    the report names as to be run again. Returns the files written and the Markdown."""
+    from flexatt.products import listed_again
     from flexatt.unit_claims import Units, figure, report
 
     spec = read_plan(plan_dir / f"{profile}.yaml")
-    out = report(results, spec, refs, shown=shown or str(results))
+    again = listed_again(listing, done_units(results)) if listing is not None else set()
+    out = report(results, spec, refs, shown=shown or str(results), again=again)
     folder = results.parent
     written = [folder / "report.json", folder / "report.md", folder / "figures" / "units.png"]
     write_json(written[0], {k: v for k, v in out.items() if k != "markdown"})
@@ -105,7 +109,7 @@ def run(p: schema.Params) -> list[Path]:
         raise DataError(results, "no finished unit")
     with tempfile.TemporaryDirectory(prefix="flexatt-references-") as tmp:
         refs = read_references(references(p, Path(tmp)), done)
-    written, _ = write_report(p.profile, results, refs)
+    written, _ = write_report(p.profile, results, refs, listing=Path("pipelines") / p.profile / "units.yaml")
     log_report(p, json.loads(written[0].read_text(encoding="utf-8")), written[2])
     log.info("report of %d units in %.0f s: %s", len(done), time.time() - started,
              ", ".join(str(path) for path in written))
