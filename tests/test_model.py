@@ -290,7 +290,31 @@ def test_sequence_nll_equals_cross_entropy_values_and_gradients():
     got, want = (torch.autograd.grad(x, logits)[0] for x in (loss, ref))
     torch.testing.assert_close(got, want)
     x64 = torch.randn(5, 7, generator=g, dtype=torch.float64, requires_grad=True)
-    assert torch.autograd.gradcheck(_TokenNLL.apply, (x64, torch.randint(0, 7, (5,), generator=g)))
+    target = torch.randint(0, 7, (5,), generator=g)
+    assert torch.autograd.gradcheck(lambda x: _TokenNLL.apply(x, target, 0.0)[0], (x64,))
+
+
+@pytest.mark.parametrize("smoothing", [0.1, 0.3])
+def test_label_smoothed_loss_equals_cross_entropy_with_label_smoothing(smoothing):
+    """The label-smoothed loss against ``F.cross_entropy(label_smoothing=ε)``, values and
+    gradients (float32, and gradcheck in float64); the NLL beside it is the unsmoothed one."""
+    from flexatt.model import _TokenNLL, sequence_loss
+
+    g = torch.Generator().manual_seed(11)
+    logits = torch.randn(3, 4, 9, generator=g, requires_grad=True)
+    tgt_out = torch.randint(0, 9, (3, 4), generator=g)
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 0, 0]], dtype=torch.bool)
+    loss, nll = sequence_loss(logits, tgt_out, mask, smoothing)
+    ce = F.cross_entropy(logits.transpose(1, 2), tgt_out, reduction="none", label_smoothing=smoothing)
+    ref = (ce * mask).sum() / 3
+    torch.testing.assert_close(loss, ref)
+    torch.testing.assert_close(nll, sequence_nll(logits, tgt_out, mask))
+    assert not nll.requires_grad
+    got, want = (torch.autograd.grad(x, logits)[0] for x in (loss, ref))
+    torch.testing.assert_close(got, want)
+    x64 = torch.randn(5, 7, generator=g, dtype=torch.float64, requires_grad=True)
+    target = torch.randint(0, 7, (5,), generator=g)
+    assert torch.autograd.gradcheck(lambda x: _TokenNLL.apply(x, target, smoothing)[0], (x64,))
 
 
 def test_finetune_loss_by_hand_and_gradients_reach_g():

@@ -181,8 +181,9 @@ def test_the_model_config_builds_it_and_the_trainer_trains_it(smoke_tokenized, t
 
     monkeypatch.chdir(copy_of(smoke_tokenized, tmp_path / "run"))
     sizes = ["model.arch=transformer", "model.hidden_size=32", "model.heads=4", "model.layers=2", "model.ff_size=64",
-             "model.att_size=16", "train.out_dir=m", "train.metrics_dir=r"]
+             "model.att_size=16", "train.out_dir=m", "train.metrics_dir=r", "train.label_smoothing=0.1"]
     metrics, objects = train(load_params("params.yaml", sizes), "flexible", epochs=3)
+    assert objects["task"].hparams.label_smoothing == 0.1
     curve = [line.split(",") for line in (tmp_path / "run/r/flexible.csv").read_text().splitlines()[1:]]
     assert metrics["epochs"] == 3 and float(curve[-1][4]) < float(curve[0][4])  # dev loss falls
     model = load_model(tmp_path / "run/m/flexible/best.ckpt").eval()

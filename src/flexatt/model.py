@@ -158,34 +158,60 @@ def sequence_nll(logits: Tensor, tgt_out: Tensor, mask: Tensor) -> Tensor:
 
     :param logits: batch x T x V, :param tgt_out: batch x T, :param mask: batch x T bool
     """
+    return sequence_loss(logits, tgt_out, mask)[1]
+
+
+def sequence_loss(logits: Tensor, tgt_out: Tensor, mask: Tensor, smoothing: float = 0.0) -> tuple[Tensor, Tensor]:
+    """The training loss and the NLL, each summed over the real target positions of each sentence
+    and averaged over the B sentences of the batch (:func:`sequence_nll`). The loss is the
+    cross-entropy against the label-smoothed target (Szegedy et al. 2016, §7; Vaswani et al. 2017,
+    §5.4): (1 - ε) of the reference token and ε spread uniformly over the V tokens (the reference
+    included, as ``F.cross_entropy(label_smoothing=ε)``), i.e. per position
+    (1 - ε)·(-log p_y) + ε·(1/V)·Σ_v -log p_v; with ε = 0 the loss is the NLL.
+
+    :param logits: batch x T x V, :param tgt_out: batch x T, :param mask: batch x T bool,
+    :param smoothing: ε in [0, 1). Returns ``(loss, nll)``, two scalars; only the loss carries a
+    gradient where ε > 0."""
     batch, steps, vocab = logits.shape
     # over the flattened (batch*T) x V logits, contiguous rows (see :class:`_TokenNLL`)
-    nll = _TokenNLL.apply(logits.reshape(-1, vocab), tgt_out.reshape(-1))
-    return (nll.view(batch, steps) * mask.to(nll.dtype)).sum() / batch
+    loss, nll = _TokenNLL.apply(logits.reshape(-1, vocab), tgt_out.reshape(-1), float(smoothing))
+    weight = mask.to(loss.dtype)
+    loss = (loss.view(batch, steps) * weight).sum() / batch
+    return loss, ((nll.view(batch, steps) * weight).sum() / batch if smoothing else loss)
 
 
 class _TokenNLL(torch.autograd.Function):
-    """-log softmax(logits)_y per row (``F.cross_entropy`` with ``reduction="none"``), with a
-    backward that writes softmax(logits) - onehot(y) (times the incoming gradient) into one new
-    buffer, from the saved log-probabilities. The output layer dominates a training step, and
-    autograd through log-softmax and NLL fills and copies two more (batch*T) x V tensors.
-    ``N x V``, ``N`` -> ``N``.
+    """Per row, the label-smoothed cross-entropy (1 - ε)·(-log softmax(logits)_y) + ε·mean_v
+    (-log softmax(logits)_v) and the NLL -log softmax(logits)_y (``F.cross_entropy`` with
+    ``reduction="none"`` and ``label_smoothing`` ε, and without), with a backward that writes
+    softmax(logits) - (1 - ε)·onehot(y) - ε/V (times the incoming gradient) into one new buffer,
+    from the saved log-probabilities. The output layer dominates a training step, and autograd
+    through log-softmax and NLL fills and copies two more (batch*T) x V tensors.
+    ``N x V``, ``N``, ε -> ``N``, ``N``.
 
     The forward is one ``log_softmax`` pass (no separate max / subtract / exp / sum passes of a
-    logsumexp), and its output is what the backward needs."""
+    logsumexp), and its output is what the backward needs. The NLL output is for reporting, with
+    no gradient (where ε = 0 the loss is the NLL)."""
 
     @staticmethod
-    def forward(ctx, logits: Tensor, target: Tensor) -> Tensor:
+    def forward(ctx, logits: Tensor, target: Tensor, smoothing: float) -> tuple[Tensor, Tensor]:
         logp = torch.log_softmax(logits, dim=-1)  # N x V
         ctx.save_for_backward(logp, target)
-        return logp.gather(1, target.unsqueeze(1)).squeeze(1).neg()
+        ctx.smoothing = smoothing
+        nll = logp.gather(1, target.unsqueeze(1)).squeeze(1).neg()
+        loss = (1.0 - smoothing) * nll - smoothing * logp.mean(1) if smoothing else nll.clone()
+        ctx.mark_non_differentiable(nll)
+        return loss, nll
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None]:
+    def backward(ctx, grad: Tensor, _: Tensor | None) -> tuple[Tensor, None, None]:
         logp, target = ctx.saved_tensors
+        eps = ctx.smoothing
         out = torch.exp(logp).mul_(grad.unsqueeze(1))  # N x V: softmax · grad
-        return out.scatter_add_(1, target.unsqueeze(1), -grad.unsqueeze(1)), None
+        if eps:
+            out.sub_(grad.unsqueeze(1) * (eps / logp.shape[1]))
+        return out.scatter_add_(1, target.unsqueeze(1), -(1.0 - eps) * grad.unsqueeze(1)), None, None
 
 
 def mean_strength(g: Tensor, mask: Tensor) -> Tensor:
@@ -194,7 +220,8 @@ def mean_strength(g: Tensor, mask: Tensor) -> Tensor:
     return (g * m).sum(1) / m.sum(1).clamp_min(1.0)
 
 
-def finetune_loss(logits: Tensor, tgt_out: Tensor, g: Tensor, mask: Tensor, beta: float) -> Tensor:
+def finetune_loss(logits: Tensor, tgt_out: Tensor, g: Tensor, mask: Tensor, beta: float,
+                  smoothing: float = 0.0) -> Tensor:
     """Fine-tuning objective of Flexible Attention (2017 eq. 9; 2016 eq. 9):
 
         J = Σ_i [ -log p(y⁽ⁱ⁾|x⁽ⁱ⁾) - β (1/T_i) Σ_{t=1..T_i} g_t⁽ⁱ⁾ ],
@@ -205,6 +232,7 @@ def finetune_loss(logits: Tensor, tgt_out: Tensor, g: Tensor, mask: Tensor, beta
     between a sentence's NLL and its mean penalty strength.
 
     :param logits: batch x T x V, :param tgt_out: batch x T, :param g: batch x T (``aux["g"]``),
-    :param mask: batch x T bool (True at real target positions), :param beta: β
+    :param mask: batch x T bool (True at real target positions), :param beta: β,
+    :param smoothing: ε of the cross-entropy term (:func:`sequence_loss`; 0: the papers' NLL)
     """
-    return sequence_nll(logits, tgt_out, mask) - beta * mean_strength(g, mask).mean()
+    return sequence_loss(logits, tgt_out, mask, smoothing)[0] - beta * mean_strength(g, mask).mean()

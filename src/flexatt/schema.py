@@ -293,6 +293,7 @@ class Train(Group):
     lr_plateau_patience: PositiveInt = 1
     lr_halve_from_epoch: PositiveInt = 3
     early_stopping_patience: Optional[PositiveInt] = None
+    label_smoothing: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
     val_max_len_ratio: PositiveFloat = 2.0
     seed: NonNegativeInt = 1234
     threads: PositiveInt = 1

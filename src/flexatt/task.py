@@ -25,7 +25,7 @@ from flexatt.data.batching import Batch
 from flexatt.data.subwords import PAD_ID
 from flexatt.io import save_torch
 from flexatt.metrics import corpus_bleu
-from flexatt.model import build_model, finetune_loss, sequence_nll
+from flexatt.model import build_model, finetune_loss, sequence_loss
 from flexatt.decoders import full_precision
 from flexatt.decoding import greedy
 from flexatt.schema import LR_SCHEDULES
@@ -66,6 +66,8 @@ class TranslationTask(pl.LightningModule):
             epoch-to-epoch noise gives while a model still improves, does not).
         vocab_digests: ``{"src": sha, "tgt": sha}`` of the SentencePiece models, saved with the
             hyperparameters so that a checkpoint refuses another vocabulary of the same size.
+        label_smoothing: ε of the training cross-entropy (:func:`flexatt.model.sequence_loss`);
+            the logged ``nll_token`` stays the unsmoothed NLL.
         lr_epochs: the learning rate of every epoch, replayed in place of ``lr_schedule``
             (epochs past its end keep its last rate): a control trains with the rates its
             fine-tuning's schedule chose (:mod:`flexatt.stages.control`).
@@ -74,7 +76,7 @@ class TranslationTask(pl.LightningModule):
     def __init__(self, model_cfg: dict, src_vocab: int, tgt_vocab: int, lr: float = 1e-3,
                  halve_from: int = 4, beta: float = 0.0, seed: int = 0, max_len_ratio: float = 2.0,
                  lr_schedule: str = "fixed", vocab_digests: dict[str, str] | None = None,
-                 lr_plateau_patience: int = 1, lr_epochs: list[float] | None = None):
+                 lr_plateau_patience: int = 1, lr_epochs: list[float] | None = None, label_smoothing: float = 0.0):
         super().__init__()
         if lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"train.lr_schedule: must be one of {', '.join(LR_SCHEDULES)} (got {lr_schedule!r})")
@@ -83,6 +85,9 @@ class TranslationTask(pl.LightningModule):
         if lr_epochs is not None and (not lr_epochs or any(isinstance(r, bool) or not isinstance(r, (int, float))
                                                            or not r > 0 for r in lr_epochs)):
             raise ValueError(f"lr_epochs: must be a non-empty list of positive rates (got {lr_epochs!r})")
+        if isinstance(label_smoothing, bool) or not isinstance(label_smoothing, (int, float)) \
+                or not 0 <= label_smoothing < 1:
+            raise ValueError(f"train.label_smoothing: must be a number in [0, 1) (got {label_smoothing!r})")
         self.save_hyperparameters()
         self.model = build_model(model_cfg, src_vocab, tgt_vocab, PAD_ID)
         self.detokenize: Callable[[list[list[int]]], list[str]] | None = None
@@ -96,17 +101,18 @@ class TranslationTask(pl.LightningModule):
         """The training objective of one batch and the values worth logging."""
         logits, aux = self.model(batch.src, batch.src_len, batch.tgt_in)
         mask = batch.tgt_out != PAD_ID
-        nll = sequence_nll(logits, batch.tgt_out, mask)
+        smoothing = self.hparams.label_smoothing
+        ce, nll = sequence_loss(logits, batch.tgt_out, mask, smoothing)
         token_nll = nll * len(batch) / mask.sum()
         logs = {"nll_token": token_nll}
         if self.hparams.beta > 0:
             if aux["g"] is None:
                 raise ValueError(f"fine-tuning with beta > 0 needs a flexible model, not "
                                  f"{self.hparams.model_cfg['attention']}")
-            loss = finetune_loss(logits, batch.tgt_out, aux["g"], mask, self.hparams.beta)
+            loss = finetune_loss(logits, batch.tgt_out, aux["g"], mask, self.hparams.beta, smoothing)
             logs["g_mean"] = (aux["g"] * mask).sum() / mask.sum()
         else:
-            loss = nll
+            loss = ce
         return loss, logs
 
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:

@@ -239,6 +239,7 @@ def _train(p: schema.Params, variant: str, *, out_dir: str | None, epochs: int |
     task = TranslationTask(model_cfg, len(src_vocab), len(tgt_vocab), lr=lr, halve_from=halve_from,
                            beta=beta, seed=seed, max_len_ratio=ratio, lr_schedule=lr_schedule,
                            lr_plateau_patience=plateau_patience, lr_epochs=lr_epochs,
+                           label_smoothing=t.label_smoothing,
                            vocab_digests={side: file_digest(tok_dir / f"{side}.model") for side in SIDES})
     if init_from is not None:
         init_from = Path(init_from)
