@@ -195,6 +195,22 @@ def test_a_variant_is_validated_with_the_model_it_overrides(default_cfg):
     assert swept.model_of("sact").temperature is None and swept.model_of("global").temperature == 0.8
 
 
+def test_a_transformer_model_refuses_what_it_cannot_build(default_cfg):
+    """``model.arch=transformer``: the cross-attentions it has, heads dividing its size, an
+    aligning layer among its layers; each refusal names its key."""
+    cfg = _with(_with(default_cfg, "model.arch", "transformer"), "model.hidden_size", 64)
+    schema.validate(cfg).model_of("flexible")
+    for key, value, expected in (
+            ("variants.sact.attention", "sact", "model.attention: must be one of global, flexible, local_m, "
+                                                "local_mr when model.arch is transformer (got 'sact')"),
+            ("model.heads", 3, "model.heads: must divide model.hidden_size (64) (got 3)"),
+            ("model.align_layer", 3, "model.align_layer: must index one of the 3 decoder layers (got 3)")):
+        with pytest.raises(ConfigError) as info:
+            params = schema.validate(_with(cfg, key, value))
+            params.model_of("sact" if key.startswith("variants") else "flexible")
+        assert str(info.value).startswith(expected), str(info.value)
+
+
 def test_fine_tuning_and_the_sigma_sweep_need_a_flexible_variant(default_cfg):
     for key, name in (("finetune.variant", "global"), ("sweep_sigma.base_variant", "local_p")):
         params = schema.validate(_with(default_cfg, key, name))
