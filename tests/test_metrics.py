@@ -415,7 +415,7 @@ def test_attention_alignment_one_link_per_covered_target_word():
 
 
 def test_attention_alignment_links_follow_the_gold_pharaoh_convention():
-    # gold "i-j": source word i, target word j -- as flexatt.stages.evaluate._gold reads it
+    # gold "i-j": source word i, target word j -- as flexatt.decoding.alignments.read_gold reads it
     gold = [{tuple(map(int, link.split("-"))) for link in "0-1 1-0".split()}]
     w = np.array([[0.1, 0.9], [0.8, 0.2]])  # target 0 -> source 1, target 1 -> source 0
     assert aer([attention_alignment(w, ["▁a", "▁b"], ["▁x", "▁y"])], gold) == 0.0

@@ -20,7 +20,8 @@ from flexatt.products import (Plan, Unit, budget_gain, budget_overrides, budget_
                               nearest_fixed, pack_json, parse_unit, phase, plan, precision_conflicts, read_plan,
                               select_beta, verified_manifest, write_products)
 from flexatt.tau import INF
-from flexatt.units import AttemptClock, diagonal_links, load_weights
+from flexatt.decoding.alignments import diagonal_links
+from flexatt.units import AttemptClock, load_weights
 
 
 def _manifest(dev_inf: float, selected: float | None = None) -> dict:

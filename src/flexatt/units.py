@@ -17,7 +17,7 @@ need no checkpoint:
   curve's τs; test at the selected τ;
 - where the corpus has gold word alignments, the forced-decoding alignments of every reference
   (at τ = ∞ and at the selected τ), their AER, the AER of a length-proportional diagonal on the
-  same links (:func:`diagonal_links`: the alignment that reads no words), and the g_t values;
+  same links (:func:`flexatt.decoding.alignments.diagonal_links`: the alignment that reads no words), and the g_t values;
 - its learning curve, learning-rate sequence and provenance (commit, machine, threads,
   precision, wall minutes and the process's CPU minutes: against wall minutes times its threads,
   the share of its cores it had, so that a unit slowed by other work on the machine shows it).
@@ -67,23 +67,6 @@ from flexatt.tau import INF, label
 
 # --------------------------------------------------------------------------------------------
 # Decoding a unit's products
-
-
-def diagonal_links(n_src: int, n_tgt: int) -> set[tuple[int, int]]:
-    """The length-proportional diagonal: target word j linked to source word
-    ``floor((j + 0.5) · n_src / n_tgt)``, one link per target word (the same shape as
-    :func:`flexatt.metrics.attention_alignment`'s). It reads no words, so its AER is the floor an
-    attention alignment has to beat to show that it aligns (no library has it: it is one line)."""
-    if n_src == 0 or n_tgt == 0:
-        return set()
-    return {(min(n_src - 1, int((j + 0.5) * n_src / n_tgt)), j) for j in range(n_tgt)}
-
-
-def _words(vocab, ids) -> int:
-    from flexatt.metrics import piece_word_ids
-
-    pieces = [vocab.sp.id_to_piece(int(t)) for t in ids]
-    return piece_word_ids(pieces)[-1] + 1 if pieces else 0
 
 
 def _record(split: str, tau: float, out, data) -> dict:
@@ -285,15 +268,15 @@ def match_targets(decoder: UnitDecoder, targets: dict[str, float], steps: int) -
 def _alignments(model, sets: dict, filter_dir: Path, taus: dict[str, list[float]], options,
                 summary: dict) -> tuple[dict | None, dict]:
     from flexatt.metrics import aer
-    from flexatt.stages.evaluate import _gold, forced_alignments
+    from flexatt.decoding.alignments import diagonal_links, forced_alignments, read_gold, word_count
 
     alignments: dict[str, dict] = {}
     g_values: dict[str, np.ndarray] = {}
     for split, data in sets.items():
-        gold = _gold(filter_dir / f"{split}.align", len(data.split))
+        gold = read_gold(filter_dir / f"{split}.align", len(data.split))
         if gold is None:
             continue
-        diagonal = [diagonal_links(_words(data.src_vocab, data.split.src(i)), _words(data.tgt_vocab, data.split.tgt(i)))
+        diagonal = [diagonal_links(word_count(data.src_vocab, data.split.src(i)), word_count(data.tgt_vocab, data.split.tgt(i)))
                     for i in range(len(data.split))]
         summary[split]["aer_diagonal"] = round(aer(diagonal, gold, restrict_to_covered=True), 4)
         alignments[split] = {}

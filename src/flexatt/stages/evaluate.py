@@ -32,12 +32,10 @@ from collections.abc import Collection
 from pathlib import Path
 
 import numpy as np
-import torch
 from omegaconf import DictConfig, OmegaConf
 
 from flexatt import config as C
 from flexatt import figures, schema
-from flexatt.data.batching import LengthGroupedBatches, ParallelData, collate
 from flexatt.data.subwords import EOS_ID
 from flexatt.errors import DataError
 from flexatt.checkpoints import load_model
@@ -50,7 +48,6 @@ from flexatt.tau import INF, from_json
 from flexatt.tau import label as tau_label
 from flexatt.metrics import (
     aer,
-    attention_alignment,
     bleu_by_length,
     bleu_significance,
     corpus_bleu,
@@ -59,7 +56,7 @@ from flexatt.metrics import (
     moses_tokenize,
     tokenized_bleu,
 )
-from flexatt.decoding import forced_decode
+from flexatt.decoding.alignments import forced_alignments, read_gold
 from flexatt.claims import claim_rows, holm, not_selected, repeats_inf
 from flexatt.stopping import BUDGET, CAP, run_summary
 from flexatt.tracking import start_run
@@ -80,42 +77,6 @@ TABLE_LABELS = {
 }
 #: the label of a row of a local variant (any D): its attention names it
 LOCAL_LABELS = {"local_m": "Local-m (D={D})", "local_p": "Local-p (D={D})"}
-
-
-def _gold(path: Path, n: int) -> list[set[tuple[int, int]]] | None:
-    if not path.is_file():
-        return None
-    lines = read_lines(path)
-    if len(lines) != n:
-        raise DataError(path, f"has {len(lines)} lines for {n} test sentences")
-    return [{tuple(map(int, link.split("-"))) for link in line.split()} for line in lines]
-
-
-@torch.no_grad()
-def forced_alignments(model, data: EvalSet, tau: float, batch_size: int, backend: str = "auto"):
-    """One-to-one word links under forced decoding of every reference (attention summed over each
-    word's pieces, the most attended source word per target word: Luong et al. 2015 §5.4,
-    :func:`flexatt.metrics.attention_alignment`), and the g_t / temperature values seen on the
-    way (for the histograms)."""
-    sampler = LengthGroupedBatches(data.split.src_lengths, data.split.tgt_lengths, batch_size, shuffle=False)
-    items = ParallelData(data.split)
-    links: list[set | None] = [None] * len(data.split)
-    g_values, temperatures = [], []
-    for indices in sampler:
-        batch = collate([items[i] for i in indices])
-        result = forced_decode(model, batch.src, batch.src_len, batch.tgt_in, batch.tgt_out, tau,
-                               return_traces=True, backend=backend)
-        for row, i in enumerate(batch.index.tolist()):
-            src_pieces = [data.src_vocab.sp.id_to_piece(int(t)) for t in data.split.src(i)]
-            tgt_pieces = [data.tgt_vocab.sp.id_to_piece(int(t)) for t in data.split.tgt(i)]
-            trace = result.traces[row]
-            links[i] = attention_alignment(trace.attention, src_pieces, tgt_pieces)
-            if trace.g is not None:
-                g_values.append(trace.g.numpy())
-            if trace.temperature is not None:
-                temperatures.append(trace.temperature.numpy())
-    cat = lambda v: np.concatenate(v) if v else None  # noqa: E731
-    return links, cat(g_values), cat(temperatures)
 
 
 #: p-values below this are marked in Table 1.
@@ -246,7 +207,7 @@ def decode_rows(p: schema.Params, rows: list[tuple[str, str, float]], checkpoint
     ev, options = p.evaluate, decode_options(p)
     runs = {name: run_summary(path) for name, path in checkpoints.items()}
     src_words = [len(s.split(" ")) for s in read_lines(filter_dir / f"{ev.split}.src")]
-    gold = _gold(filter_dir / f"{ev.split}.align", len(data.split))
+    gold = read_gold(filter_dir / f"{ev.split}.align", len(data.split))
     samples = {s for s in ev.samples if 0 <= s < len(data.split)}
     ref_tok = moses_tokenize(data.references, p.data.tgt_lang)  # tok. BLEU and RIBES, every row
     results: dict[str, dict] = {}
