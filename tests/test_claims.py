@@ -241,7 +241,7 @@ def test_claim_verdicts_move_with_the_evidence():
              _comp("flexible_ft_tau", "flexible_ctl_tau", -0.3, [-0.4, -0.1], 0.04, "compare")]
     table = {c["id"]: c for c in claims_table(rows, comps, [], alpha=0.05, margin=0.5)}
     assert table["a"]["verdict"] == "fails"  # flexible significantly below Global
-    assert table["b"]["verdict"] == "holds"  # 43% fewer positions within the margin: no 56% threshold
+    assert table["b"]["verdict"] == "fails"  # 43% fewer positions within the margin: less than half
     assert table["c"]["verdict"] == "fails"  # wider than the control
     assert table["d"]["verdict"] == "not measured"  # no comparison of local_p
     assert table["e"]["verdict"] == "holds"
@@ -460,13 +460,16 @@ def test_a_window_a_hair_smaller_than_the_controls_is_not_a_narrowing():
 
 
 @pytest.mark.parametrize("within, cut, verdict", [
-    ("holds", (0.4, 0.4), "holds"),  # 40% cut within the margin: no 56% threshold
+    ("holds", (0.56, 0.56), "holds"),  # one model: its cut, the point twice
+    ("holds", (0.4, 0.4), "fails"),  # 40% cut: less than the half the rule requires
+    ("holds", (0.45, 0.62), "inconclusive"),  # an interval over seeds across one half
     ("inconclusive", (0.7, 0.7), "inconclusive"),  # a wide BLEU interval decides, whatever the cut
     ("fails", (0.7, 0.7), "fails"),
     ("holds", (0.0, 0.0), "fails"),  # nothing cut
-    ("holds", (-0.1, 0.3), "fails"),  # an interval over seeds that reaches 0: not shown to cut
+    ("holds", (-0.1, 0.3), "fails"),  # an interval over seeds below the half
 ])
-def test_verdict_cut(within, cut, verdict):
+def test_claim_b_needs_half_the_positions_cut(within, cut, verdict):
+    """One rule for the default profile's one model and the units' seeds."""
     assert verdict_cut(within, cut) == verdict
 
 
@@ -489,15 +492,18 @@ def test_against_paper_says_where_the_papers_range_lies(figure, where):
     assert against_paper(figure, (0.56, 0.64)) == where
 
 
-def test_b_with_a_wide_interval_is_inconclusive_and_a_40_percent_cut_within_the_margin_holds():
-    rows = {**ROWS, "flexible_ft_tau": _row(21.0, 18.9, tau=2.4)}  # 40% of 35 positions cut
+def test_b_with_a_wide_interval_is_inconclusive_and_a_cut_under_half_fails():
+    rows = {**ROWS, "flexible_ft_tau": _row(14.0, 18.9, tau=2.4)}  # 60% of 35 positions cut
     others = [c for c in COMPS if c["b"] != "flexible_ft"]
     wide = [*others, _comp("flexible_ft_tau", "flexible_ft", -0.2, [-0.9, 0.5], 0.6)]
     b = {c["id"]: c for c in claims_table(rows, wide, MATCHED)}["b"]
-    assert b["cut"] == pytest.approx(0.4) and b["verdict"] == "inconclusive"  # the margin inside the interval
+    assert b["cut"] == pytest.approx(0.6) and b["verdict"] == "inconclusive"  # the margin inside the interval
     narrow = [*others, _comp("flexible_ft_tau", "flexible_ft", -0.2, [-0.4, 0.1], 0.3)]
     b = {c["id"]: c for c in claims_table(rows, narrow, MATCHED)}["b"]
-    assert b["verdict"] == "holds" and b["paper_cut"] == "above"  # the paper's 56–64% above our 40%, reported only
+    assert b["verdict"] == "holds" and b["paper_cut"] == "inside"  # the paper's 56–64%, reported only
+    rows["flexible_ft_tau"] = _row(21.0, 18.9, tau=2.4)  # 40% cut within the margin: less than half
+    b = {c["id"]: c for c in claims_table(rows, narrow, MATCHED)}["b"]
+    assert b["verdict"] == "fails" and "at least 50%" in b["detail"]
     rows["flexible_ft_tau"] = _row(35.0, 18.9, tau=9.0)  # a selected τ that cuts nothing
     assert {c["id"]: c for c in claims_table(rows, narrow, MATCHED)}["b"]["verdict"] == "fails"
 

@@ -21,7 +21,7 @@ is **not decided**. The rules, on the interval over seeds (α 0.05, margin 0.5 B
 * **a** Flexible τ = ∞ ≥ Global: non-inferiority within the margin
   (:func:`flexatt.claims.verdict_not_worse`).
 * **b** the dev-selected τ cuts at least half the positions at ≤ 0.5 BLEU
-  (:func:`verdict_cut_at`): the BLEU of flexible at its selected τ against τ = ∞
+  (:func:`flexatt.claims.verdict_cut`): the BLEU of flexible at its selected τ against τ = ∞
   within the margin, and the share of positions cut, 1 − window(τ)/window(∞), with its interval
   at or above :data:`REQUIRED_CUT`. The papers' 56–64% is reported against that
   interval (:func:`flexatt.claims.against_paper`); the dev Δ of every seed is shown beside the test Δ.
@@ -57,9 +57,9 @@ import numpy as np
 from sacrebleu.metrics import BLEU
 
 from flexatt.claims import (ALPHA, FAILS, HOLDS, INCONCLUSIVE, MARGIN, MATCH_TOLERANCE, MIN_NARROWING, NOT_MEASURED,
-                            PAPER_CUT, VERDICT_WINDOWS, against_paper, bleu_difference, holm, percent_range,
-                            verdict_better, verdict_effect, verdict_narrowing, verdict_not_worse, verdict_within,
-                            windows_match)
+                            PAPER_CUT, REQUIRED_CUT, VERDICT_WINDOWS, against_paper, bleu_difference, holm,
+                            percent_range, sentence_stats, verdict_better, verdict_cut, verdict_effect,
+                            verdict_narrowing, verdict_not_worse, verdict_within, windows_match)
 from flexatt.metrics import BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED
 from flexatt.tau import INF
 from flexatt.products import (BUDGET_GAIN, Plan, Unit, budget_gain, budget_short, done_units, load_products,
@@ -73,10 +73,6 @@ SACT_EFFECT = 2.0
 MIN_SEEDS = 3
 #: the fine-tuning strength of the 2017 paper (§4), shown beside the β chosen on dev for claim c
 PAPER_BETA = 0.1
-#: claim b: the least share of positions the selected τ must cut (half). The papers report 56–64%
-#: at their selected τ; "most positions need not be scored" is read as more than half of them, a
-#: bound below the papers' range so that a cut like theirs passes it with its interval
-REQUIRED_CUT = 0.5
 #: a comparison shown with its numbers but too few training seeds for a verdict
 UNDECIDED = "not decided"
 
@@ -99,11 +95,6 @@ def t_interval(values: Sequence[float], level: float = 0.95) -> dict[str, Any]:
     sd = float(x.std(ddof=1))
     half = float(t.ppf(0.5 + level / 2, n - 1)) * sd / math.sqrt(n)
     return {"n": n, "mean": round(mean, 4), "sd": round(sd, 4), "ci": [round(mean - half, 4), round(mean + half, 4)]}
-
-
-def _sentence_stats(metric, hypotheses: Sequence[str], references: Sequence[str]) -> np.ndarray:
-    """Per-sentence BLEU sufficient statistics (sacrebleu's, as its paired tests compute them)."""
-    return np.asarray(metric._extract_corpus_statistics(list(hypotheses), [list(references)]), dtype=np.float64)
 
 
 def bleu_difference_over_seeds(groups: Sequence[Sequence[tuple[Sequence[str], Sequence[str], Sequence[str]]]], *,
@@ -141,7 +132,7 @@ def bleu_difference_over_seeds(groups: Sequence[Sequence[tuple[Sequence[str], Se
             if not refs or len(hyp_a) != len(refs) or len(hyp_b) != len(refs):
                 raise ValueError(f"a comparison needs as many hypotheses of A ({len(hyp_a)}) and B ({len(hyp_b)}) "
                                  f"as references ({len(refs)}), at least one")
-            members.append((_sentence_stats(metric, hyp_a, refs), _sentence_stats(metric, hyp_b, refs)))
+            members.append((sentence_stats(metric, hyp_a, refs), sentence_stats(metric, hyp_b, refs)))
         stats.append(members)
     delta = float(np.mean([np.mean([score(a.sum(0)) - score(b.sum(0)) for a, b in g]) for g in stats]))
     rng = np.random.default_rng(seed)
@@ -173,21 +164,6 @@ def t_test_p(deltas: Sequence[float]) -> float | None:
     if np.all(x == x[0]):
         return 1.0 if x[0] == 0 else 0.0
     return float(ttest_1samp(x, 0.0).pvalue)
-
-
-def verdict_cut_at(within: str, cut: Sequence[float], required: float = REQUIRED_CUT) -> str:
-    """Claim b, "the selected τ cuts at least ``required`` of the positions at ≤ δ BLEU" (rule
-    ``within+cut``): ``within`` the verdict of the BLEU difference against the margin
-    (:func:`flexatt.claims.verdict_within`), ``cut`` the interval (low, high) over seeds of the
-    share of positions cut, 1 − window(A)/window(B). The cut is enough when low ≥ ``required``,
-    not enough when high < ``required``. Fails when ``within`` fails or the cut is not enough;
-    holds when ``within`` holds and the cut is enough; inconclusive otherwise. The papers' 56–64%
-    is reported beside (:func:`flexatt.claims.against_paper`). The default profile's compare
-    stage judges its one model by :func:`flexatt.claims.verdict_cut`, which asks for a cut above 0."""
-    low, high = cut
-    if within == FAILS or high < required:
-        return FAILS
-    return HOLDS if within == HOLDS and low >= required else INCONCLUSIVE
 
 
 class Units:
@@ -336,7 +312,7 @@ def _verdict(rule: str, s: dict, p: float | None, *, alpha: float, margin: float
     if rule == "effect":
         return verdict_effect(ci, SACT_EFFECT)
     if rule == "within+cut":
-        return verdict_cut_at(verdict_within(ci, margin), bounds)
+        return verdict_cut(verdict_within(ci, margin), bounds)
     return verdict_narrowing(verdict_within(ci, margin), bounds)
 
 

@@ -73,11 +73,11 @@ def _record(split: str, tau: float, out, data) -> dict:
     """One decode as stored: its text, per-sentence windows and BLEU statistics, summary."""
     from sacrebleu.metrics import BLEU
 
-    from flexatt.claims import _stats
+    from flexatt.claims import sentence_stats
     from flexatt.metrics import corpus_bleu, corpus_chrf
 
     bleu, signature = corpus_bleu(out.hypotheses, [data.references])
-    stats = _stats(BLEU(), out.hypotheses, data.references)
+    stats = sentence_stats(BLEU(), out.hypotheses, data.references)
     return {
         "split": split, "tau": tau,
         "window": round(out.mean_window, 3), "window_step_weighted": round(out.step_weighted_window, 3),
