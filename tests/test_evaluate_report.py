@@ -241,3 +241,34 @@ def test_stage_refuses_a_zero_seed_before_decoding(evaluated, capsys):
     assert code == 2 and "Traceback" not in err
     assert err.strip().splitlines()[-1] == "error: evaluate.bootstrap_seed: must be >= 1 (got 0)"
     assert not (path / "ev0").exists()
+
+
+def test_the_stage_writes_its_decodes_and_reads_what_sweep_tau_decoded(evaluated):
+    """Every row's decode goes to ``evaluate.decodes`` (its records give the row's window and
+    BLEU); a (model, split, τ) that ``sweep_tau.decodes`` holds is read from it, not decoded again:
+    a stored record with other translations shows through in that row alone."""
+    from flexatt.points import read_decodes
+    from flexatt.products import pack_json
+    from flexatt.decoding.translate import DecodeOptions
+
+    path, _ = evaluated
+    options = DecodeOptions(**OmegaConf.to_container(OmegaConf.load(path / "params.yaml").decode))
+    stored = read_decodes(path / "artifacts/decodes/evaluate.json.xz", options)
+    assert set(stored) == set(NAMES)  # the checkpoint rows, each decoded once per τ
+    models = from_json(json.loads((path / "ev/metrics.json").read_text()))["models"]
+    for name in NAMES:
+        inf = [r for r in stored[name] if math.isinf(r["tau"])]
+        assert len(inf) == 1 and (inf[0]["window"], inf[0]["bleu"]) == (models[name]["window"], models[name]["bleu"])
+    marked = {**stored["global"][0], "hypotheses": ["marked"] * len(stored["global"][0]["hypotheses"])}
+    (path / "sweep.json.xz").write_bytes(pack_json({"beam_size": options.beam_size, "alpha": options.alpha,
+                                                    "records": {"global": [marked]}}, "sweep.json.xz"))
+    result = run_module("flexatt.stages.evaluate", *_overrides("ev2"), "evaluate.bootstrap_seed=77",
+                        "evaluate.bootstrap_samples=200", "sweep_tau.decodes=sweep.json.xz",
+                        "evaluate.decodes=ev2/decodes.json.xz", cwd=path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert (path / "ev2/tr/global.test.txt").read_text().split("\n")[:-1] == marked["hypotheses"]
+    assert (path / "ev2/tr/local_m.test.txt").read_text() == (path / "ev/tr/local_m.test.txt").read_text()
+    (path / "sweep.json.xz").write_bytes(pack_json({"beam_size": options.beam_size + 1, "alpha": options.alpha,
+                                                    "records": {}}, "sweep.json.xz"))
+    result = run_module("flexatt.stages.evaluate", *_overrides("ev3"), "sweep_tau.decodes=sweep.json.xz", cwd=path)
+    assert result.returncode == 2 and f"sweep.json.xz: decoded with beam {options.beam_size + 1}" in result.stderr

@@ -341,7 +341,7 @@ def product_path(folder: Path, stem: str) -> Path | None:
                 None)
 
 
-def _unpack_json(path: Path) -> Any:
+def unpack_json(path: Path) -> Any:
     import lzma
 
     data = path.read_bytes()
@@ -415,8 +415,8 @@ def load_products(folder: str | os.PathLike) -> dict:
         with np.load(folder / "g.npz") as archive:
             g = {key: archive[key] for key in archive.files}
     alignments = product_path(folder, "alignments")
-    return {"manifest": manifest, "decodes": _unpack_json(product_path(folder, "decodes")), "curve": curve, "g": g,
-            "alignments": _unpack_json(alignments) if alignments else None}
+    return {"manifest": manifest, "decodes": unpack_json(product_path(folder, "decodes")), "curve": curve, "g": g,
+            "alignments": unpack_json(alignments) if alignments else None}
 
 
 def done_units(folder: str | os.PathLike) -> dict[str, dict]:
@@ -490,7 +490,7 @@ def match_records(folder: str | os.PathLike, flexible: str, manifests: dict[str,
     for name, manifest in sorted(manifests.items()):
         if manifest.get("matched_by", {}).get("unit") == flexible:
             verified_manifest(Path(folder) / name)
-            records += _unpack_json(Path(folder) / name / MATCH_PRODUCT)["records"]
+            records += unpack_json(Path(folder) / name / MATCH_PRODUCT)["records"]
     return records
 
 

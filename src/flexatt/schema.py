@@ -354,6 +354,7 @@ class SweepTau(Group):
     out: Text = "results/sweep_tau.json"
     curve_file: Text = "results/plots/tradeoff.csv"
     figure: Text = "results/figures/tradeoff.png"
+    decodes: Text = "artifacts/decodes/sweep_tau.json.xz"
 
 
 class SweepSigma(Group):
@@ -382,6 +383,7 @@ class Evaluate(Group):
     by_length_file: Text = "results/plots/bleu_by_length.csv"
     figures_dir: Text = "results/figures/evaluate"
     translations_dir: Text = "artifacts/translations"
+    decodes: Text = "artifacts/decodes/evaluate.json.xz"
 
     @field_validator("length_buckets")
     @classmethod

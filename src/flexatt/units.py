@@ -56,6 +56,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -63,55 +64,17 @@ from flexatt.errors import ConfigError, DataError
 from flexatt.products import (ALIGNMENT_PRODUCTS, MATCH_PRODUCT, PRODUCTS, SPLITS, TAU_ATTENTIONS, WEIGHTS, Unit, file_sha256,
                               product_path,
                               budget_overrides, load_products, pack_json, parse_unit, read_plan, tau_key, write_products)
-from flexatt.tau import INF, label
+from flexatt.tau import INF
+
+if TYPE_CHECKING:
+    from flexatt.points import Decoder
 
 # --------------------------------------------------------------------------------------------
 # Decoding a unit's products
 
 
-def _record(split: str, tau: float, out, data) -> dict:
-    """One decode as stored: its text, per-sentence windows and BLEU statistics, summary."""
-    from sacrebleu.metrics import BLEU
-
-    from flexatt.claims import sentence_stats
-    from flexatt.metrics import corpus_bleu, corpus_chrf
-
-    bleu, signature = corpus_bleu(out.hypotheses, [data.references])
-    stats = sentence_stats(BLEU(), out.hypotheses, data.references)
-    return {
-        "split": split, "tau": tau,
-        "window": round(out.mean_window, 3), "window_step_weighted": round(out.step_weighted_window, 3),
-        "bleu": round(bleu, 2), "chrf": round(corpus_chrf(out.hypotheses, [data.references])[0], 2),
-        "bleu_signature": signature, "seconds": round(out.seconds, 2), "decoded_by": out.decoded_by,
-        "hypotheses": out.hypotheses, "window_sum": out.window_sum.tolist(), "steps": out.steps.tolist(),
-        "src_lengths": np.asarray(out.src_lengths).tolist(), "bleu_stats": [list(map(int, s)) for s in stats],
-    }
-
-
-def summary_point(record: dict) -> dict:
-    """What a decode contributes to a τ search and the manifest: τ, window, BLEU."""
-    return {"tau": record["tau"], "window": record["window"], "bleu": record["bleu"]}
-
-
-class UnitDecoder:
-    """Decodes (split, τ) of one model once, keeping every decode as a stored record."""
-
-    def __init__(self, model, sets: dict, options):
-        self.model, self.sets, self.options = model, sets, options
-        self.records: dict[tuple[str, float], dict] = {}
-
-    def point(self, split: str, tau: float) -> dict:
-        from flexatt.decoding.translate import translate_split
-
-        key = (split, float(tau))
-        if key not in self.records:
-            data = self.sets[split]
-            out = translate_split(self.model, data.split, data.tgt_vocab, self.options.at(tau))
-            self.records[key] = _record(split, float(tau), out, data)
-            r = self.records[key]
-            print(f"unit: {split:4s} tau={label(tau):<8s} window {r['window']:7.2f}  BLEU {r['bleu']:6.2f}  "
-                  f"({r['seconds']:.0f} s)", flush=True)
-        return summary_point(self.records[key])
+#: the name a unit's one model has in its :class:`flexatt.points.Decoder`
+MODEL = "unit"
 
 
 def decode_products(model, p, tok_dir: Path, filter_dir: Path,
@@ -129,44 +92,46 @@ def decode_products(model, p, tok_dir: Path, filter_dir: Path,
     (:func:`flexatt.unit_claims.budget_claims`).
     """
     from flexatt.data.evalset import EvalSet
-    from flexatt.points import decode_options
+    from flexatt.points import Decoder, decode_options, summary_point
     from flexatt.tau_search import dev_grid, search_points, select_tau
 
     st = p.sweep_tau
     options = decode_options(p)
     sets = {s: EvalSet.load(tok_dir, s) for s in SPLITS}
-    decoder = UnitDecoder(model, sets, options)
+    decoder = Decoder(None, sets, options=options, summary=summary_point)
+    decoder.use(MODEL, model)
     flexible = model.config.get("attention") in TAU_ATTENTIONS
-    summary: dict[str, dict] = {s: {"inf": decoder.point(s, INF)} for s in SPLITS}
+    summary: dict[str, dict] = {s: {"inf": decoder.point(MODEL, s, INF)} for s in SPLITS}
     taus: dict[str, list[float]] = {s: [INF] for s in SPLITS}
     if flexible:
         grid = dev_grid(st.grid, sets["dev"].mean_src_len, st.add_log_mean_len)
         reference = summary["dev"]["inf"]["bleu"]
-        points = search_points(lambda tau: decoder.point("dev", tau), grid, reference, st.tolerance, st.search_steps)
+        points = search_points(lambda tau: decoder.point(MODEL, "dev", tau), grid, reference, st.tolerance,
+                               st.search_steps)
         chosen = select_tau(points, reference, st.tolerance)
         selected = chosen["tau"] if chosen else INF
         summary["dev"].update(points=points, selected_tau=selected,
                               selected=chosen or summary["dev"]["inf"])
         curve = [t for t in st.curve_taus if not math.isinf(t)]  # τ = ∞: decoded above
         for tau in curve:
-            decoder.point("dev", tau)
-        summary["test"]["selected"] = decoder.point("test", selected)
+            decoder.point(MODEL, "dev", tau)
+        summary["test"]["selected"] = decoder.point(MODEL, "test", selected)
         summary["test"]["selected_tau"] = summary["dev"]["selected_tau"]
-        summary["test"]["curve"] = [decoder.point("test", tau) for tau in curve]
+        summary["test"]["curve"] = [decoder.point(MODEL, "test", tau) for tau in curve]
         taus = {s: [math.inf, *([selected] if not math.isinf(selected) else [])] for s in SPLITS}
         summary["matched"] = match_targets(decoder, targets or {}, p.compare.search_steps)
     alignments, g_values = _alignments(model, sets, filter_dir, taus, options, summary)
     return summary, _decodes(decoder, options), alignments, g_values
 
 
-def flexible_decoder(folder: Path, p, to: list[str]) -> tuple[UnitDecoder, dict]:
+def flexible_decoder(folder: Path, p, to: list[str]) -> tuple[Decoder, dict]:
     """A finished flexible unit's kept weights (``weights.fp16.pt``, the ones all its numbers come
-    from) as a :class:`UnitDecoder` on ``p``'s data, its stored decodes loaded (so a τ it decoded
+    from) as the model :data:`MODEL` of a :class:`flexatt.points.Decoder` on ``p``'s data, its stored decodes loaded (so a τ it decoded
     is not decoded again), and its products. The data must be the unit's (digests), and so must the
     beam settings. ``to``: the fixed-window units it is to be matched to (named in a refusal)."""
     from flexatt.data.evalset import EvalSet
     from flexatt.io import file_digest
-    from flexatt.points import decode_options
+    from flexatt.points import Decoder, decode_options, summary_point
 
     folder = Path(folder)
     products = load_products(folder)
@@ -182,8 +147,9 @@ def flexible_decoder(folder: Path, p, to: list[str]) -> tuple[UnitDecoder, dict]
     if (options.beam_size, options.alpha) != (manifest["decode"]["beam_size"], manifest["decode"]["alpha"]):
         raise ConfigError("decode", f"beam {options.beam_size}, alpha {options.alpha}: unit {manifest['unit']} "
                           f"decoded with beam {manifest['decode']['beam_size']}, alpha {manifest['decode']['alpha']}")
-    decoder = UnitDecoder(load_weights(folder / WEIGHTS), {s: EvalSet.load(tok_dir, s) for s in SPLITS}, options)
-    decoder.records = {(r["split"], float(r["tau"])): r for r in products["decodes"]["records"]}
+    decoder = Decoder(None, {s: EvalSet.load(tok_dir, s) for s in SPLITS}, options=options, summary=summary_point)
+    decoder.use(MODEL, load_weights(folder / WEIGHTS))
+    decoder.load(MODEL, products["decodes"]["records"])
     return decoder, products
 
 
@@ -235,30 +201,29 @@ def match_into(unit: Unit, window: float, flexible: Path, p) -> tuple[dict, byte
     manifest = products["manifest"]
     if manifest["seed"] != unit.seed or manifest["budget"] != 1.0 or manifest["kind"] != "train":
         raise ConfigError(str(flexible), f"{manifest['unit']} is not the flexible unit of {unit.name}'s seed")
-    stored = set(decoder.records)
+    stored = {(r["split"], r["tau"]) for r in decoder.stored(MODEL, SPLITS)}
     entry = match_targets(decoder, {unit.name: window}, p.compare.search_steps)[unit.name]
-    new = [decoder.records[k] for k in sorted(set(decoder.records) - stored, key=lambda k: (SPLITS.index(k[0]), k[1]))]
+    new = [r for r in decoder.stored(MODEL, SPLITS) if (r["split"], r["tau"]) not in stored]
     by = {"unit": manifest["unit"], "weights_sha256": file_sha256(Path(flexible) / WEIGHTS), "match": entry}
     return by, pack_json({"records": new}, MATCH_PRODUCT)
 
 
-def _decodes(decoder: UnitDecoder, options) -> dict:
+def _decodes(decoder: Decoder, options) -> dict:
     """The stored decodes: the beam settings and every record, by split then τ."""
-    order = sorted(decoder.records, key=lambda k: (SPLITS.index(k[0]), k[1]))
-    return {"beam_size": options.beam_size, "alpha": options.alpha, "records": [decoder.records[k] for k in order]}
+    return {"beam_size": options.beam_size, "alpha": options.alpha, "records": decoder.stored(MODEL, SPLITS)}
 
 
-def match_targets(decoder: UnitDecoder, targets: dict[str, float], steps: int) -> dict[str, dict]:
+def match_targets(decoder: Decoder, targets: dict[str, float], steps: int) -> dict[str, dict]:
     """For each fixed window (name -> its dev window), the τ at which this flexible model's dev
     window equals it, bracketed by the dev points already decoded, and test decoded there."""
     from flexatt.tau_search import match_window
 
     matched = {}
     for name, target in sorted(targets.items()):
-        known = [summary_point(r) for (split, _), r in decoder.records.items() if split == "dev"]
-        match, new = match_window(lambda tau: decoder.point("dev", tau), known, target, steps)
+        known = decoder.points(MODEL, "dev")
+        match, new = match_window(lambda tau: decoder.point(MODEL, "dev", tau), known, target, steps)
         tau = match["tau"]
-        matched[name] = {"target": target, "tau": tau, "dev": match, "test": decoder.point("test", tau),
+        matched[name] = {"target": target, "tau": tau, "dev": match, "test": decoder.point(MODEL, "test", tau),
                          "decoded": len(new)}
         print(f"unit: matched {name}'s dev window {target:.2f} at tau={tau:g}: dev {match['window']:.2f}, "
               f"test window {matched[name]['test']['window']:.2f} BLEU {matched[name]['test']['bleu']:.2f}", flush=True)

@@ -10,9 +10,8 @@ windows of the same size, and the multiple-testing correction of every compariso
    compared with the fixed-window row on test. Every pair is reported; claim f counts only those
    of a fixed window with D in :data:`flexatt.claims.VERDICT_WINDOWS`.
 2. **τ curves on test** of every model of ``compare.curve_models`` at ``sweep_tau.curve_taus``,
-   each point with its 95% bootstrap interval (``sweep_tau`` keeps no translations, so its
-   ``curve_model`` is decoded again here; a point that scores otherwise than that stage's test
-   curve is reported).
+   each point with its 95% bootstrap interval (a point that ``sweep_tau`` or ``evaluate`` decoded
+   is read from its decodes).
 3. **Comparisons** (:func:`flexatt.claims.compare_pair`): Δ BLEU with its 95% paired-bootstrap
    interval, the paired bootstrap p (``evaluate.bootstrap_samples``, ``evaluate.bootstrap_seed``:
    the resamples of Table 1) and the approximate-randomisation p (``compare.ar_trials``), for two
@@ -24,7 +23,8 @@ windows of the same size, and the multiple-testing correction of every compariso
    (holds / fails / inconclusive / not measured) per claim; docs/method.md, Claims.
 
 Reads ``evaluate.out``, the translations of every row (``evaluate.translations_dir``),
-``sweep_tau.out`` and the checkpoints it decodes. Rows that a profile does not evaluate (the
+``sweep_tau.out``, the decodes of ``sweep_tau.decodes`` and ``evaluate.decodes`` (a point either
+decoded is read, not decoded again) and the checkpoints it decodes. Rows that a profile does not evaluate (the
 controls, other window sizes) are left out: their claims are "not measured".
 
 Writes ``compare.out`` (JSON), ``compare.report`` (Markdown: the claims, the matched windows, the
@@ -56,7 +56,7 @@ from flexatt.errors import DataError
 from flexatt.data.evalset import EvalSet
 from flexatt.io import atomic_path, write_csv, write_json
 from flexatt.metrics import bleu_significance, corpus_bleu
-from flexatt.points import Decoder
+from flexatt.points import Decoder, load_decodes
 from flexatt.tau import INF, from_json, label
 from flexatt.tau_search import match_window
 from flexatt.tracking import start_run
@@ -136,10 +136,12 @@ def compute(p: schema.Params) -> tuple[dict, dict[str, dict]]:
     references = sets[split].references
     hyps = read_translations(rows, Path(ev.translations_dir), split, references)
     decoder = Decoder(p, sets, key="compare.models")
+    for stored in (p.sweep_tau.decodes, ev.decodes):  # decoded once, by the stage that needed them first
+        load_decodes(decoder, stored, "compare")
     started = time.perf_counter()
     locals_ = local_rows(p, rows)
     matched = matched_windows(p, decoder, rows, locals_, sweep, hyps)
-    curves = tau_curves(p, decoder, sweep, split, seed, n_samples)
+    curves = tau_curves(p, decoder, split, seed, n_samples)
     comparisons = paired_tests(rows, hyps, matched, references, seed=seed, n_samples=n_samples, trials=trials,
                                alpha=alpha)
     by_pair = {(c["a"], c["b"]): c for c in comparisons}
@@ -189,13 +191,13 @@ def matched_windows(p: schema.Params, decoder: Decoder, rows: dict[str, dict], l
             known = []
             if model in sweep.get("models", {}):
                 known = [sweep["models"][model]["inf"], *sweep["models"][model]["points"]]
-            known += [v for (name, s, _), v in decoder.memo.items() if name == model and s == "dev"]
+            known += decoder.points(model, "dev")
             match, new = match_window(lambda tau, model=model: decoder.point(model, "dev", tau), known, target,
                                       cp.search_steps)
             tau = match["tau"]
             test = decoder.point(model, split, tau)
             name = f"{model}@{local}"
-            hyps[name] = decoder.hypotheses[(model, split, tau)]
+            hyps[name] = decoder.hypotheses(model, split, tau)
             matched.append({"model": model, "local": local, **info, "name": name, "tau": tau,
                             "dev": {"target": target, "window": match["window"], "bleu": match["bleu"],
                                     "decoded": len(new)},
@@ -276,31 +278,21 @@ def publish(p: schema.Params, report: dict, points: dict[str, dict], tracker) ->
     tracker.finish()
 
 
-def tau_curves(p: schema.Params, decoder: Decoder, sweep: dict, split: str, seed: int,
-                n_samples: int) -> dict[str, list[dict]]:
+def tau_curves(p: schema.Params, decoder: Decoder, split: str, seed: int, n_samples: int) -> dict[str, list[dict]]:
     """Every model of ``compare.curve_models`` on ``split`` at ``sweep_tau.curve_taus``: label →
-    points (``tau``, ``window``, ``bleu``, ``ci``: sacrebleu's bootstrap interval of each point).
-    The sweep_tau stage's test curve of the same model, where it has one, must agree: a point
-    whose window or BLEU differs is printed as a warning (decoding is deterministic)."""
+    points (``tau``, ``window``, ``bleu``, ``ci``: sacrebleu's bootstrap interval of each point)."""
     curves = {}
     for model in p.compare.curve_models:
         if model not in p.evaluate.checkpoints:
             continue
-        earlier = {r["tau"]: r for r in sweep.get("curve", [])
-                   if r["model"] == model and r["split"] == split}
         taus = list(p.sweep_tau.curve_taus)
         pts = [decoder.point(model, split, tau) for tau in taus]
         names = [f"tau={tau:g}" for tau in taus]
-        ci = bleu_significance({n: decoder.hypotheses[(model, split, tau)] for n, tau in zip(names, taus)},
+        ci = bleu_significance({n: decoder.hypotheses(model, split, tau) for n, tau in zip(names, taus)},
                                [decoder.sets[split].references], {n: None for n in names},
                                n_samples=n_samples, seed=seed)
         curves[model] = [{"tau": pt["tau"], "window": pt["window"], "bleu": pt["bleu"], "ci": ci[n]["bleu_ci"]}
                          for n, pt in zip(names, pts)]
-        for tau, pt in zip(taus, pts):
-            old = earlier.get(tau)
-            if old is not None and (old["window"], old["bleu"]) != (pt["window"], pt["bleu"]):
-                print(f"compare: warning: {model} at tau={tau:g} on {split}: window {pt['window']}, BLEU {pt['bleu']} "
-                      f"here; window {old['window']}, BLEU {old['bleu']} in sweep_tau's curve", flush=True)
     return curves
 
 

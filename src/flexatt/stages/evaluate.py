@@ -40,9 +40,10 @@ from flexatt.data.subwords import EOS_ID
 from flexatt.errors import DataError
 from flexatt.checkpoints import load_model
 from flexatt.data.evalset import EvalSet
-from flexatt.decoding.translate import Translation, translate_split
+from flexatt.decoding.translate import Translation
 from flexatt.io import atomic_path, read_lines, write_csv, write_json, write_lines
-from flexatt.points import checkpoint_of, decode_options
+from flexatt.points import (Decoder, checkpoint_of, decode_options, load_decodes, sample_traces, translation_of,
+                             write_decodes)
 from flexatt.rows import Row
 from flexatt.tau import INF, from_json
 from flexatt.tau import label as tau_label
@@ -200,25 +201,31 @@ def run(cfg: DictConfig | schema.Params) -> dict:
 
 def decode_rows(p: schema.Params, rows: list[tuple[str, str, float]], checkpoints: dict[str, Path], data: EvalSet,
                 filter_dir: Path) -> tuple[dict[str, dict], dict[str, Translation], dict[str, np.ndarray]]:
-    """Each row ``(row, checkpoint row, τ)`` decoded on the split (``checkpoints``: row -> file) and scored (BLEU, chrF, tok. BLEU,
-    RIBES, AER where there are gold links, BLEU by source length, g_t and SACT temperature
-    means), its translations written to ``evaluate.translations_dir``. Returns the rows' metrics,
-    their translations and the g_t / temperature values (``<row>/g``) for the histograms."""
+    """Each row ``(row, checkpoint row, τ)`` on the split (``checkpoints``: row -> file) scored
+    (BLEU, chrF, tok. BLEU, RIBES, AER where there are gold links, BLEU by source length, g_t and
+    SACT temperature means), its translations written to ``evaluate.translations_dir``, every
+    decode to ``evaluate.decodes`` (for compare). A decode that ``sweep_tau`` made (its curve,
+    ``sweep_tau.decodes``) is read, not made again; the traces of ``evaluate.samples`` come from
+    decoding those sentences on their own (:func:`flexatt.points.sample_traces`). Returns the
+    rows' metrics, their translations and the g_t / temperature values (``<row>/g``) for the
+    histograms."""
     ev, options = p.evaluate, decode_options(p)
     runs = {name: run_summary(path) for name, path in checkpoints.items()}
     src_words = [len(s.split(" ")) for s in read_lines(filter_dir / f"{ev.split}.src")]
     gold = read_gold(filter_dir / f"{ev.split}.align", len(data.split))
     samples = {s for s in ev.samples if 0 <= s < len(data.split)}
     ref_tok = moses_tokenize(data.references, p.data.tgt_lang)  # tok. BLEU and RIBES, every row
+    decoder = Decoder(p, {ev.split: data}, key="evaluate.checkpoints")
+    load_decodes(decoder, p.sweep_tau.decodes, "evaluate")
     results: dict[str, dict] = {}
     outputs: dict[str, Translation] = {}
     histograms: dict[str, np.ndarray] = {}
-    models: dict[str, object] = {}
     for row, name, tau in rows:
-        if name not in models:
-            models[name] = load_model(checkpoints[name])
-        model = models[name]
-        out = translate_split(model, data.split, data.tgt_vocab, options.at(tau), trace_indices=samples)
+        if name not in decoder.models:
+            decoder.use(name, load_model(checkpoints[name]))
+        model = decoder.models[name]
+        out = translation_of(decoder.record(name, ev.split, tau))
+        out.traces = sample_traces(model, data, options.at(tau), samples, out.hypotheses)
         outputs[row] = out
         metrics = {"tau": tau, **score_row(out, data, p.data.tgt_lang, ref_tok), "decoded_by": out.decoded_by,
                    "training": runs[name]}
@@ -239,6 +246,7 @@ def decode_rows(p: schema.Params, rows: list[tuple[str, str, float]], checkpoint
         print(f"evaluate: {row:22s} window {metrics['window']:7.2f}  BLEU {metrics['bleu']:6.2f}  "
               f"chrF {metrics['chrf']:6.2f}  RIBES {metrics['ribes']:.4f}  AER {metrics['aer']}  "
               f"{metrics['decode_ms']:.1f} ms/sentence", flush=True)
+    write_decodes(ev.decodes, decoder, sorted({name for _, name, _ in rows}), [ev.split])
     global_window = results["global"]["window"]
     for metrics in results.values():
         metrics["reduction"] = round(1.0 - metrics["window"] / global_window, 4)

@@ -11,7 +11,9 @@ Then the trade-off curve (Flexible Attention 2017, Figure 3): ``curve_model`` at
 ``curve_taus`` on ``curve_splits``, with global attention as the reference point.
 
 Writes ``sweep_tau.out`` (JSON: every point and the selected τ per model), ``curve_file``
-(CSV for ``dvc plots``) and ``figure`` (PNG); logs all of it to W&B.
+(CSV for ``dvc plots``), ``figure`` (PNG) and ``decodes``: the curve's decodes on
+``evaluate.split`` (:func:`flexatt.points.write_decodes`), which the evaluate and compare stages
+read instead of decoding them again; logs all of it to W&B.
 
 Usage::
 
@@ -29,7 +31,7 @@ from flexatt import config as C
 from flexatt import figures, schema
 from flexatt.data.evalset import EvalSet
 from flexatt.io import write_csv, write_json
-from flexatt.points import Decoder, checkpoint_of
+from flexatt.points import Decoder, checkpoint_of, write_decodes
 from flexatt.tau import INF, label, to_json
 from flexatt.tau_search import dev_grid, log_mean_length, search_points, select_tau
 from flexatt.tracking import start_run
@@ -73,8 +75,8 @@ def run(cfg: DictConfig | schema.Params) -> dict:
     curve_rows = []
     for split in curve_splits:
         for tau in curve_taus:
-            p = decoder.point(curve_model, split, tau)
-            curve_rows.append({"model": curve_model, "split": split, **p})
+            point = decoder.point(curve_model, split, tau)
+            curve_rows.append({"model": curve_model, "split": split, **point})
         g = decoder.point("global", split, INF)
         curve_rows.append({"model": "global", "split": split, **g})
 
@@ -82,6 +84,8 @@ def run(cfg: DictConfig | schema.Params) -> dict:
               "beam_size": decoder.options.beam_size, "models": selection, "curve": curve_rows,
               "decoded_by": decoder.decoded_by}
     write_json(out_file, result)
+    # the curve's decodes on the evaluated split, which evaluate and compare read instead of decoding again
+    write_decodes(st.decodes, decoder, [curve_model, "global"], [s for s in curve_splits if s == p.evaluate.split])
     write_csv(curve_file, curve_rows, ["model", "split", "tau", "window", "bleu", "ms_per_sentence"])
     curves = {f"{curve_model} ({split})": [(r["tau"], r["window"], r["bleu"])
                                           for r in curve_rows
