@@ -38,6 +38,7 @@ SWEEPS = {
     "sact_lambda": ("train", ["model.sact_lambda"], ["train.out_dir", "train.metrics_dir"]),
     "temperature": ("train", ["model.temperature"], ["train.out_dir", "train.metrics_dir"]),
     "beta": ("finetune", ["finetune.beta"], ["finetune.out_dir", "finetune.metrics_dir"]),
+    "transformer": ("train", ["model.hidden_size", "train.lr"], ["train.out_dir", "train.metrics_dir"]),
     "seeds": ("replicate", ["train.seed"], ["train.out_dir", "train.metrics_dir", "finetune.out_dir",
                                             "finetune.metrics_dir", "finetune.control_out_dir"]),
 }
