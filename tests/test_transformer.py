@@ -198,3 +198,36 @@ def test_the_model_config_builds_it_and_the_trainer_trains_it(smoke_tokenized, t
     split = local["data"].train
     rho = (float(split.tgt_lengths.sum()) + len(split)) / (float(split.src_lengths.sum()) + len(split))
     assert [float(layer.cross.length_ratio) for layer in local["task"].model.decoder] == pytest.approx([rho] * 2)
+
+
+@pytest.mark.parametrize("kind, tau", [("global", math.inf), ("flexible", 0.5)])
+def test_an_in_place_edit_of_its_cross_attention_is_decoded(kind, tau, monkeypatch):
+    """Whatever a researcher edits in the Transformer's cross-attention, decoding follows: its
+    ``forward`` edited in place (the output halved) changes what ``decode.backend=auto`` decodes
+    in greedy, beam and forced decoding, and that is the edited model's teacher-forced output."""
+    from flexatt.decoding import beam_search, forced_decode, greedy
+
+    model = _model(kind)
+    src = torch.randint(3, 20, (B, S), generator=torch.Generator().manual_seed(7))
+    src = src.masked_fill(~(torch.arange(S) < LENGTHS.unsqueeze(1)), 0)
+    tgt = torch.randint(3, 23, (B, T), generator=torch.Generator().manual_seed(8))
+    tgt_in = torch.cat([torch.ones(B, 1, dtype=torch.long), tgt[:, :-1]], 1)  # BOS = 1
+    before = (greedy(model, src, LENGTHS, 8, tau, backend="auto"),
+              beam_search(model, src, LENGTHS, 8, 3, tau=tau, backend="auto"),
+              forced_decode(model, src, LENGTHS, tgt_in, tgt, tau, backend="auto"))
+    original = CrossAttention.forward
+
+    def edited(self, *args, **kwargs):
+        out, weights, stats = original(self, *args, **kwargs)
+        return 0.5 * out, weights, stats
+
+    monkeypatch.setattr(CrossAttention, "forward", edited)
+    after = (greedy(model, src, LENGTHS, 8, tau, backend="auto"),
+             beam_search(model, src, LENGTHS, 8, 3, tau=tau, backend="auto"),
+             forced_decode(model, src, LENGTHS, tgt_in, tgt, tau, backend="auto"))
+    assert not torch.equal(before[2].log_probs, after[2].log_probs)  # the edit reaches forced decoding
+    assert any(not torch.equal(b.tokens, a.tokens) or not torch.equal(b.log_probs, a.log_probs)
+               for b, a in zip(before[:2], after[:2]))  # and the searches
+    logits, _ = model(src, LENGTHS, tgt_in, tau=tau)  # the edited model's own teacher-forced output
+    want = torch.log_softmax(logits, -1).gather(-1, tgt.unsqueeze(-1)).squeeze(-1).sum(1)  # log p(reference)
+    torch.testing.assert_close(after[2].log_probs.view(-1).double(), want.double(), rtol=1e-5, atol=1e-4)
