@@ -47,6 +47,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from flexatt.attention import AttentionStats
+from flexatt.attention.flexible import span_radius, window_bounds
 from flexatt.tau import INF
 
 NEG_INF = float("-inf")
@@ -186,17 +187,15 @@ class CrossAttention(nn.Module):
 
     def span(self, centre: Tensor, g: Optional[Tensor], tau: float, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """The window (1-based inclusive bounds, B x T long): flexible's positions with penalty
-        < τ (:meth:`flexatt.attention.flexible.FlexibleAttention.vision_span`'s rule), widened to
-        the position nearest the centre; a fixed window's centre ± D; both within [1, S_i]."""
+        < τ, widened to the position nearest the centre (the RNN's rule,
+        :func:`flexatt.attention.flexible.window_bounds`); a fixed window's centre ± D; both
+        within [1, S_i]."""
         length = lengths.to(centre.dtype).unsqueeze(1)  # B x 1
-        nearest = torch.minimum(torch.round(centre).clamp_min(1.0), length)
-        if g is None:  # local-m: p_t ± D
-            lo, hi = nearest - self.D, nearest + self.D
-        else:
-            radius = self.sigma * torch.sqrt((2.0 * tau / g.clamp_min(torch.finfo(g.dtype).tiny)).double()).to(g.dtype)
-            lo, hi = torch.floor(centre - radius) + 1, torch.ceil(centre + radius) - 1
-        lo = torch.minimum(lo.clamp_min(1.0), nearest)
-        hi = torch.maximum(torch.minimum(hi, length), nearest)
+        if g is not None:
+            return window_bounds(centre, span_radius(self.sigma, g, tau), length)
+        nearest = torch.minimum(torch.round(centre).clamp_min(1.0), length)  # local-m: p_t ± D
+        lo = torch.minimum((nearest - self.D).clamp_min(1.0), nearest)
+        hi = torch.maximum(torch.minimum(nearest + self.D, length), nearest)
         return lo.long(), hi.long()
 
     def centre_and_strength(self, y: Tensor, steps: Tensor, lengths: Tensor,

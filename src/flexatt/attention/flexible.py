@@ -17,6 +17,31 @@ from flexatt.tau import INF
 _F32 = np.float32
 
 
+def span_radius(sigma: float, g: Tensor, tau: float) -> Tensor:
+    """σ√(2τ/g_t) (2017 §3.1): penalty(s) = g_t (s - p)²/(2σ²) < τ  <=>  |s - p| < radius; inf
+    when g_t = 0.
+
+    The square root is taken in float64 and rounded once to g's dtype: the correctly rounded
+    result, the same for any batch size and in the kernel (``csrc/kernel.cpp``), whereas
+    PyTorch's float32 CPU ``sqrt`` of more than a few elements is not always correctly rounded,
+    which moved a span bound whenever p ± radius fell next to an integer."""
+    arg = 2.0 * tau / g.clamp_min(torch.finfo(g.dtype).tiny)
+    return sigma * torch.sqrt(arg.double()).to(g.dtype)
+
+
+def window_bounds(centre: Tensor, radius: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
+    """The positions s with |s - centre| < radius (2017 §3.1: penalty(s) < τ), within [1, S],
+    widened to include the position nearest the centre: 1-based inclusive bounds (long) of the
+    shape of ``centre`` (``lengths``, S as a float of its dtype, broadcast against it). The one
+    rule of the RNN's vision span and the Transformer's windowed cross-attention."""
+    lo = torch.floor(centre - radius) + 1  # smallest integer s > p - r
+    hi = torch.ceil(centre + radius) - 1  # largest integer s < p + r
+    nearest = torch.minimum(torch.round(centre).clamp_min(1.0), lengths)
+    lo = torch.minimum(lo.clamp_min(1.0), nearest)
+    hi = torch.maximum(torch.minimum(hi, lengths), nearest)
+    return lo.long(), hi.long()
+
+
 class FlexibleAttention(Attention):
     """Flexible Attention (Shu & Nakayama 2016, 2017), optionally with SACT temperature.
 
@@ -95,30 +120,18 @@ class FlexibleAttention(Attention):
         return g.unsqueeze(1) * dist
 
     def span_radius(self, g: Tensor, tau: float) -> Tensor:
-        """σ√(2τ/g_t) (2017 §3.1): penalty(s) < τ  <=>  |s - p_{t-1}| < radius; inf when g_t = 0.
-
-        The square root is taken in float64 and rounded once to g's dtype: the correctly rounded
-        result, the same for any batch size and in the kernel (``csrc/kernel.cpp``),
-        whereas PyTorch's float32 CPU ``sqrt`` of more than a few elements is not always
-        correctly rounded, which moved a span bound whenever p ± radius fell next to an integer."""
-        arg = 2.0 * tau / g.clamp_min(torch.finfo(g.dtype).tiny)
-        return self.sigma * torch.sqrt(arg.double()).to(g.dtype)
+        """σ√(2τ/g_t) with this attention's σ (:func:`span_radius`)."""
+        return span_radius(self.sigma, g, tau)
 
     def vision_span(
         self, prev_pos: Tensor, g: Tensor, tau: float, lengths: Tensor
     ) -> tuple[Tensor, Tensor]:
         """Positions with penalty(s) < τ (2017 §3.1):
         s ∈ (p_{t-1} - σ√(2τ/g_t), p_{t-1} + σ√(2τ/g_t)) ∩ [1, S_i], widened to include the
-        position nearest p_{t-1}. Returns 1-based inclusive bounds (batch, long).
+        position nearest p_{t-1} (:func:`window_bounds`). Returns 1-based inclusive bounds
+        (batch, long).
         """
-        radius = self.span_radius(g, tau)
-        length = lengths.to(g.dtype)
-        lo = torch.floor(prev_pos - radius) + 1  # smallest integer s > p - r
-        hi = torch.ceil(prev_pos + radius) - 1  # largest integer s < p + r
-        nearest = torch.minimum(torch.round(prev_pos).clamp_min(1.0), length)
-        lo = torch.minimum(lo.clamp_min(1.0), nearest)
-        hi = torch.maximum(torch.minimum(hi, length), nearest)
-        return lo.long(), hi.long()
+        return window_bounds(prev_pos, self.span_radius(g, tau), lengths.to(g.dtype))
 
     def vision_span_row(self, prev_pos: float, radius: float, length: int) -> tuple[int, int]:
         """:meth:`vision_span` of a single row (per-sentence decoding), from Python scalars:

@@ -29,6 +29,8 @@ from typing import Callable, Optional
 #: restates (``()`` for a function)
 RESTATED: dict[str, tuple[str, ...]] = {
     "flexatt.attention:masked_softmax": (),
+    "flexatt.attention.flexible:span_radius": (),
+    "flexatt.attention.flexible:window_bounds": (),
     "flexatt.attention:ConcatScore": ("precompute", "project_query", "forward"),
     "flexatt.attention:_AdditiveScore": ("forward",),
     "flexatt.attention:Attention": ("precompute", "init_state", "score_dense", "softmax_source", "score_window",

@@ -73,11 +73,13 @@ SOURCE = Path(__file__).resolve().parent.parent / "csrc" / "kernel.cpp"
 #: :func:`flexatt.decoding.digests.main`
 RESTATED_DIGESTS: dict[str, str] = {
     "flexatt.attention:masked_softmax": "1eb1fe05807e",
+    "flexatt.attention.flexible:span_radius": "6c84da9ff779",
+    "flexatt.attention.flexible:window_bounds": "a7f22cd06aaf",
     "flexatt.attention:ConcatScore": "9cfdd32c6787",
     "flexatt.attention:_AdditiveScore": "dbad7b68aaf7",
     "flexatt.attention:Attention": "c56f3100cfd8",
     "flexatt.attention:GlobalAttention": "41f412aad37c",
-    "flexatt.attention:FlexibleAttention": "636d127ba394",
+    "flexatt.attention:FlexibleAttention": "d4e4757a1791",
     "flexatt.encoders:RecurrentEncoder": "6b3940383780",
     "flexatt.decoders:RecurrentDecoder": "b15caf0fffe3",
     "flexatt.model:Seq2Seq": "2b11e0829c42",
