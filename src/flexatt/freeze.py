@@ -81,7 +81,8 @@ def composed_params(commit: str, profile: str, overrides: list[str], variant: st
 
     with tempfile.TemporaryDirectory() as tmp:
         tarfile.open(fileobj=BytesIO(git("archive", commit, "conf", root=root)), mode="r:").extractall(tmp, filter="data")
-        names = [f"profile={OLD_NAMES.get(profile, profile)}", *overrides]
+        named = profile if (Path(tmp) / "conf" / "profile" / f"{profile}.yaml").is_file() else OLD_NAMES.get(profile, profile)
+        names = [f"profile={named}", *overrides]  # the profile under its name at that commit
         cfg = OmegaConf.to_container(compose(names, Path(tmp) / "conf"), resolve=True)
     out = {key: cfg[key] for key in PARAM_KEYS if key in cfg}
     if variant in cfg.get("variants", {}):
