@@ -102,7 +102,7 @@ def test_the_beta_sweep_stops_and_selects(smoke_trained, tmp_path, capsys):
                 chosen["tau"], chosen["window"], chosen["bleu"])
         else:  # none kept the BLEU: the run keeps τ = ∞
             assert p["selected_tau"] == math.inf and p["selected_bleu"] == p["dev_bleu"]
-        assert {q["source"] for q in searched} <= {"grid", "below grid", "search"} and len(searched) >= 5
+        assert {q["source"] for q in searched} <= {"grid", "below grid", "above grid", "search"} and len(searched) >= 5
     # a huge beta pushes g_t up: the window at the fixed tau narrows
     assert points[-1]["beta"] == 1000000 and points[-1]["g_mean"] > ref["g_mean"]
     # selected: the smallest window at its own τ among the βs within the tolerance (None: none is)

@@ -145,8 +145,17 @@ def test_tau_search_bisects_between_the_largest_failing_and_smallest_passing_tau
     chosen = select_tau(points, 20.0, 0.5)
     assert 2.2 <= chosen["tau"] <= 2.2 * (3.5 / 1.6) ** (2 ** -4) * 1.001  # the final bracket's width
     assert chosen["tau"] == min(t for t in searched if t >= 2.2)
-    # no bisection when no τ passes
-    assert len(search_points(point, [0.8, 1.0], 20.0, 0.5, steps=4)) == 2
+    # where no τ of the grid passes, τ doubles above it until one does, then the bracket is bisected
+    above = search_points(point, [0.8, 1.0], 20.0, 0.5, steps=4)
+    assert [p["tau"] for p in above if p["source"] == "above grid"] == [2.0, 4.0]
+    assert all(2.0 < p["tau"] < 4.0 for p in above if p["source"] == "search")
+    assert 2.2 <= select_tau(above, 20.0, 0.5)["tau"] < 4.0
+    # a curve that never passes: at most BELOW_GRID_STEPS doublings, no bisection, no τ selected
+    from flexatt.tau_search import BELOW_GRID_STEPS
+
+    never = search_points(lambda tau: {"tau": tau, "window": tau, "bleu": 10.0}, [1.0], 20.0, 0.5, steps=4)
+    assert [p["tau"] for p in never] == [round(2.0 ** k, 4) for k in range(BELOW_GRID_STEPS + 1)]
+    assert select_tau(never, 20.0, 0.5) is None
 
 
 def test_tau_search_goes_below_the_grid_when_its_smallest_tau_passes():

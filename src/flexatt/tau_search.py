@@ -60,7 +60,8 @@ def within_tolerance(bleu: float, reference_bleu: float, tolerance: float) -> bo
     return round(reference_bleu - bleu, 6) <= tolerance
 
 
-#: how many times :func:`search_points` halves τ below the grid when its smallest τ passes
+#: how many times :func:`search_points` halves τ below the grid when its smallest τ passes, or
+#: doubles it above the grid when none passes
 BELOW_GRID_STEPS = 6
 
 
@@ -72,23 +73,27 @@ def search_points(point, grid: list[float], reference_bleu: float, tolerance: fl
     its BLEU is at most ``tolerance`` below ``reference_bleu`` (:func:`within_tolerance`). The
     bracket is the smallest passing τ of the grid and the largest failing τ below it; where the
     grid's smallest τ already passes, τ is halved (up to :data:`BELOW_GRID_STEPS` times, points
-    marked ``"source": "below grid"``) until one fails, so the selection is not held at the grid's
-    edge. Each step then decodes the geometric mean of the bracket and moves the bound it falls
-    on, so the knee of the curve is found with ``steps`` extra decodes. No bisection when no τ
-    passes, or when every halving still passes. Returns the points in order of τ, each marked
-    ``"source": "grid" | "below grid" | "search"``.
+    marked ``"source": "below grid"``) until one fails, and where no τ of the grid passes, τ is
+    doubled from its largest (as many times at most, ``"above grid"``) until one passes, so the
+    selection is held at neither edge of the grid (a model that needs a wider window than the
+    grid's largest τ gives still gets the smallest one within the tolerance, not τ = ∞). Each
+    step then decodes the geometric mean of the bracket and moves the bound it falls on, so the
+    knee of the curve is found with ``steps`` extra decodes. No bisection when every doubling
+    still fails, or every halving still passes. Returns the points in order of τ, each marked
+    ``"source": "grid" | "below grid" | "above grid" | "search"``.
     """
     points = [{**point(tau), "source": "grid"} for tau in grid]
+    top = max((t for t in grid if 0 < t < math.inf), default=0.0)
 
     def passes(p: dict) -> bool:
         return within_tolerance(p["bleu"], reference_bleu, tolerance)
 
-    def below_grid(tau: float) -> dict:
-        p = {**point(tau), "source": "below grid"}
+    def beyond_grid(tau: float) -> dict:
+        p = {**point(tau), "source": "above grid" if tau > top else "below grid"}
         points.append(p)
         return p
 
-    lo, hi = bracket(points, passes, below_grid, factor=2.0, max_expand=BELOW_GRID_STEPS, upward=False)
+    lo, hi = bracket(points, passes, beyond_grid, factor=2.0, max_expand=BELOW_GRID_STEPS, upward=True)
     if lo is not None:
         points += bisect_log_tau(point, lo, hi, passes, steps)
     return sorted(points, key=lambda p: p["tau"])
@@ -103,7 +108,7 @@ def bracket(points: list[dict], passes: Callable[[dict], bool], decode: Callable
     passes; where no τ below ``hi`` fails, τ is divided by ``factor`` up to ``max_expand`` times
     until one fails (each new τ rounded to 4 decimals). ``decode(tau)`` decodes a new point and
     adds it to ``points``. ``lo`` (or both) is ``None`` where no bracket was found.
-    Used by :func:`search_points` (×2, downward only) and :func:`match_window` (×4, both ways)."""
+    Used by :func:`search_points` (×2) and :func:`match_window` (×4), both ways."""
     def finite() -> list[tuple[float, bool]]:
         return [(float(p["tau"]), passes(p)) for p in points if 0 < float(p["tau"]) < math.inf]
 
