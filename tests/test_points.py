@@ -56,3 +56,14 @@ def test_written_decodes_read_back_and_other_beam_settings_are_refused(tmp_path,
     other = Decoder(None, {"test": _Data()}, options=decoder.options)
     assert load_decodes(other, path, "stage") == 1 and load_decodes(other, tmp_path / "none.xz", "stage") == 0
     assert "stage: no stored decodes at" in capsys.readouterr().out
+
+
+def test_a_transformers_record_keeps_each_layers_window():
+    """Per cross-attention layer: the mean window (per sentence, then over sentences) and the
+    per-sentence sums, given back by :func:`translation_of`; an RNN's record has neither key."""
+    out = Translation(["a b c", "d"], np.array([30.0, 7.5]), np.array([3, 5]), np.array([12, 6]), 0.25, {},
+                      {"backend": "eager"}, np.array([[24.0, 36.0], [5.0, 10.0]]))
+    record = decode_record("test", 1.0, out, _Data())
+    assert record["layer_windows"] == [(8.0 + 1.0) / 2, (12.0 + 2.0) / 2]
+    assert translation_of(record).layer_window_sum.tolist() == [[24.0, 36.0], [5.0, 10.0]]
+    assert "layer_windows" not in _record(1.0) and translation_of(_record(1.0)).layer_window_sum is None

@@ -231,3 +231,31 @@ def test_an_in_place_edit_of_its_cross_attention_is_decoded(kind, tau, monkeypat
     logits, _ = model(src, LENGTHS, tgt_in, tau=tau)  # the edited model's own teacher-forced output
     want = torch.log_softmax(logits, -1).gather(-1, tgt.unsqueeze(-1)).squeeze(-1).sum(1)  # log p(reference)
     torch.testing.assert_close(after[2].log_probs.view(-1).double(), want.double(), rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("search", ["greedy", "beam"])
+def test_every_layers_window_is_counted_and_their_mean_is_the_window(search):
+    """A Transformer's window per step is the mean over its cross-attention layers of the
+    positions each scored; the searches keep each layer's sum too (``layer_window_sum``), whose
+    mean over the layers is ``window_sum``; a layer's window lies within the sentence. The RNN
+    has none."""
+    from flexatt.decoding.search import beam_search, greedy, mean_window
+
+    model = _model("flexible")
+    src = torch.randint(3, 20, (B, S), generator=torch.Generator().manual_seed(9))
+    src = src.masked_fill(~(torch.arange(S) < LENGTHS.unsqueeze(1)), 0)
+    run = (lambda: greedy(model, src, LENGTHS, 8, 0.5, backend="eager")) if search == "greedy" else \
+        (lambda: beam_search(model, src, LENGTHS, 8, 3, tau=0.5, backend="eager"))
+    result = run()
+    layers = result.layer_window_sum
+    assert layers.shape == (B, 3)
+    torch.testing.assert_close(layers.mean(1), result.window_sum)
+    per_step = layers / result.steps.unsqueeze(1)
+    assert (per_step >= 1).all() and (per_step <= LENGTHS.unsqueeze(1)).all()
+    assert mean_window(result.window_sum, result.steps) == pytest.approx(
+        float(sum(mean_window(layers[:, k], result.steps) for k in range(3)) / 3))
+    from test_search import sources, tiny_model
+
+    rnn = tiny_model("flexible")
+    rnn_src, rnn_len = sources()
+    assert greedy(rnn, rnn_src, rnn_len, 5, 0.5, backend="eager").layer_window_sum is None

@@ -39,7 +39,8 @@ def decode_record(split: str, tau: float, out: Translation, data: EvalSet) -> di
     """One decode as stored: its text, per-sentence windows (positions scored summed over steps;
     steps; source lengths) and sacrebleu's per-sentence BLEU statistics, and its summary (window
     per sentence then averaged, and step-weighted; BLEU and chrF with the BLEU signature; seconds;
-    the backend that decoded it)."""
+    the backend that decoded it); a Transformer's also per cross-attention layer
+    (``layer_windows``, ``layer_window_sum``)."""
     from sacrebleu.metrics import BLEU
 
     from flexatt.claims import sentence_stats
@@ -47,6 +48,10 @@ def decode_record(split: str, tau: float, out: Translation, data: EvalSet) -> di
 
     bleu, signature = corpus_bleu(out.hypotheses, [data.references])
     stats = sentence_stats(BLEU(), out.hypotheses, data.references)
+    layers = {}  # a Transformer's windows per cross-attention layer
+    if out.layer_window_sum is not None:
+        layers = {"layer_windows": [round(w, 3) for w in out.layer_windows],
+                  "layer_window_sum": out.layer_window_sum.tolist()}
     return {
         "split": split, "tau": tau,
         "window": round(out.mean_window, 3), "window_step_weighted": round(out.step_weighted_window, 3),
@@ -54,15 +59,18 @@ def decode_record(split: str, tau: float, out: Translation, data: EvalSet) -> di
         "bleu_signature": signature, "seconds": round(out.seconds, 2), "decoded_by": out.decoded_by,
         "hypotheses": out.hypotheses, "window_sum": out.window_sum.tolist(), "steps": out.steps.tolist(),
         "src_lengths": np.asarray(out.src_lengths).tolist(), "bleu_stats": [list(map(int, s)) for s in stats],
+        **layers,
     }
 
 
 def translation_of(record: dict) -> Translation:
     """A stored record (:func:`decode_record`) as the :class:`~flexatt.decoding.translate.Translation`
     its decode returned (no traces; the seconds as stored, to the hundredth)."""
+    layers = record.get("layer_window_sum")
     return Translation(list(record["hypotheses"]), np.asarray(record["window_sum"], dtype=np.float64),
                        np.asarray(record["steps"], dtype=np.int64), np.asarray(record["src_lengths"], dtype=np.int64),
-                       float(record["seconds"]), {}, dict(record["decoded_by"]))
+                       float(record["seconds"]), {}, dict(record["decoded_by"]),
+                       None if layers is None else np.asarray(layers, dtype=np.float64))
 
 
 def sample_traces(model, data: EvalSet, options: DecodeOptions, indices: Iterable[int],

@@ -417,11 +417,12 @@ class TransformerSeq2Seq(nn.Module):
 
     def _stats(self, weights: list, stats: list) -> tuple[Tensor, dict]:
         """The alignment layer's weights and the step's traces: the window, the positions scored
-        per layer averaged over the layers (float64), the alignment layer's span and centre, g_t
-        averaged over the layers."""
+        per layer averaged over the layers (float64), and each layer's (``layer_window``, the
+        layers last), the alignment layer's span and centre, g_t averaged over the layers."""
         align = self.cfg.align_layer
         windows = torch.stack([s["window"] for s in stats])  # L x ...: positions scored per layer
-        out = {"window": windows.sum(0).double() / len(stats), "span_lo": stats[align]["span_lo"],
+        out = {"window": windows.sum(0).double() / len(stats), "layer_window": windows.movedim(0, -1),
+               "span_lo": stats[align]["span_lo"],
                "span_hi": stats[align]["span_hi"], "position": stats[align]["position"],
                "g": None if stats[0]["g"] is None else torch.stack([s["g"] for s in stats]).mean(0),
                "temperature": None}

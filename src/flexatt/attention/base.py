@@ -144,6 +144,7 @@ class AttentionStats(NamedTuple):
     position: Tensor  # batch float: p_t (local: the centre; flexible: eq. 4; else Σ a_t(s)·s)
     g: Optional[Tensor] = None  # batch: penalty strength g_t (flexible variants)
     temperature: Optional[Tensor] = None  # batch: SACT temperature τ_t (SACT variants)
+    layer_window: Optional[Tensor] = None  # batch x L: ``window`` of each cross-attention layer (a Transformer)
 
 
 def masked_softmax(logits: Tensor, mask: Tensor) -> Tensor:

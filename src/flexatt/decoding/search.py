@@ -89,6 +89,7 @@ class Trace:
     position: Tensor  # T float         p_t
     g: Optional[Tensor] = None  # T     penalty strength g_t (flexible variants)
     temperature: Optional[Tensor] = None  # T   SACT temperature τ_t (SACT variants)
+    layer_window: Optional[Tensor] = None  # T x L   ``window`` per cross-attention layer (a Transformer)
 
     def __len__(self) -> int:
         return self.tokens.numel()
@@ -105,6 +106,7 @@ class SearchResult:
     tokens: Tensor  # batch x L   output ids of the best hypothesis (EOS excluded), PAD after the end
     window_sum: Tensor  # batch   Σ_steps Σ_live hypotheses stats.window (see the module doc)
     steps: Tensor  # batch        number of (step, live hypothesis) pairs scored
+    layer_window_sum: Optional[Tensor] = None  # batch x L   the same per cross-attention layer (a Transformer)
     lengths: Optional[Tensor] = None  # batch   output tokens of ``tokens`` rows (EOS excluded)
     scores: Optional[Tensor] = None  # batch x n_best   final score (beam: log p / len**alpha)
     log_probs: Optional[Tensor] = None  # batch x n_best   log p(hypothesis | source), EOS included
@@ -143,7 +145,7 @@ class _TraceBuffer:
             if value is None:
                 continue
             if name not in self.fields:
-                self.fields[name] = value.new_zeros(self.n, self.t_max)
+                self.fields[name] = value.new_zeros(self.n, self.t_max, *value.shape[1:])
             self.fields[name][dest, t] = value if rows is None else value[rows]
 
     def traces(self, index: list[int], steps: list[int], src_len: list[int],
@@ -161,10 +163,21 @@ def _traces(attention: Tensor, fields: dict[str, Tensor], index: list[int], step
     out = []
     for i, t, s in zip(index, steps, src_len):
         extra = {name: buf[i, :t].clone() for name, buf in fields.items()}
-        for name in ("g", "temperature"):
+        for name in ("g", "temperature", "layer_window"):
             extra.setdefault(name, None)
         out.append(Trace(tokens=tokens[i, :t].clone(), attention=attention[i, :t, :s].clone(), **extra))
     return out
+
+
+def _add_layers(total: Optional[Tensor], rows: Tensor, stats: AttentionStats, batch: int) -> Optional[Tensor]:
+    """``total`` (batch x L, float64) with this step's per-layer windows (``stats.layer_window``,
+    N x L, of the sentences ``rows``) added, as ``window_sum`` adds ``stats.window``; ``None``
+    for a model without layers."""
+    if stats.layer_window is None:
+        return total
+    if total is None:
+        total = torch.zeros(batch, stats.layer_window.size(1), dtype=torch.float64, device=rows.device)
+    return total.index_add_(0, rows, stats.layer_window.to(total.dtype))
 
 
 def _limits(max_len: Tensor | int, batch: int, device: torch.device) -> Tensor:
@@ -214,11 +227,13 @@ def greedy(model, src: Tensor, src_len: Tensor, max_len: Tensor | int, tau: floa
     buffer = _TraceBuffer(batch, t_max, src.size(1), log_probs) if return_traces else None
     active = torch.arange(batch, device=device)
     prev = torch.full((batch,), BOS_ID, dtype=torch.long, device=device)
+    layer_sum: Optional[Tensor] = None
     for t in range(t_max):
         logits, state, weights, stats = stepper.decode_step(prev, state, cache, tau)
         prev = logits.argmax(-1)
         log_probs[active] += torch.log_softmax(logits.float(), -1).gather(1, prev.unsqueeze(1)).squeeze(1)
         window_sum[active] += stats.window.to(window_sum.dtype)
+        layer_sum = _add_layers(layer_sum, active, stats, batch)
         steps[active] += 1
         if buffer is not None:
             buffer.write(active, t, weights, stats)
@@ -238,7 +253,7 @@ def greedy(model, src: Tensor, src_len: Tensor, max_len: Tensor | int, tau: floa
     if buffer is not None:
         traces = buffer.traces(list(range(batch)), steps.tolist(), src_len.tolist(), out_tokens)
     lp = log_probs.unsqueeze(1)
-    return SearchResult(tokens, window_sum, steps, lengths=lengths, scores=lp, log_probs=lp,
+    return SearchResult(tokens, window_sum, steps, layer_sum, lengths=lengths, scores=lp, log_probs=lp,
                         traces=traces, backend=stepper.name)
 
 
@@ -329,12 +344,14 @@ def beam_search(
     steps = torch.zeros(batch, dtype=torch.long, device=device)
     finished = _Finished(batch, n_best, device)
     history = _History(return_traces)
+    layer_sum: Optional[Tensor] = None
 
     t = 0
     while row_sent.numel() > 0:
         t += 1
         logits, state, weights, stats = stepper.decode_step(prev, state, cache, tau)
         window_sum.index_add_(0, row_sent, stats.window.to(window_sum.dtype))
+        layer_sum = _add_layers(layer_sum, row_sent, stats, batch)
         steps.index_add_(0, row_sent, torch.ones_like(row_sent))
         history.add(prev, parent, weights, stats)
         c = _candidates(stepper, logits, row_score, row_sent, limit, k, t)
@@ -356,6 +373,7 @@ def beam_search(
         tokens=nbest[:, 0].clone(),
         window_sum=window_sum,
         steps=steps,
+        layer_window_sum=layer_sum,
         lengths=nbest_lengths[:, 0].clone(),
         scores=finished.norm,
         log_probs=finished.raw,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, replace
+from typing import Optional
 
 import numpy as np
 import torch
@@ -54,6 +55,7 @@ class Translation:
     seconds: float
     traces: dict[int, dict] = field(default_factory=dict)
     decoded_by: dict = field(default_factory=dict)  # backend, simd, torch (flexatt.decoding.provenance)
+    layer_window_sum: Optional[np.ndarray] = None  # per sentence x layer: ``window_sum`` of each cross-attention layer (a Transformer)
 
     @property
     def mean_window(self) -> float:
@@ -66,6 +68,14 @@ class Translation:
         """Positions scored per (step, live hypothesis) pair over the whole split
         (:func:`flexatt.decoding.step_weighted_window`)."""
         return step_weighted_window(self.window_sum, self.steps)
+
+    @property
+    def layer_windows(self) -> list[float] | None:
+        """:attr:`mean_window` of each cross-attention layer (a Transformer; ``None`` otherwise):
+        its positions scored per step, per sentence, then the mean over sentences."""
+        if self.layer_window_sum is None:
+            return None
+        return [mean_window(self.layer_window_sum[:, k], self.steps) for k in range(self.layer_window_sum.shape[1])]
 
     @property
     def ms_per_sentence(self) -> float:
@@ -82,6 +92,7 @@ def translate_split(model, split: EncodedSplit, vocab: Vocab, options: DecodeOpt
     n = len(split)
     token_rows: list[list[int] | None] = [None] * n
     window_sum = np.zeros(n, dtype=np.float64)
+    layer_window_sum: Optional[np.ndarray] = None
     steps = np.zeros(n, dtype=np.int64)
     traces: dict[int, dict] = {}
     sampler = LengthGroupedBatches(split.src_lengths, split.tgt_lengths, batch_size, shuffle=False)
@@ -101,9 +112,14 @@ def translate_split(model, split: EncodedSplit, vocab: Vocab, options: DecodeOpt
         for row, i in enumerate(batch.index.tolist()):
             token_rows[i] = result.tokens[row].tolist()
             window_sum[i] = float(result.window_sum[row])
+            if result.layer_window_sum is not None:
+                if layer_window_sum is None:
+                    layer_window_sum = np.zeros((n, result.layer_window_sum.size(1)), dtype=np.float64)
+                layer_window_sum[i] = result.layer_window_sum[row].double().numpy()
             steps[i] = int(result.steps[row])
             if want_traces and i in trace_indices:
                 traces[i] = result.traces[row]
     seconds = time.perf_counter() - started
     hypotheses = vocab.decode(token_rows)
-    return Translation(hypotheses, window_sum, steps, split.src_lengths + 1, seconds, traces, provenance(stepper))
+    return Translation(hypotheses, window_sum, steps, split.src_lengths + 1, seconds, traces, provenance(stepper),
+                       layer_window_sum)
