@@ -309,6 +309,7 @@ def test_evaluate_and_compare_from_products_equal_them_from_the_model(smoke_unit
     assert from_products["delta"] == bleu_difference(*fresh_pair, **options_)["delta"]
 
 
+@pytest.mark.slow  # a fine-tuning and its control trained end to end
 def test_a_control_replays_its_fine_tunings_learning_rates_from_the_same_kept_weights(smoke_unit):
     parent = smoke_unit / "products" / "weights.fp16.pt"
     for name in ("flexible-s2-ft-b10-r1", "flexible-s2-ctl-r1"):
@@ -327,6 +328,7 @@ def test_a_control_replays_its_fine_tunings_learning_rates_from_the_same_kept_we
     assert missing.returncode == 2 and "nowhere.pt" in missing.stderr and "flexible-s2" in missing.stderr
 
 
+@pytest.mark.slow  # a second unit trained, then a match decoded
 def test_a_flexible_unit_is_matched_later_from_its_kept_weights(smoke_unit, tmp_path):
     """A fixed window finished after the flexible unit: the match decodes the kept weights (the
     test record equals a fresh decode of them at the matched τ), adds only the new decodes, keeps
@@ -373,6 +375,7 @@ def test_a_flexible_unit_is_matched_later_from_its_kept_weights(smoke_unit, tmp_
     assert refused.returncode == 2 and "weights.fp16.pt" in refused.stderr and "local_p-s2" in refused.stderr
 
 
+@pytest.mark.slow  # a fixed-window unit trained and matched end to end
 def test_a_fixed_window_matches_its_seeds_flexible_unit_in_its_own_decoding(smoke_unit, tmp_path):
     """A pipeline's fixed-window unit, finished after its seed's flexible unit, matches it in its
     own decoding stage: the flexible folder is not touched, the match is the one the flexible
@@ -487,6 +490,7 @@ def test_a_finished_unit_started_again_trains_no_further_says_so_and_decodes_the
     assert untimed(again["decodes"]) == untimed(first["decodes"])
 
 
+@pytest.mark.slow  # a longer training end to end
 def test_the_budget_check_trains_longer_and_decodes_like_any_unit(smoke_unit):
     """Claims a and b are re-asked at the check's budget: its flexible model is decoded over τ
     too, with a τ selected on dev, as at the budget."""
