@@ -41,11 +41,12 @@ def test_a_profiles_params_are_conf_composed_with_the_profile(profile):
 
 @pytest.mark.parametrize("profile", PROFILES)
 def test_every_finished_unit_is_a_frozen_stage_of_its_profile(profile):
-    from flexatt.products import done_units, rerun_due
+    from flexatt.products import done_units, read_plan, rerun_due
 
     done = done_units(ROOT / "results" / profile / "units")
     finished = yaml.safe_load((ROOT / "pipelines" / profile / "units.yaml").read_text())["finished"]
-    again = rerun_due(done, ROOT)  # ran on uncommitted edits: pending again
+    # ran on uncommitted edits, or predate a fix the plan names: pending again
+    again = rerun_due(done, ROOT, read_plan(ROOT / "conf" / "units" / f"{profile}.yaml"))
     assert sorted(item["unit"] for item in finished.values()) == sorted(set(done) - again)
     pending = yaml.safe_load((ROOT / "pipelines" / profile / "units.yaml").read_text())["pending"]
     assert again <= {item["unit"] for item in pending.values()}

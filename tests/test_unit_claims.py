@@ -352,9 +352,10 @@ def test_the_report_names_the_units_its_listing_runs_again_from_the_listing_alon
         "global-s1": {"unit": "global-s1"}, "sact-s9": {"unit": "sact-s9"}}}))
     assert listed_again(listing, done_units(results)) == {"global-s1"}  # sact-s9 has no products
     _, markdown = write_report("bible", results, refs, plan_dir=ROOT / "conf/units", listing=listing)
-    assert "to be run again (pending stages): `global-s1`." in markdown
+    assert ("To be run again (pending stages), its products shown until then: `global-s1` (ran on "
+            "uncommitted edits to what it ran).") in markdown
     _, markdown = write_report("bible", results, refs, plan_dir=ROOT / "conf/units")
-    assert "to be run again" not in markdown
+    assert "To be run again" not in markdown
 
 
 def test_the_report_logs_its_claims_models_and_figure_to_w_and_b(run, tmp_path):

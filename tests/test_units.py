@@ -179,6 +179,38 @@ def test_the_profiles_plans_are_valid_and_name_their_variants(tmp_path):
         read_plan(bad)
 
 
+def test_a_unit_whose_products_predate_a_fix_the_plan_names_runs_again(tmp_path):
+    """``run_again`` in a plan: a finished unit made from a commit without the fix is due again
+    (whatever its edits); one made from the fix or a later commit is not; a bad commit is refused."""
+    import subprocess
+
+    from flexatt.products import rerun_due, why_again
+
+    def commit(message: str) -> str:
+        subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", message], cwd=tmp_path, check=True)
+        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    subprocess.run(["git", "init", "-q"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "config", "user.email", "t@example.org"], cwd=tmp_path, check=True)
+    subprocess.run(["git", "config", "user.name", "t"], cwd=tmp_path, check=True)
+    before, fix, after = commit("before"), commit("the fix"), commit("after")
+    done = {name: {"source": {"commit": c, "uncommitted_edits": False}}
+            for name, c in (("flexible-s1", before), ("flexible-s2", fix), ("flexible-s3", after), ("global-s1", before))}
+    plain = read_plan(ROOT / "conf/units/smoke.yaml")
+    assert rerun_due(done, tmp_path, plain) == set()
+    spec = plain.model_copy(update={"run_again": {
+        n: {"fixed_in": fix[:10], "why": "decoded before the fix"} for n in ("flexible-s1", "flexible-s2", "flexible-s3")}})
+    spec = type(plain).model_validate(spec.model_dump())
+    assert rerun_due(done, tmp_path, spec) == {"flexible-s1"}
+    assert why_again("flexible-s1", spec) == "decoded before the fix"
+    assert why_again("global-s1", spec) == "ran on uncommitted edits to what it ran"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("seeds: [1]\nseeded: [global]\nrun_again: {global-s1: {fixed_in: HEAD, why: x}}\n")
+    with pytest.raises(ConfigError, match="run_again.global-s1.fixed_in"):
+        read_plan(bad)
+
+
 def test_a_units_clock_adds_up_the_attempts_that_trained_its_model(tmp_path):
     """Each attempt writes its seconds, added to its predecessors', beside the resume state; a
     training that starts afresh deletes that folder, and the earlier attempts no longer count."""

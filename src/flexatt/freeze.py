@@ -128,8 +128,8 @@ def key(name: str) -> str:
 def pending_items(profile: str, manifests: dict[str, dict], data_dir: str, root: Path = Path("."),
                   finished: set[str] | None = None, listed: dict[str, dict] | None = None) -> dict[str, dict]:
     """``units.yaml``'s ``pending``: the units of the profile's plan (:func:`flexatt.products.plan`,
-    in its order) that have no products yet (or are not in ``finished``: products of uncommitted
-    edits, :func:`flexatt.products.rerun_due`), each with what its ``train`` and ``decode`` stages
+    in its order) that have no products yet (or are not in ``finished``: products to run again,
+    :func:`flexatt.products.rerun_due`), each with what its ``train`` and ``decode`` stages
     need: the file its weights go to, the options of each step, and two paths its stages depend
     on (``parent``: a fine-tuning's parent weights; ``after``: the flexible unit a fixed window is
     matched to in its decoding; the tokenized data where there is none). A unit trains at the
@@ -149,7 +149,7 @@ def pending_items(profile: str, manifests: dict[str, dict], data_dir: str, root:
     if finished is None:
         from flexatt.products import rerun_due
 
-        finished = set(manifests) - rerun_due(manifests, root)
+        finished = set(manifests) - rerun_due(manifests, root, spec)
     for unit in units:
         if unit.name in finished:
             continue
@@ -195,7 +195,7 @@ def freeze(profile: str, root: str | os.PathLike = ".", only: list[str] | None =
 
     from dvc.utils.serialize import dump_yaml
 
-    from flexatt.products import done_units, rerun_due
+    from flexatt.products import done_units, read_plan, rerun_due
 
     root = Path(root)
     folder = root / "pipelines" / profile
@@ -207,7 +207,8 @@ def freeze(profile: str, root: str | os.PathLike = ".", only: list[str] | None =
         before = before or {}
         frozen = set(manifests) if only is None else \
             {i["unit"] for i in (before.get("finished") or {}).values()} | set(only)
-        due = rerun_due(manifests, root)  # ran on uncommitted edits: pending again, never frozen
+        # ran on uncommitted edits, or predate a fix the plan names: pending again, never frozen
+        due = rerun_due(manifests, root, read_plan(root / "conf" / "units" / f"{profile}.yaml"))
         frozen -= due
         finished = items(profile, {n: m for n, m in manifests.items() if n in frozen})
         pending = pending_items(profile, manifests, params["train"]["data_dir"], root, frozen & set(manifests),
@@ -215,8 +216,9 @@ def freeze(profile: str, root: str | os.PathLike = ".", only: list[str] | None =
         header = (f"# The units of pipelines/{profile}/dvc.yaml, written by python -m flexatt.freeze: `finished`,\n"
                   f"# the frozen `unit` stage's, from results/{profile}/units/*/unit.json (source: the commit each\n"
                   f"# ran from and whether its tree had uncommitted edits); `pending`, the `train` and `decode`\n"
-                  f"# stages', the units of conf/units/{profile}.yaml's plan that have no products yet (or products of\n"
-                  f"# uncommitted edits to what they ran: run again), in its order.\n")
+                  f"# stages', the units of conf/units/{profile}.yaml's plan that have no products yet (or products to\n"
+                  f"# run again: of uncommitted edits to what they ran, or older than a fix the plan's run_again\n"
+                  f"# names), in its order.\n")
         _write(folder / "units.yaml", header + yaml.safe_dump({"finished": finished, "pending": pending},
                                                                sort_keys=False, width=110))
         write_curves(profile, root, [i["unit"] for i in finished.values()])

@@ -81,6 +81,16 @@ class Finetuning(BaseModel):
     precision: Optional[str] = None
 
 
+class RunAgain(BaseModel):
+    """A finished unit whose products a later fix of the code changes: those made from a commit
+    that does not contain ``fixed_in`` are trained and decoded again (``why`` says what changed;
+    the report names it)."""
+
+    model_config = ConfigDict(extra="forbid")
+    fixed_in: Annotated[str, Field(pattern=r"^[0-9a-f]{7,40}$")]
+    why: Annotated[str, Field(min_length=1)]
+
+
 class Plan(BaseModel):
     """``conf/units/<profile>.yaml``: which models a profile's units train, at which seeds.
 
@@ -98,6 +108,8 @@ class Plan(BaseModel):
     parents: list[str] = Field(default_factory=list)
     budget_check: Optional[BudgetCheck] = None
     finetuning: Optional[Finetuning] = None
+    #: finished units to run again where their products predate a fix (:func:`rerun_due`)
+    run_again: dict[str, RunAgain] = Field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -462,11 +474,35 @@ def ran_on_edits(manifest: dict, root: str | os.PathLike = ".") -> bool:
     return shown.returncode != 0 or "def refuse_uncommitted(" not in shown.stdout
 
 
-def rerun_due(done: dict[str, dict], root: str | os.PathLike = ".") -> set[str]:
-    """The finished units that ran on uncommitted edits to what they ran (:func:`ran_on_edits`):
-    their products name code that did not run, so they are trained and decoded again (as pending
-    units) until their products say otherwise."""
-    return {name for name, m in done.items() if ran_on_edits(m, root)}
+def predates(manifest: dict, commit: str, root: str | os.PathLike = ".") -> bool:
+    """Whether a finished unit's products come from a commit that does not contain ``commit``
+    (its recorded ``source.commit`` lacks it in its history). A record without a commit, or a
+    commit that this repository's history does not hold, predates it."""
+    import subprocess
+
+    recorded = (manifest.get("source") or {}).get("commit")
+    if not recorded:
+        return True
+    return subprocess.run(["git", "merge-base", "--is-ancestor", commit, recorded], cwd=root,
+                          capture_output=True).returncode != 0
+
+
+def rerun_due(done: dict[str, dict], root: str | os.PathLike = ".", spec: Plan | None = None) -> set[str]:
+    """The finished units to train and decode again (as pending units) until their products say
+    otherwise: those that ran on uncommitted edits to what they ran (:func:`ran_on_edits`: their
+    products name code that did not run), and those the plan's ``run_again`` (``spec``) lists whose
+    products predate the fix it names (:func:`predates`)."""
+    again = {name for name, m in done.items() if ran_on_edits(m, root)}
+    for name, entry in (spec.run_again if spec is not None else {}).items():
+        if name in done and predates(done[name], entry.fixed_in, root):
+            again.add(name)
+    return again
+
+
+def why_again(name: str, spec: Plan) -> str:
+    """Why a finished unit is run again (:func:`rerun_due`), in a few words for the report."""
+    entry = spec.run_again.get(name)
+    return entry.why if entry is not None else "ran on uncommitted edits to what it ran"
 
 
 def listed_again(listing: str | os.PathLike, done: dict[str, dict]) -> set[str]:

@@ -63,7 +63,7 @@ from flexatt.claims import (ALPHA, FAILS, HOLDS, INCONCLUSIVE, MARGIN, MATCH_TOL
 from flexatt.metrics import BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED
 from flexatt.tau import INF
 from flexatt.products import (BUDGET_GAIN, Plan, Unit, budget_gain, budget_short, done_units, load_products,
-                              match_records, parse_unit, select_beta, tau_key)
+                              match_records, parse_unit, select_beta, tau_key, why_again)
 
 #: SACT's gain over Global in its paper (Lin et al. 2018), the effect claim e2 tests
 SACT_EFFECT = 2.0
@@ -544,8 +544,8 @@ def render(table: list[dict], claims: list[dict], units: Units, budget: dict | N
     if trained := precisions(units):
         lines += ["Trained at " + ", ".join(trained) + "; the two sides of every pair at one precision.", ""]
     if edited := sorted(set(again) & set(units.manifests)):
-        lines += ["Ran on uncommitted edits to what they ran, to be run again (pending stages): "
-                  + ", ".join(f"`{n}`" for n in edited) + ".", ""]
+        lines += ["To be run again (pending stages), its products shown until then: "
+                  + "; ".join(f"`{n}` ({why_again(n, units.plan)})" for n in edited) + ".", ""]
     if budget is not None:
         lines += [f"Budget check: {budget['variant']} trained {budget['epochs'][1]} epochs instead of "
                   f"{budget['epochs'][0]} gains {budget['dev_gain']:+.2f} dev BLEU ({budget['dev_bleu'][0]:.2f} → "
