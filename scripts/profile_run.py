@@ -244,18 +244,13 @@ def selected_beta(copy: Path) -> float | None:
     return json.loads((copy / out).read_text(encoding="utf-8"))["selected_beta"]
 
 
-#: what other scripts add to a run's results folder (a seeds sweep's ``seeds/``), kept
-#: when :func:`copy_results` replaces the pipeline's part of it
-KEPT = ("seeds",)
-
-
 def copy_results(copy: Path, dest: Path, stages: list[str] | None = None) -> list[str]:
     """Replace ``dest`` with the copy's ``dvc.lock`` and the outputs under ``results/`` of the
-    stages it lists (what this run made; files of stages it did not run are left out), keeping
-    the :data:`KEPT` entries of ``dest``. ``stages``: only these stages' lock entries and outputs
-    (a stepwise run's stages done: not those that a restored lock of an earlier run, on other
-    code or another machine, still lists while this run has yet to make them again). Returns the
-    copied paths, relative to ``results/``."""
+    stages it lists (what this run made; files of stages it did not run are left out).
+    ``stages``: only these stages' lock entries and outputs (a stepwise run's stages done: not
+    those that a restored lock of an earlier run, on other code or another machine, still lists
+    while this run has yet to make them again). Returns the copied paths, relative to
+    ``results/``."""
     import yaml
 
     lock = yaml.safe_load((copy / "dvc.lock").read_text(encoding="utf-8"))
@@ -266,8 +261,6 @@ def copy_results(copy: Path, dest: Path, stages: list[str] | None = None) -> lis
                     for f in ([copy / out] if (copy / out).is_file() else (copy / out).rglob("*")) if f.is_file()})
     if dest.exists():
         for entry in dest.iterdir():
-            if entry.name in KEPT:
-                continue
             if entry.is_dir() and not entry.is_symlink():
                 shutil.rmtree(entry)
             else:

@@ -7,21 +7,19 @@
   nothing.
 * Slow: every key a panel reads (metric, logged table and its columns, config entry) is among
   the keys that real runs log, read from the offline W&B run files of the smoke pipeline
-  (conftest's ``smoke_copy``: train, finetune, control, sweep_tau, evaluate, sweep_sigma) and of a
-  two-seed seeds sweep run on its outputs (replicate and its sweep_summary run).
+  (conftest's ``smoke_copy``: train, finetune, control, sweep_tau, evaluate, sweep_sigma); the
+  long profiles' section is checked against its units' runs (tests/test_unit_claims.py,
+  tests/test_units.py).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import copy_of
 from flexatt import dashboard
 from wandb_records import logged_keys, read_run
 
@@ -44,7 +42,7 @@ def test_workspace_and_report_build_offline():
     sections = dashboard.sections()
     titles = [s.title for s in sections]
     assert titles == ["Table 1 (test set)", "BLEU against window", "τ trade-off per flexible model", *CURVES,
-                      "σ sweep", "Seeds", "Equal-budget units (long profiles)", "Attention per step"]
+                      "σ sweep", "Equal-budget units (long profiles)", "Attention per step"]
     view = dashboard.workspace(ENTITY, PROJECT)._to_model()  # what save() sends, made without a network
     spec = view.spec.section.panel_bank_config
     assert (view.entity, view.project, view.display_name) == (ENTITY, PROJECT, dashboard.TITLE)
@@ -133,28 +131,18 @@ def test_without_an_api_key_the_command_says_so_in_one_line(tmp_path):
 # --------------------------------------------------------------------------- real runs
 
 
-@pytest.fixture(scope="module")
-def smoke_and_seeds(smoke_copy, tmp_path_factory) -> Path:
-    """A copy of the smoke pipeline's run, then a two-seed seeds sweep on its data (one epoch,
-    one τ, greedy): its ``wandb/`` holds the runs of every stage and of the seeds sweep."""
-    from test_sweeps import run_sweep
-
-    copy = copy_of(smoke_copy[0], tmp_path_factory.mktemp("dashboard") / "repo")
-    run_sweep(copy, "replicate", "+sweep=seeds", "train.seed=1,2", "train.epochs=1", "sweep_tau.search_steps=1",
-              "sweep_tau.grid=[1.0]", "decode.beam_size=1")
-    return copy
-
-
-@pytest.mark.slow  # the smoke pipeline, then two seeds of the seeds sweep
-def test_every_panel_reads_keys_that_runs_log(smoke_and_seeds):
-    runs = [read_run(p) for p in (smoke_and_seeds / "wandb").glob("offline-run-*/run-*.wandb")]
+@pytest.mark.slow  # the smoke pipeline (conftest's smoke_copy, shared with other slow tests)
+def test_every_panel_reads_keys_that_runs_log(smoke_copy):
+    wandb_dir = smoke_copy[0] / "wandb"
+    runs = [read_run(p) for p in wandb_dir.glob("offline-run-*/run-*.wandb")]
     jobs = {run["run"].job_type for run in runs}
-    assert {"train", "finetune", "control", "sweep_tau", "evaluate", "sweep_sigma", "replicate", "sweep_summary"} <= jobs
-    logged = logged_keys(smoke_and_seeds / "wandb")
+    assert {"train", "finetune", "control", "sweep_tau", "evaluate", "sweep_sigma"} <= jobs
+    logged = logged_keys(wandb_dir)
     assert "evaluate/table1[bleu_ci_low]" in logged and "val/bleu" in logged and "config.train.variant" in logged
     # the long profiles' section reads the runs of their units and reports (tests/test_unit_claims.py,
-    # tests/test_units.py); every other section the runs of this pipeline and its seeds sweep
+    # tests/test_units.py); every other section the runs of this pipeline
     here = [s for s in dashboard.sections() if not dashboard.of_units(s)]
+    assert {j for s in here for r in s.runs for j in r.job_types} <= jobs
     assert dashboard.unlogged(logged, here) == {}
     assert not [c for c in dashboard.RUN_TABLE_COLUMNS if c.startswith("summary:") and c.split(":", 1)[1] not in logged]
     # and each section's keys come from the runs its report grid shows

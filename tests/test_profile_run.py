@@ -67,12 +67,10 @@ def test_copy_results_takes_only_the_outputs_the_lock_lists(tmp_path):
     (dest / "train").mkdir(parents=True)
     (dest / "stale.json").write_text("old")
     (dest / "train/stale.json").write_text("old")
-    (dest / "seeds").mkdir()  # what a seeds sweep adds after the pipeline: kept
-    (dest / "seeds/summary.csv").write_text("seed")
     copied = profile_run.copy_results(copy, dest)
     assert copied == ["figures/evaluate/a.png", "tokenize.json", "train/global.csv", "train/global.json"]
     assert sorted(str(p.relative_to(dest)) for p in dest.rglob("*") if p.is_file()) == sorted(
-        [*copied, "dvc.lock", "seeds/summary.csv"])
+        [*copied, "dvc.lock"])
     assert (dest / "train/global.json").read_text() == "results/train/global.json"
 
 

@@ -85,7 +85,7 @@ def test_report_page_draws_every_plot_offline(results_repo, tmp_path):
     assert declared and len(embedded) == len(figures), (declared, len(embedded), len(figures))
     assert sorted(embedded) == sorted(p.read_bytes() for p in figures)
     assert all(image[:8] == PNG for image in embedded)
-    assert "results/seeds/summary.png" in html  # a figure that no DVC plot declares
+    assert "results/char/figures/tradeoff.png" in html  # a figure that no DVC plot declares
 
     found = render(page, tmp_path / "profile")
     drawn = [i for i in ids if found[i]["svg"] and found[i]["axis"] >= 2 and found[i]["data"] and not found[i]["broken"]]

@@ -25,7 +25,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from conftest import ROOT, compose_params
-from flexatt import schema, sweeps
+from flexatt import sweeps
 from wandb_records import find_runs
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -39,13 +39,7 @@ SWEEPS = {
     "temperature": ("train", ["model.temperature"], ["train.out_dir", "train.metrics_dir"]),
     "beta": ("finetune", ["finetune.beta"], ["finetune.out_dir", "finetune.metrics_dir"]),
     "transformer": ("train", ["model.hidden_size", "train.lr"], ["train.out_dir", "train.metrics_dir"]),
-    "seeds": ("replicate", ["train.seed"], ["train.out_dir", "train.metrics_dir", "finetune.out_dir",
-                                            "finetune.metrics_dir", "finetune.control_out_dir"]),
 }
-#: sweeps whose main metric is not dev BLEU, and sweeps that run another number of jobs at once
-#: than the launcher's 2 (the seeds sweep: its 3 seeds)
-MAIN_METRIC = {"seeds": "flexible_ft_tau_bleu"}
-N_JOBS = {"seeds": 3}
 JOB_DIR = "${hydra:sweep.dir}/${hydra:sweep.subdir}"
 
 
@@ -88,7 +82,7 @@ def test_named_sweep_composes(params_dir, name):
         assert OmegaConf.select(params, key, default="<missing>") != "<missing>", key
         assert len(str(cfg.hydra.sweeper.params[key]).split(",")) >= 3, key
     assert cfg.hydra.launcher._target_.endswith("JoblibLauncher")
-    assert cfg.hydra.launcher.n_jobs == N_JOBS.get(name, 2)
+    assert cfg.hydra.launcher.n_jobs == 2
     assert raw(cfg, "hydra.sweep.dir") == "multirun/${hydra.runtime.choices.sweep}/${now:%Y-%m-%d_%H-%M-%S}"
     assert cfg.hydra.runtime.choices.sweep == name
     for key in outputs:
@@ -98,7 +92,7 @@ def test_named_sweep_composes(params_dir, name):
     assert callback["_target_"] == "flexatt.sweeps.SweepSummary" and callback["name"] == name
     from hydra.utils import instantiate
 
-    assert instantiate(cfg.hydra.callbacks.sweep_summary).settings["main_metric"] == MAIN_METRIC.get(name, "dev_bleu")
+    assert instantiate(cfg.hydra.callbacks.sweep_summary).settings["main_metric"] == "dev_bleu"
     importlib.import_module(f"flexatt.stages.{stage}")
     doc = (ROOT / f"conf/sweep/{name}.yaml").read_text()
     assert f"python -m flexatt.stages.{stage} -m +sweep={name}" in doc
@@ -386,7 +380,7 @@ def test_real_tau_sigma_sweep(mini_repo):
 
 
 def test_aggregate_gives_mean_and_sample_sd_of_completed_jobs(tmp_path):
-    """A replicate sweep (``aggregate: true``): mean ± sample sd over the completed jobs only."""
+    """A sweep of replicates (``aggregate: true``): mean ± sample sd over the completed jobs only."""
     sweep_dir = make_sweep(tmp_path)
     record = json.loads((sweep_dir / "sweep.json").read_text())
     (sweep_dir / "sweep.json").write_text(json.dumps({**record, "aggregate": True}))
@@ -412,121 +406,3 @@ def test_aggregate_gives_mean_and_sample_sd_of_completed_jobs(tmp_path):
     assert summary["stats"] is None and "mean ± " not in (sweep_dir / "summary.md").read_text()
     assert "**Best:**" in (sweep_dir / "summary.md").read_text()
     assert len((sweep_dir / "summary.csv").read_text().splitlines()) == 6
-
-
-def test_replicate_refuses_the_pipeline_outputs(smoke_dir, monkeypatch):
-    """Run without the sweep, the replicate stage would overwrite the pipeline's checkpoints."""
-    from flexatt.config import load_params
-    from flexatt.stages import replicate
-
-    monkeypatch.chdir(smoke_dir)
-    monkeypatch.delenv("FLEXATT_PARAMS", raising=False)
-    cfg = load_params(smoke_dir / "params.yaml")
-    with pytest.raises(sweeps.ConfigError, match=r"train.out_dir: is the pipeline's own output dir"):
-        replicate.run(cfg)
-    cfg = load_params(smoke_dir / "params.yaml", ["train.out_dir=elsewhere"])
-    with pytest.raises(sweeps.ConfigError, match=r"train.metrics_dir: is the pipeline's own output dir"):
-        replicate.run(cfg)
-
-
-@pytest.mark.slow  # real stages in a Hydra multirun (three seeds)
-def test_real_seeds_sweep(mini_repo):
-    """Two training seeds of the seeds sweep end to end on smoke data: each job trains Global and
-    Flexible, fine-tunes Flexible, selects τ on dev and scores the four test rows; the summary
-    has one line per job and the mean ± sample sd of every column over the jobs."""
-    from flexatt.checkpoints import load_checkpoint_state
-
-    before = pipeline_files(mini_repo)
-    _, sweep_dir = run_sweep(mini_repo, "replicate", "+sweep=seeds", "train.seed=1,2", "train.epochs=1",
-                             "sweep_tau.search_steps=1", "sweep_tau.grid=[1.0]", "decode.beam_size=1")
-    assert pipeline_files(mini_repo) == before, "the sweep changed the pipeline's outputs"
-    settings = json.loads((sweep_dir / "sweep.json").read_text())
-    assert settings["aggregate"] is True
-    job_dirs = [sweep_dir / "1", sweep_dir / "2"]  # one folder per seed
-    jobs = [json.loads((d / "replicate.json").read_text()) for d in job_dirs]
-    assert [j["seed"] for j in jobs] == [1, 2]
-    for job in jobs:
-        assert set(job["rows"]) == {"global", "flexible", "flexible_ft", "flexible_ft_tau", "flexible_ctl",
-                                    "flexible_ctl_tau"}
-        assert job["rows"]["flexible_ctl_tau"]["tau"] == job["selected_tau_control"]  # the control's own tau
-        assert job["dev_points_control"][0]["tau"] is None  # its dev search, from tau = inf
-        assert job["local_variant"] is None
-        for row in job["rows"].values():
-            assert 0 <= row["bleu"] <= 100 and 0 <= row["chrf"] <= 100 and row["window"] > 0
-        assert [job["rows"][r]["tau"] for r in ("global", "flexible", "flexible_ft")] == [None] * 3
-        assert job["rows"]["flexible_ft_tau"]["tau"] == job["selected_tau"]
-        assert job["tau_selected"] == (job["selected_tau"] is not None)
-        assert job["control_tau_selected"] == (job["selected_tau_control"] is not None)
-        assert job["rows"]["global"]["window"] == job["rows"]["flexible"]["window"]  # τ = ∞
-        assert set(job["dev_bleu"]) == {"global", "flexible", "flexible_ft", "flexible_ctl"}
-    # the seeds trained different models (the data and SentencePiece models are the pipeline's)
-    for variant, where in (("global", "models"), ("flexible", "models"), ("flexible", "models_ft")):
-        first, second = (load_checkpoint_state(d / where / variant / "best.ckpt") for d in job_dirs)
-        assert any(not first[k].equal(second[k]) for k in first), f"{where}/{variant}: same weights"
-    assert [json.loads((d / "models/global/run.json").read_text())["seed"] for d in job_dirs] == [1, 2]
-    for d in job_dirs:  # the control: beta = 0, the fine-tuning's parent, epochs and learning rates
-        control, finetuned = (json.loads((d / w / "flexible/run.json").read_text()) for w in ("models_ctl", "models_ft"))
-        assert control["beta"] == 0.0 and control["init_from"] == finetuned["init_from"]
-        assert control["epochs"] == json.loads((d / "flexible_ft.json").read_text())["epochs"]
-        with open(d / "flexible_ft.csv", newline="") as handle:
-            assert control["lr_epochs"] == [float(r["lr"]) for r in csv.DictReader(handle)]
-
-    # the summary: one line per job, then mean and sd, as computed from the job files
-    with open(sweep_dir / "summary.csv", newline="") as handle:
-        lines = list(csv.DictReader(handle))
-    assert [r["job"] for r in lines] == ["0", "1", "mean", "sd"]
-    assert [r["train.seed"] for r in lines[:2]] == ["1", "2"]
-    md = (sweep_dir / "summary.md").read_text()
-    assert "mean ± sample standard deviation, n = 2" in md and "**Best:**" not in md
-    columns = settings["metrics"]
-    assert {"global_bleu", "flexible_ft_tau_bleu", "global_chrf", "flexible_ft_tau_window"} <= set(columns)
-    for column, path in columns.items():
-        values = [sweeps.select(j, path) for j in jobs]
-        for line, value in zip(lines, values):
-            assert (float(line[column]) if line[column] else None) == value, (column, line)
-        if any(v is None for v in values):
-            continue
-        mean = sum(values) / 2
-        sd = abs(values[0] - values[1]) / 2 ** 0.5  # sample sd of two values
-        assert float(lines[2][column]) == pytest.approx(mean) and float(lines[3][column]) == pytest.approx(sd)
-        decimals = sweeps._decimals(values)
-        assert f"| {column} | {mean:.{decimals}f} ± {sd:.{decimals}f} | 2 |" in md, column
-
-    # across seeds: each comparison paired by seed, from the same job files
-    from flexatt import seeds
-
-    compared = {(c["a"], c["b"]): c for c in json.loads((sweep_dir / "paired.json").read_text())["comparisons"]}
-    a_vs_g = compared["flexible_bleu", "global_bleu"]
-    assert a_vs_g["n"] == 2 and a_vs_g["diffs"] == pytest.approx(
-        [j["rows"]["flexible"]["bleu"] - j["rows"]["global"]["bleu"] for j in jobs])
-    assert compared["flexible_ft_tau_bleu", "local_bleu"]["n"] == 0  # no seeds_local given
-    assert "| Flexible τ=∞ − Global, BLEU | 2 |" in (sweep_dir / "paired.md").read_text()
-    assert seeds.main([str(sweep_dir)]) == 0
-
-    # W&B: per job, both trainings, the fine-tuning and the replicate run; one summary run
-    runs = [r for r in find_runs(mini_repo / "wandb") if r["run"].run_group == settings["group"]]
-    names = sorted(r["run"].display_name for r in runs)
-    assert names == sorted(["sweep_summary-seeds", *(f"{kind}-{seed}" for seed in ("seed1", "seed2") for kind in (
-        "train-global", "train-flexible", "finetune-flexible_ft", "control-flexible_ctl", "replicate"))]), names
-    summary_run = next(r for r in runs if r["run"].job_type == "sweep_summary")
-    bleus = [j["rows"]["flexible_ft_tau"]["bleu"] for j in jobs]
-    assert summary_run["summary"]["mean/flexible_ft_tau_bleu"] == pytest.approx(sum(bleus) / 2)
-
-    # rebuilt from the dir, the summary is the same
-    before_md = md
-    assert sweeps.main([str(sweep_dir), "--no-wandb"]) == 0
-    assert (sweep_dir / "summary.md").read_text() == before_md
-
-
-def test_the_seeds_local_variant_must_be_a_local_window(smoke_dir):
-    from flexatt.config import load_params
-    from flexatt.stages.replicate import local_variant
-
-    cfg = load_params(smoke_dir / "params.yaml")
-    plain = OmegaConf.to_container(cfg, resolve=True)
-    with_local = lambda name: schema.validate({**plain, "seeds_local": name})  # noqa: E731
-    assert local_variant(schema.validate(cfg)) is None and local_variant(with_local(None)) is None
-    assert local_variant(with_local("local_m")) == "local_m"
-    for name, message in (("global", "must name a local-m or local-p variant"), ("nope", "must be one of")):
-        with pytest.raises(sweeps.ConfigError, match=f"seeds_local: {message}"):
-            local_variant(with_local(name))

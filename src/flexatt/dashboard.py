@@ -13,8 +13,6 @@ panel grid per section, each grid on the runs of the stages it shows), with the
 * ``sweep_tau``: the tables ``sweep_tau/points`` (every τ tried, per flexible model) and
   ``sweep_tau/curve`` (the trade-off curve), the image ``figures/tradeoff``;
 * ``sweep_sigma``: the table ``sweep_sigma/points``, summary ``selected_sigma``, ``figures/sigma``;
-* ``replicate`` (the seeds sweep, a run per seed): summary ``<row>/bleu``, ``<row>/window`` of its
-  four fixed rows, and the sweep's ``sweep_summary`` run: the table ``sweep/results``;
 * the long profiles: ``unit-decode`` (a unit's decoding, :func:`flexatt.units.log_decodes`):
   summary ``<split>/<inf|selected>/<bleu|chrf|ribes|window|aer>``, config ``variant``, ``seed``;
   ``units-report`` (:func:`flexatt.stages.report.log_report`): the tables ``units/claims`` and
@@ -40,8 +38,6 @@ from typing import Any
 
 #: the report's and the workspace's name
 TITLE = "flexatt: Flexible Attention results"
-#: the rows of Table 1 that the replicate stage decodes for every seed (flexatt.stages.replicate)
-SEED_ROWS = ("global", "flexible", "flexible_ft", "flexible_ft_tau")
 #: the columns pinned in the workspace's run table (``run:`` W&B's own, ``summary:`` logged)
 RUN_TABLE_COLUMNS = ("run:displayName", "run:jobType", "summary:final/dev_bleu", "summary:final/tokens_per_second")
 #: the stages whose runs log learning curves: job type -> (what it is, the config key that names a
@@ -126,9 +122,9 @@ def learning_curves(stage: str, epochs: int | None) -> Section:
 def sections(epochs: Mapping[str, int] | None = None) -> list[Section]:
     """The dashboard's sections, in order: Table 1, BLEU against window, the τ trade-off,
     learning curves (a section per training stage; ``epochs``: what each trains for, default
-    :func:`curve_epochs`), the σ sweep, the seeds summary, the long profiles' units, attention
-    per step. (One long
-    function: the dashboard declared as one list, in the order it shows.)"""
+    :func:`curve_epochs`), the σ sweep, the long profiles' units (their training seeds),
+    attention per step. (One long function: the dashboard declared as one list, in the order it
+    shows.)"""
     import wandb_workspaces.reports.v2 as wr
 
     epochs = curve_epochs() if epochs is None else epochs
@@ -186,20 +182,6 @@ def sections(epochs: Mapping[str, int] | None = None) -> list[Section]:
              wr.ScalarChart(metric="selected_sigma", title="selected σ"),
              wr.MediaBrowser(media_keys=["figures/sigma"], title="σ sweep")],
             columns={"sweep_sigma/points": ("sigma", "dev_bleu", "window")},
-        ),
-        Section(
-            "Seeds",
-            "Training noise (`python -m flexatt.stages.replicate -m +sweep=seeds`): test BLEU and "
-            "window of Global, Flexible and the fine-tuned model at τ = ∞ and at the τ selected per "
-            "seed, mean ± standard deviation over the seeds; every job in the sweep's table.",
-            (Runs(("replicate",)), Runs(("sweep_summary",))),
-            [wr.BarPlot(metrics=[f"{row}/bleu" for row in SEED_ROWS], title="test BLEU, mean ± sd over seeds",
-                        groupby_aggfunc="mean", groupby_rangefunc="stddev"),
-             wr.BarPlot(metrics=[f"{row}/window" for row in SEED_ROWS], title="window, mean ± sd over seeds",
-                        groupby_aggfunc="mean", groupby_rangefunc="stddev"),
-             wr.WeavePanelSummaryTable(table_name="sweep/results", layout=wr.Layout(**wide))],
-            columns={"sweep/results": ("job", "train.seed", "global_bleu", "flexible_ft_tau_bleu",
-                                       "flexible_ft_tau_window")},
         ),
         Section(
             "Equal-budget units (long profiles)",
@@ -320,7 +302,8 @@ def report(entity: str, project: str):
         blocks += [wr.H2(s.title), wr.P(s.text), wr.PanelGrid(runsets=runsets, panels=s.panels)]
     return wr.Report(entity=entity, project=project, title=TITLE, width="fluid",
                      description="Table 1, BLEU against window, the τ trade-off, the learning curves of "
-                                 "each training stage, the σ sweep and the seeds of the flexatt pipeline.",
+                                 "each training stage and the σ sweep of the flexatt pipeline, and the "
+                                 "seeds of the long profiles' units.",
                      blocks=blocks)
 
 

@@ -9,8 +9,8 @@ from the same plot definitions and the same renderers (DVC's ``plots.show`` and
 * the Vega libraries are inlined from the ``vl-convert-python`` wheel (:func:`offline_template`):
   nothing is fetched when the page opens;
 * the images are embedded as ``data:`` URIs: the page is one file to send or attach;
-* the figures under ``results/`` that no plot of ``dvc.yaml`` declares (the seeds summary, the
-  char profile's figures) are added after the declared ones;
+* the figures under ``results/`` that no plot of ``dvc.yaml`` declares (the char profile's
+  figures, the long profiles' earlier budgets) are added after the declared ones;
 * a chart is shown once and only where it draws something (:func:`select`): a file drawn in a
   plot of several files (``dvc.yaml``'s top-level learning curves, every model of a stage in one
   chart) is not drawn again on its own; a chart whose data take a single x value (the learning

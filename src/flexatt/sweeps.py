@@ -9,7 +9,6 @@ search path). Each is run as a multirun of one stage::
     python -m flexatt.stages.train -m +sweep=sact_lambda       # SACT's lambda, 2 to 10
     python -m flexatt.stages.train -m +sweep=temperature       # fixed temperature 0.8 to 1.2
     python -m flexatt.stages.finetune -m +sweep=beta           # fine-tuning's beta
-    python -m flexatt.stages.replicate -m +sweep=seeds         # training seeds: mean ± sd
 
 Every job writes its outputs under ``<sweep dir>/<job number>/`` (``multirun/<name>/<date>_<time>``
 by default). :class:`SweepSummary`, the Hydra callback every named sweep installs:
@@ -23,8 +22,8 @@ by default). :class:`SweepSummary`, the Hydra callback every named sweep install
   writes ``<sweep dir>/summary.md``, ``summary.csv`` and ``summary.png`` (the main metric against
   the swept keys), then logs one W&B run (job_type ``sweep_summary``, same group) with the
   table, a line plot and the image. A W&B failure only warns. A sweep of replicates
-  (``aggregate: true`` in its callback settings, e.g. the training seeds) also gets every metric
-  column's mean ± sample standard deviation over the completed jobs (:func:`aggregate`).
+  (``aggregate: true`` in its callback settings: jobs that repeat one setting) also gets every
+  metric column's mean ± sample standard deviation over the completed jobs (:func:`aggregate`).
 
 ``python -m flexatt.sweeps <sweep dir>`` rebuilds the summary, e.g. after a sweep that stopped
 on a failed job (Hydra then skips the end-of-sweep callback).
@@ -95,7 +94,7 @@ class SweepSummary(Callback):
         x: the swept key on the plot's x axis (default: the first swept key).
         plot: the columns drawn, one panel each (default: the main metric).
         aggregate: also summarise every metric column over the completed jobs as mean and sample
-            standard deviation (the jobs are replicates, e.g. training seeds).
+            standard deviation (the jobs are replicates of one setting).
     """
 
     def __init__(self, name: str, metrics_file: str, metrics: dict, main_metric: str,
