@@ -99,6 +99,7 @@ def finetuning_block(metrics: dict, beta: dict | None, lock: Path = ROOT / "dvc.
     paper = " (the paper's)" if beta_used == "0.1" else ""
     better = effect["bleu"] > 0 and effect["p_value"] < 0.05  # than its control
     lead = "**Fine-tuning against its control** (β = 0, the same extra epochs and learning rates): "
+    narrows = False
     if effect["tau"] is None and effect.get("tau_control") is None:  # no tau selected: both decode every position
         text = (f"{lead}`sweep_tau` selected no τ for the model fine-tuned at β = {beta_used}{paper} nor for its "
                 f"control, so both decode every position (τ = ∞; Δ BLEU {_signed(effect['bleu'])}, unadjusted p = "
@@ -120,7 +121,8 @@ def finetuning_block(metrics: dict, beta: dict | None, lock: Path = ROOT / "dvc.
         chosen = next((q for q in points if q["beta"] == beta.get("selected_beta")), None)
         # claim c's rule on dev: each run at its own selected τ, narrower by at least MIN_NARROWING
         if chosen and chosen["selected_window"] / ref["selected_window"] - 1 <= -MIN_NARROWING:
-            lead = ("On dev the sweep chose it" if f"{chosen['beta']:g}" == beta_used else "A larger β does")
+            lead = ("On dev the sweep chose it" if f"{chosen['beta']:g}" == beta_used
+                    else "A larger β narrows it further" if narrows else "A larger β does")
             text += (f" {lead} (`sweep_beta`, dev, each run at its own selected τ): at β = {chosen['beta']:g} "
                      f"mean g_t {ref['g_mean']:.2f} → {chosen['g_mean']:.2f} and window "
                      f"{ref['selected_window']:.2f} → {chosen['selected_window']:.2f} (τ = "
