@@ -3,6 +3,9 @@
 ``flexatt params [OVERRIDE ...]`` composes ``conf/`` into ``params.yaml`` exactly as
 ``dvc exp run -S OVERRIDE`` does (e.g. ``flexatt params profile=smoke``), for ``dvc repro``.
 
+``flexatt pipeline PROFILE ...`` writes each profile's DVC pipeline, ``pipelines/<profile>/dvc.yaml``
+and ``params.yaml``, from the root ``dvc.yaml`` and ``conf/`` (:mod:`flexatt.pipeline`).
+
 ``flexatt repro [STAGE ...] [--force] [--cores N]`` runs ``dvc repro`` with independent stages
 side by side, trainings at ``train.threads`` threads each (:mod:`flexatt.schedule`): the same
 results as ``dvc repro``, sooner on a multi-core CPU (``make repro`` runs it).
@@ -144,6 +147,9 @@ def main(argv: list[str] | None = None) -> None:
     params.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. profile=smoke")
     params.add_argument("--output", type=Path, default=Path("params.yaml"))
     params.add_argument("--config-dir", type=Path, default=Path("conf"))
+    pipe = sub.add_parser("pipeline", help="write pipelines/<profile>/dvc.yaml and params.yaml from dvc.yaml and conf/")
+    pipe.add_argument("profiles", nargs="+", metavar="PROFILE", help="profiles of conf/profile/, e.g. smoke char paper")
+    pipe.add_argument("--check", action="store_true", help="write nothing; exit 1 where a file differs")
     tr = sub.add_parser("translate", help="translate text with a trained checkpoint")
     tr.add_argument("--checkpoint", type=Path, required=True, help="e.g. artifacts/models_ft/flexible/best.ckpt")
     tr.add_argument("--tok-dir", type=Path, default=None,
@@ -175,6 +181,10 @@ def main(argv: list[str] | None = None) -> None:
         from flexatt.schedule import main as repro_main
 
         sys.exit(repro_main(args.stages, force=args.force, n_cores=args.cores, commit=args.commit))
+    if args.command == "pipeline":
+        from flexatt.pipeline import main as write_pipelines
+
+        sys.exit(write_pipelines(args.profiles, check=args.check))
     if args.command == "report":  # each returns its exit status; an error is one line
         from flexatt.report import main as make_report
 

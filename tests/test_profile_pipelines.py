@@ -1,0 +1,91 @@
+"""Every profile's DVC pipeline (``pipelines/<profile>/``) is what ``flexatt pipeline`` makes of
+the root ``dvc.yaml`` and ``conf/``: a change to either cannot leave a profile's pipeline behind
+(run ``flexatt pipeline smoke char paper``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from flexatt import pipeline
+
+ROOT = Path(__file__).resolve().parents[1]
+GENERATED = sorted(p.parent.name for p in ROOT.glob("pipelines/*/dvc.yaml")
+                   if p.read_text(encoding="utf-8").startswith(pipeline.HEADER.format(profile=p.parent.name)))
+
+
+def test_the_short_profiles_have_generated_pipelines():
+    assert GENERATED == ["char", "paper", "smoke"]
+
+
+@pytest.mark.parametrize("profile", GENERATED)
+def test_committed_pipeline_is_what_the_generator_writes(profile):
+    dvc_yaml, params = pipeline.generate(profile, ROOT)
+    folder = ROOT / "pipelines" / profile
+    assert (folder / "dvc.yaml").read_text(encoding="utf-8") == dvc_yaml, f"run `flexatt pipeline {profile}`"
+    assert (folder / "params.yaml").read_text(encoding="utf-8") == params, f"run `flexatt pipeline {profile}`"
+
+
+@pytest.mark.parametrize("profile", GENERATED)
+def test_every_root_stage_runs_with_the_profiles_params_at_the_root(profile):
+    """The root's stages, each at the repository root with the profile's params file, the same
+    deps and outputs; the outputs resolve (params.yaml beside dvc.yaml) under the profile's folders."""
+    root = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    ours = yaml.safe_load((ROOT / "pipelines" / profile / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    assert list(ours) == list(root)
+    params_file = f"pipelines/{profile}/params.yaml"
+    for name, spec in root.items():
+        theirs, mine = spec.get("do", spec), ours[name].get("do", ours[name])
+        assert ours[name].get("foreach") == spec.get("foreach")
+        assert mine["wdir"] == "../.."
+        assert mine["cmd"] == f"FLEXATT_PARAMS={params_file} {theirs['cmd']}"
+        assert mine["params"] == [{params_file: theirs["params"]}]
+        for key in pipeline.PATH_KEYS:
+            assert mine.get(key) == theirs.get(key), (name, key)
+    params = yaml.safe_load((ROOT / "pipelines" / profile / "params.yaml").read_text(encoding="utf-8"))
+    assert params["profile"] == profile
+    assert params["train"]["out_dir"] == f"artifacts/{profile}/models"
+    assert params["evaluate"]["table"] == f"results/{profile}/table1.md"
+
+
+def test_top_level_plots_are_read_from_the_pipelines_folder():
+    plots = yaml.safe_load((ROOT / "pipelines/smoke/dvc.yaml").read_text(encoding="utf-8"))["plots"]
+    files = [f for entry in plots for spec in entry.values() for f in spec["y"]]
+    assert files and all(f.startswith("../../${") for f in files)  # the reordering sweep's plots left out
+
+
+@pytest.mark.parametrize("profile, message", [
+    ("nope", "no profile 'nope' in conf/profile/"),
+    ("default", "the root dvc.yaml"),
+    ("bible", "written by hand"),
+])
+def test_what_is_not_a_generated_profile_is_refused_by_name(profile, message, capsys):
+    assert pipeline.main([profile], root=ROOT) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_profile_whose_outputs_are_not_its_own_is_refused(tmp_path):
+    """Without ``paths`` of its own a profile's outputs would be the default pipeline's."""
+    import shutil
+
+    shutil.copytree(ROOT / "conf", tmp_path / "conf")
+    shutil.copy(ROOT / "dvc.yaml", tmp_path / "dvc.yaml")
+    text = (tmp_path / "conf/profile/paper.yaml").read_text(encoding="utf-8")
+    (tmp_path / "conf/profile/paper.yaml").write_text(text.replace("artifacts/paper", "artifacts"), encoding="utf-8")
+    with pytest.raises(pipeline.ConfigError, match=r"paths.artifacts: conf/profile/paper.yaml must set it to artifacts/paper"):
+        pipeline.generate("paper", tmp_path)
+
+
+def test_check_names_a_stale_pipeline(tmp_path, capsys):
+    import shutil
+
+    for rel in ("conf", "pipelines/smoke"):
+        shutil.copytree(ROOT / rel, tmp_path / rel)
+    shutil.copy(ROOT / "dvc.yaml", tmp_path / "dvc.yaml")
+    assert pipeline.main(["smoke"], check=True, root=tmp_path) == 0
+    (tmp_path / "dvc.yaml").write_text((ROOT / "dvc.yaml").read_text(encoding="utf-8").replace(
+        "python -m flexatt.stages.filter", "python -m flexatt.stages.filter --changed"), encoding="utf-8")
+    assert pipeline.main(["smoke"], check=True, root=tmp_path) == 1
+    assert "pipelines/smoke/dvc.yaml" in capsys.readouterr().err
