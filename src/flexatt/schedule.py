@@ -142,7 +142,8 @@ class _Running:
     started: float
 
 
-#: a long profile's stage: ``pipelines/<profile>/dvc.yaml:<stage>``
+#: a profile pipeline's stage: ``pipelines/<profile>/dvc.yaml:<stage>`` (a long profile's units, or a
+#: short profile's stages, generated from the root dvc.yaml by :mod:`flexatt.pipeline`)
 PROFILE_STAGE = re.compile(r"pipelines/(?P<profile>[\w-]+)/dvc\.yaml:(?P<stage>[\w-]+)(?:@(?P<key>\S+))?")
 
 
@@ -159,6 +160,8 @@ def unit_phases(names: list[str], root: str | os.PathLike = ".") -> dict[str, in
         if not found or found["stage"] not in ("train", "decode"):
             continue
         profile = found["profile"]
+        if not (Path(root) / "pipelines" / profile / "units.yaml").is_file():  # a short profile's train@<variant>
+            continue
         if profile not in specs:
             specs[profile] = read_plan(Path(root) / "conf" / "units" / f"{profile}.yaml")
         item = _pending(Path(root), profile).get(found["key"])
@@ -216,7 +219,7 @@ def run(the_plan: Plan, force: bool = False, n_cores: int | None = None, threads
         if name.startswith(TRAINING_PREFIXES):
             return min(threads, n_cores)
         found = PROFILE_STAGE.fullmatch(name)
-        if found and found["stage"] in ("train", "decode"):  # a unit's step: its profile's train.threads
+        if found and found["stage"] in ("train", "decode", "finetune", "control"):  # its profile's train.threads
             return min(training_threads(Path("pipelines") / found["profile"]), n_cores)
         return 1 if others else free
 
