@@ -25,13 +25,13 @@ help:
 	@echo "make test       create .venv and run the fast test suite (minutes; run it before every change)"
 	@echo "make test-slow  only the slow tests: the smoke pipeline, DVC queue, real sweeps, DDP training"
 	@echo "make test-all   every test, fast and slow (what CI runs, besides other precisions and SIMD levels)"
-	@echo "make smoke      run the pipeline on the tiny synthetic 'smoke' profile in a scratch copy"
-	@echo "make char       the character-level 'char' profile up to Table 1, kept in artifacts/char (hours)"
+	@echo "make smoke      the tiny synthetic 'smoke' profile's pipeline (pipelines/smoke/; minutes)"
+	@echo "make char       the character-level 'char' profile's pipeline up to Table 1 (pipelines/char/; hours)"
 	@echo "make grc        the Koine Greek -> English 'grc' profile as units (about half an hour to an hour a unit; resumes)"
 	@echo "make reordering flexible's window against how much the data reorders: smoke runs at 4 levels (~18 min)"
 	@echo "make bible  the bible profile's units, one model each at an equal budget (about an hour a unit; resumes)"
 	@echo "make units      both: the first seed of every claim on each corpus before any second seed (resumes)"
-	@echo "make params     recompose params.yaml from conf/ (PROFILE=smoke|default|paper)"
+	@echo "make params     recompose params.yaml and the profiles' pipelines/<profile>/ from dvc.yaml and conf/"
 	@echo "make bench      run the benchmarks (after make repro and make char: they use their models)"
 	@echo "make bench-scale  filter + tokenize at 1M and 4.5M generated pairs: wall time and peak memory (run alone)"
 	@echo "make bench-pipeline  time dvc repro from scratch, per stage"
@@ -76,7 +76,8 @@ pull: $(STAMP)
 	$(BIN)/dvc pull --allow-missing $(if $(REMOTE),-r $(REMOTE),)  # pending units' weights do not exist yet
 
 params: $(STAMP)
-	$(BIN)/flexatt params $(if $(PROFILE),profile=$(PROFILE),)
+	$(BIN)/flexatt params
+	$(BIN)/flexatt pipeline smoke char paper
 
 bench: $(STAMP)  # the figures of benchmarks/results/ (*.json; the printed tables in *.txt), as benchmarks/README.md quotes them
 	$(BIN)/python benchmarks/train_throughput.py | tee $(RESULTS)/train_throughput.txt
@@ -103,12 +104,15 @@ bench-scale: $(STAMP)  # filter + tokenize on generated corpora of 1M and 4.5M p
 bench-pipeline: $(STAMP)  # deletes the stage outputs and times dvc repro from scratch
 	$(BIN)/python benchmarks/pipeline.py --from-scratch
 
+# the smoke profile's pipeline (pipelines/smoke/), every stage; its results in results/smoke/ (git-ignored)
 smoke: $(STAMP)
-	$(BIN)/python scripts/smoke.py
+	$(BIN)/dvc repro pipelines/smoke/dvc.yaml
+	@cat results/smoke/table1.md
 
-# the char profile's models are what the benchmarks' character level measures; a second run resumes
+# the char profile's pipeline (pipelines/char/) up to Table 1, its results in results/char/; its models
+# are what the benchmarks' character level measures; a second run resumes
 char: $(STAMP)
-	$(BIN)/python scripts/profile_run.py char --keep artifacts/char --targets evaluate --results results/char
+	$(BIN)/flexatt repro pipelines/char/dvc.yaml:evaluate
 
 # the Greek profile's pipeline (pipelines/grc/): its pending units (units.yaml), then its report;
 # COMMIT=1 commits each finished unit (frozen) and the report the moment each is done

@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parent.parent
 #: (``flexatt.runtime``; ``FLEXATT_ALLOCATOR=default`` turns it off)
 ALLOCATOR_TUNED = tune_allocator()
 
-CHAR_RUN = Path("artifacts/char")  # the char profile's run (make char)
+CHAR_RUN = Path("artifacts/char")  # the char profile's models and data (make char: pipelines/char/)
+CHAR_RESULTS = Path("results/char")  # its results
 SUBWORD_CKPTS = {"global": Path("artifacts/models/global/best.ckpt"),
                  "flexible_ft": Path("artifacts/models_ft/flexible/best.ckpt")}
 
@@ -309,23 +310,23 @@ class CharSetting:
     test_bleu: dict[str, float]   # Table 1 of the char run (results/metrics.json), per row
 
 
-def char_setting(run: Path = CHAR_RUN) -> CharSetting:
-    """The character-level models: the char profile's pipeline run kept in ``run`` by
-    ``python scripts/profile_run.py char --keep artifacts/char --targets evaluate --results
-    results/char`` (``make char``). Exits with that command when the run is not there."""
-    tok_dir = run / "artifacts/tok"
-    ckpts = {"global": run / "artifacts/models/global/best.ckpt",
-             "flexible_ft": run / "artifacts/models_ft/flexible/best.ckpt"}
-    sweep = run / "results/sweep_tau.json"
-    metrics = run / "results/metrics.json"
+def char_setting(run: Path = CHAR_RUN, results: Path = CHAR_RESULTS) -> CharSetting:
+    """The character-level models: the char profile's pipeline (``pipelines/char/``, ``make
+    char``), its outputs in ``run`` and its results in ``results``. Exits with that command when
+    the run is not there."""
+    tok_dir = run / "tok"
+    ckpts = {"global": run / "models/global/best.ckpt",
+             "flexible_ft": run / "models_ft/flexible/best.ckpt"}
+    sweep = results / "sweep_tau.json"
+    metrics = results / "metrics.json"
     missing = [str(p) for p in (*ckpts.values(), tok_dir / "test.npz", sweep, metrics) if not p.is_file()]
     if missing:
         raise SystemExit(f"error: the char profile's run is not in {run} (missing {', '.join(missing)}): "
                          f"run `make char` first (about 2.5 hours on 2 cores)")
     dev = {}
-    for name, path in (("global", run / "results/train/global.json"),
-                       ("flexible", run / "results/train/flexible.json"),
-                       ("flexible_ft", run / "results/finetune/flexible.json")):
+    for name, path in (("global", results / "train/global.json"),
+                       ("flexible", results / "train/flexible.json"),
+                       ("flexible_ft", results / "finetune/flexible.json")):
         if path.is_file():
             dev[name] = json.loads(path.read_text()).get("dev_bleu")
     rows = json.loads(metrics.read_text())["models"]

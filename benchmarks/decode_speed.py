@@ -42,8 +42,8 @@ Subword level: the default pipeline's checkpoints (``artifacts/models/global/bes
 
 Character level: the char profile's models (``conf/profile/char.yaml``: the same corpus, filter
 and sizes with a SentencePiece ``char`` vocabulary, trained and fine-tuned as the default
-pipeline does), from its run kept in ``artifacts/char/`` by ``make char``
-(``scripts/profile_run.py``); τ is the one its sweep_tau stage selected on dev. The timed
+pipeline does), from its pipeline's run (``make char``: ``pipelines/char/``, models in
+``artifacts/char/``); τ is the one its sweep_tau stage selected on dev. The timed
 sentences are the same test pairs as at subword level.
 
 Targets (the issue): at char level the flexible model at its selected τ is at least 1.3x as

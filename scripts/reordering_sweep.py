@@ -7,16 +7,17 @@
 The synthetic task (:mod:`flexatt.data.synthetic`) reverses a share ``data.synthetic.reverse`` of
 its chunks; at each level (0, 0.25, 0.5, 1 by default) the smoke profile's pipeline runs up to
 Table 1 with Global, local-m and flexible attention (the flexible model fine-tuned, with its
-control; 30 epochs instead of 10, see ``OVERRIDES``), each level in its own copy kept in ``artifacts/reordering/<level>/``
-(``scripts/profile_run.py smoke --keep ... --targets evaluate``), so a second run resumes: DVC
-skips what is up to date. The copies are made from ``artifacts/reordering/_src/``, a clone of the
-commit ``HEAD`` names (``--from-tree``: a copy of the working tree as it is, uncommitted edits
-included), and run that snapshot's code (``PYTHONPATH``; the editable install would run the
-working tree's): every level runs the same code whatever is being edited meanwhile.
+control; 30 epochs instead of 10, see ``OVERRIDES``), each level in its own clone kept in
+``artifacts/reordering/<level>/``: there ``pipelines/smoke/params.yaml`` is composed with the level
+and ``flexatt repro pipelines/smoke/dvc.yaml:evaluate`` runs, so a second run resumes: DVC skips
+what is up to date. The clones are of ``artifacts/reordering/_src/``, a clone of the commit
+``HEAD`` names (``--from-tree``: a copy of the working tree as it is, uncommitted edits included),
+and run that snapshot's code (``PYTHONPATH``; the editable install would run the working tree's):
+every level runs the same code whatever is being edited meanwhile.
 
-Per level it collects the share of gold link pairs that cross (the run's ``results/filter.json``,
+Per level it collects the share of gold link pairs that cross (the run's ``results/smoke/filter.json``,
 ``reordering``), the τ selected on dev for the flexible model and the fine-tuned one, their window
-and BLEU on test at that τ, and Global's and local-m's (``results/metrics.json``; of several
+and BLEU on test at that τ, and Global's and local-m's (``results/smoke/metrics.json``; of several
 local-m rows, ``local_m_d<D>``, the one whose window is nearest flexible's, its D read from the
 ``dvc.lock`` that trained it). The real
 corpora join as points where their results exist: the default profile's (``results/metrics.json``
@@ -101,7 +102,7 @@ def snapshot(commit: str, dest: Path) -> Path:
 
 def snapshot_tree(dest: Path) -> Path:
     """``dest`` made a copy of the working tree as it is now (what ``git`` tracks or would track,
-    uncommitted edits included), committed in a repository of its own (as profile_run's copies)."""
+    uncommitted edits included), committed in a repository of its own."""
     shutil.rmtree(dest, ignore_errors=True)
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
                             check=True, capture_output=True).stdout.decode().split("\0")
@@ -116,18 +117,34 @@ def snapshot_tree(dest: Path) -> Path:
     return dest
 
 
+def level_clone(source: Path, dest: Path) -> Path:
+    """``dest`` made (or brought to) a clone of ``source``'s checked-out commit; what a run there
+    left (DVC's outputs, its lock, its params file) stays, so that the run resumes."""
+    commit = git("rev-parse", "HEAD", cwd=source)
+    if not (dest / ".git").is_dir():
+        subprocess.run(["git", "clone", "-q", "--no-checkout", str(source), str(dest)], check=True)
+    git("fetch", "-q", str(source), commit, cwd=dest)
+    git("checkout", "-q", "--force", "--detach", commit, cwd=dest)
+    return dest
+
+
 def run_level(level: float, source: Path, work: Path, threads: int) -> float:
-    """Run (or resume) the smoke pipeline at ``level`` in ``work/<level>`` with ``threads``
-    intra-op threads per stage; its output goes to ``work/<level>.log``. Returns the wall seconds."""
-    dest, log = work / level_name(level), work / f"{level_name(level)}.log"
-    command = [sys.executable, str(source / "scripts" / "profile_run.py"), "smoke",
-               f"data.synthetic.reverse={level}", *OVERRIDES, "--keep", str(dest), "--targets", "evaluate"]
+    """Run (or resume) the smoke pipeline at ``level`` in ``work/<level>`` (a clone of ``source``)
+    with ``threads`` intra-op threads per stage; its output goes to ``work/<level>.log``. Returns
+    the wall seconds."""
+    dest, log = level_clone(source, work / level_name(level)), work / f"{level_name(level)}.log"
+    overrides = ["profile=smoke", f"data.synthetic.reverse={level}", *OVERRIDES]
     env = {**os.environ, "OMP_NUM_THREADS": str(threads),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(source / "src"), os.environ.get("PYTHONPATH")]))}
-    print(f"level {level_name(level)}: {' '.join(command[1:])} (log: {log})", flush=True)
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(dest / "src"), os.environ.get("PYTHONPATH")]))}
+    commands = [[sys.executable, "-m", "flexatt.cli", "params", *overrides, "--output", "pipelines/smoke/params.yaml"],
+                [sys.executable, "-m", "flexatt.cli", "repro", "pipelines/smoke/dvc.yaml:evaluate"]]
+    print(f"level {level_name(level)}: {' '.join(overrides)} in {dest} (log: {log})", flush=True)
     start = time.monotonic()
+    status = 0
     with open(log, "w", encoding="utf-8") as out:
-        status = subprocess.run(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+        for command in commands:
+            status = status or subprocess.run(command, cwd=dest, env=env, stdout=out,
+                                              stderr=subprocess.STDOUT).returncode
     seconds = time.monotonic() - start
     if status:
         tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-15:]
@@ -153,7 +170,7 @@ def _local_d_of_lock(lock: Path, variant: str) -> int | None:
     stage = ((yaml.safe_load(lock.read_text(encoding="utf-8")) or {}).get("stages") or {}).get(f"train@{variant}")
     if not stage:
         return None
-    params = (stage.get("params") or {}).get("params.yaml") or {}
+    params = next(iter((stage.get("params") or {}).values()), None) or {}  # its one params file
     overrides = params.get(f"variants.{variant}") or {}
     return overrides.get("local_D", (params.get("model") or {}).get("local_D"))
 
@@ -201,10 +218,10 @@ def collect(levels: list[float], work: Path, root: Path = ROOT) -> tuple[list[di
     rows, notes = [], []
     for level in levels:
         dest = work / level_name(level)
-        if not (dest / "results" / "metrics.json").is_file():
+        if not (dest / "results" / "smoke" / "metrics.json").is_file():
             notes.append(f"level {level_name(level)}: no results in {dest} (not run yet): skipped")
             continue
-        rows.append(point("synthetic", level, dest / "results", dest / "dvc.lock"))
+        rows.append(point("synthetic", level, dest / "results" / "smoke", dest / "pipelines" / "smoke" / "dvc.lock"))
     for label, folder in CORPORA.items():
         results = root / folder
         if not ((results / "metrics.json").is_file() and (results / "filter.json").is_file()):

@@ -46,11 +46,14 @@ def precision_overrides() -> list[str]:
 def compose_params(dest: Path, *overrides: str, test_precision: bool = True) -> Path:
     """Write ``dest/params.yaml`` composed from the repository's ``conf/`` with ``overrides``,
     after :func:`precision_overrides` unless ``test_precision`` is false (a test of what the
-    configuration itself composes to); an explicit ``trainer.precision`` in ``overrides`` wins."""
+    configuration itself composes to); an explicit ``trainer.precision`` in ``overrides`` wins.
+    ``dest`` holds one pipeline, the root one: its outputs go to ``artifacts/`` and ``results/``
+    whatever the profile (``paths``; a profile's own folders are for its pipelines/<profile>/)."""
     from flexatt.cli import write_params
 
     dest.mkdir(parents=True, exist_ok=True)
-    extra = precision_overrides() if test_precision else []
+    extra = ["paths.artifacts=artifacts", "paths.results=results"]
+    extra += precision_overrides() if test_precision else []
     write_params([*extra, *overrides], dest / "params.yaml", ROOT / "conf")
     return dest / "params.yaml"
 
@@ -141,14 +144,53 @@ def copy_of(template: Path, dest: Path) -> Path:
     return dest
 
 
+COPY_GIT_ENV = {"GIT_AUTHOR_NAME": "flexatt", "GIT_AUTHOR_EMAIL": "flexatt@example.invalid",
+                "GIT_COMMITTER_NAME": "flexatt", "GIT_COMMITTER_EMAIL": "flexatt@example.invalid"}
+
+
+def tracked_files(root: Path = ROOT) -> list[str]:
+    """Files git tracks or would track (untracked but not ignored) under ``root``."""
+    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                         cwd=root, check=True, capture_output=True).stdout
+    return [p for p in out.decode().split("\0") if p and (root / p).is_file()]
+
+
+def repo_copy(dest: Path, *overrides: str) -> Path:
+    """``dest`` made a copy of the working tree (its tracked files, uncommitted edits included, and
+    the untracked ones git does not ignore), committed in a git repository of its own (DVC needs
+    one); with ``overrides``, its root ``params.yaml`` composed with them (the root pipeline on
+    another profile, e.g. ``profile=smoke``) and committed too."""
+    for rel in tracked_files():
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / rel, dest / rel)
+    if overrides:
+        compose_params(dest, *overrides)
+    env = {**os.environ, **COPY_GIT_ENV}
+    for args in (["init", "-q"], ["add", "-A"], ["commit", "-qm", "working tree", "--allow-empty"]):
+        subprocess.run(["git", *args], cwd=dest, check=True, env=env, capture_output=True)
+    return dest
+
+
+def run_dvc(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    """``dvc ARGS`` in ``repo`` with its stages running ``repo``'s code (``PYTHONPATH``), W&B
+    offline; the output captured."""
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**stage_env(), "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(repo.resolve() / "src"), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run([os.path.join(bin_dir, "dvc"), *args], cwd=repo, env=env, text=True, capture_output=True)
+
+
 @pytest.fixture(scope="session")
 def smoke_copy(tmp_path_factory) -> tuple[Path, str]:
-    """``(copy, stdout)`` of ``scripts/smoke.py --keep copy``: a scratch copy of the repository
-    after ``dvc repro`` of the smoke profile, made once for the slow tests that read it
-    (tests/test_pipeline.py, tests/test_dvc_experiments.py)."""
-    copy = tmp_path_factory.mktemp("smoke") / "repo"
-    result = subprocess.run([sys.executable, str(ROOT / "scripts/smoke.py"), "--keep", str(copy),
-                             *precision_overrides()], capture_output=True, text=True, timeout=1800)
+    """``(copy, stdout)``: a copy of the working tree (:func:`repo_copy`) after ``dvc repro
+    pipelines/smoke/dvc.yaml`` (the smoke profile's pipeline, its outputs under
+    ``artifacts/smoke/`` and ``results/smoke/``), made once for the slow tests that read it."""
+    copy = repo_copy(tmp_path_factory.mktemp("smoke") / "repo")
+    if precision_overrides():  # the profile's params at the tests' precision
+        from flexatt.cli import write_params
+
+        write_params(["profile=smoke", *precision_overrides()], copy / "pipelines/smoke/params.yaml", ROOT / "conf")
+    result = run_dvc(copy, "repro", "pipelines/smoke/dvc.yaml")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return copy, result.stdout
 

@@ -403,9 +403,10 @@ def test_the_stage_names_a_missing_metrics_file(smoke_dir, capsys):
     assert code == 2 and err.strip() == "error: results/metrics.json: not found (run the evaluate stage first)"
 
 
-def check_compare_outputs(copy) -> None:
-    """What the compare stage leaves in a pipeline run of the smoke profile (``copy``)."""
-    report = json.loads((copy / "results/compare.json").read_text())
+def check_compare_outputs(copy, results: str = "results") -> None:
+    """What the compare stage leaves in a pipeline run of the smoke profile (``copy``; its
+    results under ``results``)."""
+    report = json.loads((copy / results / "compare.json").read_text())
     verdicts = report["verdicts"]
     assert set(verdicts) == {c["id"] for c in claims.CLAIMS}
     assert set(verdicts.values()) <= {"holds", "fails", "inconclusive", "not measured"}
@@ -417,18 +418,18 @@ def check_compare_outputs(copy) -> None:
         assert abs(m["dev"]["window"] - m["dev"]["target"]) < 0.5
         assert m["outcome"] in ("better", "equal", "worse", "not matched") and 0 < m["p"] <= 1 and 0 < m["p_ar"] <= 1
     table1 = report["table1"]
-    metrics = json.loads((copy / "results/metrics.json").read_text())["models"]
+    metrics = json.loads((copy / results / "metrics.json").read_text())["models"]
     assert set(table1) == {r for r, m in metrics.items() if m.get("p_value_against")}
     for row, t in table1.items():
         assert t["p_bs"] == metrics[row]["p_value"]  # the resamples of Table 1
         assert t["p_value"] <= t["p_bs_holm"] <= 1 and t["family_size"] == len(table1)
-    curve = (copy / "results/plots/matched_window.csv").read_text().splitlines()
+    curve = (copy / results / "plots/matched_window.csv").read_text().splitlines()
     assert curve[0] == "model,kind,split,tau,window,bleu,ci_low,ci_high"
     assert any(line.startswith("flexible,curve,") for line in curve) and any(",fixed," in line for line in curve)
     points = list(csv.DictReader(curve))
     assert all(r["ci_low"] and r["ci_high"] for r in points if r["kind"] == "curve")  # every τ point, with its CI
-    assert (copy / "results/figures/matched_window.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    md = (copy / "results/compare.md").read_text()
+    assert (copy / results / "figures/matched_window.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = (copy / results / "compare.md").read_text()
     for heading in ("## Claims", "## Matched windows", "## Table 1 comparisons, Holm-adjusted"):
         assert heading in md
     from wandb_records import find_runs
@@ -440,7 +441,7 @@ def check_compare_outputs(copy) -> None:
 @pytest.mark.slow
 def test_the_compare_stage_on_the_smoke_pipeline(smoke_copy):
     copy, _ = smoke_copy
-    check_compare_outputs(copy)
+    check_compare_outputs(copy, "results/smoke")
 
 
 def test_a_window_a_hair_smaller_than_the_controls_is_not_a_narrowing():

@@ -54,15 +54,17 @@ def test_char_profile_trains_global_and_flexible_on_characters(root):
     assert list(char.variants) == ["global", "flexible"]
     assert list(char.finetune.variants) == ["flexible"]
     assert dict(char.evaluate.checkpoints) == {
-        "global": "artifacts/models/global/best.ckpt", "flexible": "artifacts/models/flexible/best.ckpt",
-        "flexible_ft": "artifacts/models_ft/flexible/best.ckpt", "flexible_ctl": "artifacts/models_ctl/flexible/best.ckpt"}
+        "global": "artifacts/char/models/global/best.ckpt", "flexible": "artifacts/char/models/flexible/best.ckpt",
+        "flexible_ft": "artifacts/char/models_ft/flexible/best.ckpt",
+        "flexible_ctl": "artifacts/char/models_ctl/flexible/best.ckpt"}  # its outputs under artifacts/char/
     # every model of a _tau row has its own selected τ: the control's too
     assert list(char.sweep_tau.models) == ["flexible", "flexible_ft", "flexible_ctl"]
     assert list(char.evaluate.tau_rows) == ["flexible", "flexible_ft", "flexible_ctl"]
     assert params.model == validate(default).model
     assert char.train.epochs == 2 * default.train.epochs
-    assert {**char.train, "epochs": None} == {**default.train, "epochs": None}
-    assert char.filter == default.filter and char.decode == default.decode
+    outputs = {"data_dir": None, "out_dir": None, "metrics_dir": None, "metrics_file": None}  # its own folders
+    assert {**char.train, "epochs": None, **outputs} == {**default.train, "epochs": None, **outputs}
+    assert {**char.filter, **outputs} == {**default.filter, **outputs} and char.decode == default.decode
     # the default's rows come from conf/evaluate/checkpoints/all.yaml: every trained variant, every
     # fine-tuned one and its control
     assert set(default.variants) | {f"{v}_{kind}" for v in default.finetune.variants for kind in ("ft", "ctl")} \

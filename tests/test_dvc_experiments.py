@@ -22,17 +22,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
-
-sys.path.insert(0, str(ROOT / "scripts"))
-from smoke import run_dvc  # noqa: E402
+from conftest import ROOT, precision_overrides, repo_copy, run_dvc
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "smoke", "GIT_AUTHOR_EMAIL": "smoke@example.invalid",
            "GIT_COMMITTER_NAME": "smoke", "GIT_COMMITTER_EMAIL": "smoke@example.invalid"}
@@ -47,10 +43,13 @@ def git(repo: Path, *args: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def smoke_repo(smoke_copy) -> Path:
-    """The session's scratch copy after ``dvc repro`` of the smoke profile (``smoke_copy``),
-    committed as the experiments' baseline."""
-    repo = smoke_copy[0]
+def smoke_repo(tmp_path_factory) -> Path:
+    """A copy of the working tree whose root pipeline (the one ``dvc exp run`` composes
+    ``params.yaml`` for) runs the smoke profile, after ``dvc repro``, committed as the
+    experiments' baseline."""
+    repo = repo_copy(tmp_path_factory.mktemp("experiments") / "repo", "profile=smoke", *precision_overrides())
+    result = run_dvc(repo, "repro")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     git(repo, "add", "-A")
     git(repo, "commit", "-qm", "smoke repro")
     return repo
@@ -59,10 +58,7 @@ def smoke_repo(smoke_copy) -> Path:
 @pytest.fixture(scope="module")
 def results_repo(tmp_path_factory) -> Path:
     """A scratch copy of the repository with the results kept in git (no repro)."""
-    from smoke import make_copy
-
-    repo = tmp_path_factory.mktemp("plots") / "repo"
-    make_copy(repo, [])
+    repo = repo_copy(tmp_path_factory.mktemp("plots") / "repo")
     for rel in git(ROOT, "ls-files", "results").split():
         if not (repo / rel).is_file():  # deleted in the working tree (e.g. a repro under way)
             (repo / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -83,7 +79,8 @@ def dvc(repo: Path, *args: str) -> str:
 @pytest.fixture(scope="module")
 def queued_experiments(smoke_repo):
     """Two queued experiments (tolerance 0.5, the baseline's, and 5.0), run by the queue."""
-    dvc(smoke_repo, "exp", "run", "--queue", "-S", "profile=smoke", "-S", "sweep_tau.tolerance=0.5,5.0")
+    dvc(smoke_repo, "exp", "run", "--queue", "-S", "profile=smoke", "-S", "paths.artifacts=artifacts", "-S", "paths.results=results",
+        "-S", "sweep_tau.tolerance=0.5,5.0")  # the root pipeline's folders: the baseline's
     dvc(smoke_repo, "queue", "start", "--jobs", "1")
     deadline = time.monotonic() + 900
     while True:

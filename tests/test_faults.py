@@ -506,12 +506,9 @@ def test_dvc_repro_killed_mid_training_resumes_to_the_same_result(root, tmp_path
     after an epoch's checkpoint, then `dvc repro` again: DVC drops the dead process from its
     stale rwlock (with a warning), the stage resumes from its last.ckpt in .resume/ (persist: true keeps best.ckpt and run.json), and
     the metrics equal those of an uninterrupted run of the same stage."""
-    sys.path.insert(0, str(root / "scripts"))
-    from smoke import make_copy
+    from conftest import repo_copy
 
-    copy = tmp_path / "repo"
-    copy.mkdir()
-    make_copy(copy, ["profile=smoke"])
+    copy = repo_copy(tmp_path / "repo", "profile=smoke")  # the root pipeline on the smoke profile
     assert _dvc(copy, "repro", "tokenize").returncode == 0
     whole = subprocess.run([sys.executable, "-m", "flexatt.stages.train", "train.variant=flexible",
                             "train.out_dir=whole", "train.metrics_dir=whole_metrics"], cwd=copy,

@@ -1,10 +1,10 @@
-"""`dvc repro` of the whole pipeline on the smoke profile, in a scratch copy of the repository
-(scripts/smoke.py): every stage runs, every output is there, W&B runs are on disk."""
+"""`dvc repro pipelines/smoke/dvc.yaml`, the smoke profile's whole pipeline, in a scratch copy of
+the working tree (conftest's ``smoke_copy``): every stage runs, every output is there, W&B runs are
+on disk."""
 
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 import yaml
@@ -18,26 +18,27 @@ ROWS = ["global", "local_m", "local_p", "flexible", "flexible_tau", "flexible_ft
         "sact", "flexible_sact"]
 
 
-def test_every_stage_ran_and_repro_is_then_a_no_op(root, smoke_copy):
+def test_every_stage_ran_and_repro_is_then_a_no_op(smoke_copy):
     copy, stdout = smoke_copy
-    lock = yaml.safe_load((copy / "dvc.lock").read_text())
+    lock = yaml.safe_load((copy / "pipelines/smoke/dvc.lock").read_text())
     variants = ["global", "local_m", "local_p", "flexible", "sact", "flexible_sact"]
     expected = {"filter", "tokenize", "sweep_tau", "sweep_sigma", "evaluate",
                 *(f"train@{v}" for v in variants), "finetune@flexible", "finetune@flexible_sact"}
     assert expected <= set(lock["stages"])
-    assert "# Table 1 — test set" in stdout and "| Global |" in stdout  # the smoke run's Table 1
-    assert max(map(len, stdout.splitlines()[-25:])) < 1000  # no table thousands of characters wide
+    table = (copy / "results/smoke/smoke/table1.md").read_text()
+    assert "# Table 1 — test set" in table and "| Global |" in table  # the smoke run's Table 1
+    assert max(map(len, table.splitlines())) < 1000  # no table thousands of characters wide
+    assert "Running stage 'pipelines/smoke/dvc.yaml:evaluate'" in stdout
 
-    sys.path.insert(0, str(root / "scripts"))
-    from smoke import run_dvc
+    from conftest import run_dvc
 
-    again = run_dvc(copy, "repro")
+    again = run_dvc(copy, "repro", "pipelines/smoke/dvc.yaml")
     assert again.returncode == 0 and "Data and pipelines are up to date" in again.stdout
 
 
 def test_metrics_table_and_figures(smoke_copy):
     copy, _ = smoke_copy
-    metrics = json.loads((copy / "results/metrics.json").read_text())
+    metrics = json.loads((copy / "results/smoke/metrics.json").read_text())
     assert set(ROWS) <= set(metrics["models"])
     for row in ROWS:
         m = metrics["models"][row]
@@ -47,16 +48,16 @@ def test_metrics_table_and_figures(smoke_copy):
     assert metrics["models"]["global"]["reduction"] == 0
     local = metrics["models"]["local_m"]
     assert local["window"] <= 2 * 3 + 1  # D = 3 in the smoke profile
-    sweep = json.loads((copy / "results/sweep_tau.json").read_text())
+    sweep = json.loads((copy / "results/smoke/sweep_tau.json").read_text())
     assert metrics["selected_tau"]["flexible"] == sweep["models"]["flexible"]["selected_tau"]
     assert metrics["models"]["flexible_tau"]["tau"] == sweep["models"]["flexible"]["selected_tau"]
-    table = (copy / "results/table1.md").read_text()
+    table = (copy / "results/smoke/table1.md").read_text()
     for label in ("Global", "Local-m", "Local-p", "Flexible τ=∞", "+ fine-tuning", "SACT"):
         assert label in table
     for png in ("tradeoff.png", "sigma.png", "evaluate/vision_span.png", "evaluate/g_per_step.png",
                 "evaluate/temperature_per_step.png", "evaluate/attention.png", "evaluate/bleu_by_length.png"):
-        assert (copy / "results/figures" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
-    curve = (copy / "results/plots/tradeoff.csv").read_text().splitlines()
+        assert (copy / "results/smoke/figures" / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+    curve = (copy / "results/smoke/plots/tradeoff.csv").read_text().splitlines()
     assert curve[0] == "model,split,tau,window,bleu,ms_per_sentence" and len(curve) > 10
 
 
@@ -75,10 +76,10 @@ def test_wandb_offline_runs_hold_the_metrics(smoke_copy):
         assert "smoke" in run["run"].tags
         assert run["config"]["train"]["epochs"] == 10  # the full resolved config
         variant = run["run"].display_name.split("-", 1)[1]
-        final = json.loads((copy / f"results/train/{variant}.json").read_text())
+        final = json.loads((copy / f"results/smoke/train/{variant}.json").read_text())
         assert run["summary"]["final/dev_bleu"] == pytest.approx(final["dev_bleu"])
     evaluate = by_job["evaluate"][0]
-    metrics = json.loads((copy / "results/metrics.json").read_text())
+    metrics = json.loads((copy / "results/smoke/metrics.json").read_text())
     assert evaluate["summary"]["global/bleu"] == pytest.approx(metrics["models"]["global"]["bleu"])
     assert any(k.startswith("histograms/flexible/g") for k in evaluate["summary"])
     assert any(k.startswith("figures/vision_span") for k in evaluate["summary"])

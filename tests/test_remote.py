@@ -32,7 +32,7 @@ def outputs(repo: Path) -> dict[str, bytes]:
 
 def translate(repo: Path, text: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "flexatt.cli", "translate", "--checkpoint", "artifacts/models_ft/flexible/best.ckpt",
+        [sys.executable, "-m", "flexatt.cli", "translate", "--checkpoint", "artifacts/smoke/models_ft/flexible/best.ckpt",
          "--beam", "2", "--tau", "1.0"],
         cwd=repo, env=stage_env("1"), input=text, text=True, capture_output=True, timeout=300)
 
@@ -55,17 +55,17 @@ def test_pull_from_a_folder_remote_restores_the_pipeline(smoke_copy, tmp_path):
     # whole pushed pipeline came back
     dvc(clone, "pull", "--allow-missing")
     expected = outputs(origin)
-    assert "artifacts/models_ft/flexible/best.ckpt" in expected and "artifacts/models/global/best.ckpt" in expected
+    assert "artifacts/smoke/models_ft/flexible/best.ckpt" in expected and "artifacts/smoke/models/global/best.ckpt" in expected
     assert outputs(clone) == expected, "dvc pull restored other files than the pipeline made"
 
     # the pipeline that was pushed: the long profiles' pipelines/*/dvc.yaml keep their data out of the
     # remote (made again in seconds) and list it as missing until it is made (tests/test_pipelines.py)
-    assert UP_TO_DATE in dvc(clone, "status", "dvc.yaml")
-    dry = dvc(clone, "repro", "--dry")
+    assert UP_TO_DATE in dvc(clone, "status", "pipelines/smoke/dvc.yaml")
+    dry = dvc(clone, "repro", "--dry", "pipelines/smoke/dvc.yaml")
     assert UP_TO_DATE in dry and "Running stage" not in dry, dry
     assert not git(clone, "status", "--porcelain"), "the pull changed tracked files"
 
-    sentences = "".join(line + "\n" for line in (clone / "artifacts/filter/test.src").read_text().splitlines()[:5])
+    sentences = "".join(line + "\n" for line in (clone / "artifacts/smoke/filter/test.src").read_text().splitlines()[:5])
     pulled, original = translate(clone, sentences), translate(origin, sentences)
     assert pulled.returncode == 0, pulled.stderr[-3000:]
     lines = pulled.stdout.splitlines()

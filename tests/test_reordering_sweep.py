@@ -13,10 +13,16 @@ from conftest import ROOT, load_script
 sweep = load_script("reordering_sweep")
 
 
-def fake_results(folder, crossing, flexible_window, flexible_tau=1.2, local_d=3, bleu=90.0):
-    """The two files a run leaves that the sweep reads (as the filter and evaluate stages write them)."""
-    (folder / "results").mkdir(parents=True)
-    (folder / "results/filter.json").write_text(json.dumps({
+def fake_results(folder, crossing, flexible_window, flexible_tau=1.2, local_d=3, bleu=90.0, pipeline=None):
+    """The two files a run leaves that the sweep reads (as the filter and evaluate stages write them),
+    and its lock; ``pipeline``: a profile's pipeline's run (``results/<pipeline>/``,
+    ``pipelines/<pipeline>/dvc.lock``), else the root pipeline's."""
+    results = folder / "results" / (pipeline or "")
+    lock = folder / "pipelines" / pipeline / "dvc.lock" if pipeline else folder / "dvc.lock"
+    params_file = f"pipelines/{pipeline}/params.yaml" if pipeline else "params.yaml"
+    results.mkdir(parents=True)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    (results / "filter.json").write_text(json.dumps({
         "splits": {"train": {"pairs": 999}, "dev": {"pairs": 100}, "test": {"pairs": 100}},
         "reordering": {"crossing_link_pairs": crossing, "sentences_with_crossing": 0.5, "mean_distortion": 0.1}}))
     rows = {"global": {"window": 8.5, "bleu": bleu}, "local_m": {"window": 6.0, "bleu": bleu + 1},
@@ -25,15 +31,15 @@ def fake_results(folder, crossing, flexible_window, flexible_tau=1.2, local_d=3,
             "flexible_ft": {"window": 8.5, "bleu": bleu + 0.7}}
     if flexible_tau is not None:
         rows["flexible_ft_tau"] = {"tau": 2.0, "window": flexible_window - 1, "bleu": bleu + 0.4}
-    (folder / "results/metrics.json").write_text(json.dumps({"split": "test", "models": rows}))
-    (folder / "dvc.lock").write_text(yaml.safe_dump({"stages": {"train@local_m": {"params": {"params.yaml": {
+    (results / "metrics.json").write_text(json.dumps({"split": "test", "models": rows}))
+    lock.write_text(yaml.safe_dump({"stages": {"train@local_m": {"params": {params_file: {
         "model": {"local_D": local_d}, "variants.local_m": {"attention": "local_m"}}}}}}))
 
 
 def test_collects_every_level_and_the_corpora_that_have_results(tmp_path, capsys):
     work, repo = tmp_path / "work", tmp_path / "repo"
-    fake_results(work / "0", 0.0, 3.0)
-    fake_results(work / "1", 0.24, 5.5, flexible_tau=None)  # no τ kept dev BLEU: no flexible_ft_tau row
+    fake_results(work / "0", 0.0, 3.0, pipeline="smoke")  # a level's run: the smoke profile's pipeline
+    fake_results(work / "1", 0.24, 5.5, flexible_tau=None, pipeline="smoke")  # no τ kept dev BLEU: no flexible_ft_tau row
     fake_results(repo, 0.0324, 10.0, local_d=10, bleu=17.0)
     fake_results(repo / "grc", 0.068, 12.0, local_d=99, bleu=15.0)  # its dvc.lock is not the run's
     (repo / "results/grc").mkdir(parents=True)
