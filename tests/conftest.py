@@ -33,6 +33,36 @@ def root() -> Path:
     return ROOT
 
 
+#: a run of at least this many tests builds the decoding kernel in the background from its start
+KERNEL_PREBUILD_ITEMS = 200
+_prebuild: list[subprocess.Popen] = []
+
+
+def pytest_collection_finish(session) -> None:
+    """A run of the suite (not of a few tests) starts building the decoding kernel, where it is
+    not yet cached, in a process of its own while the first tests run: the first test that needs
+    it then waits for the rest of the build instead of all of it (the build holds the folder's
+    lock, ``flexatt.decoding.kernel._exclusive_build``, so nothing builds it twice). One process
+    of a run starts it (the first xdist worker, or pytest alone); a build not finished when that
+    process ends is stopped, and the next ``extension()`` builds again."""
+    if len(session.items) < KERNEL_PREBUILD_ITEMS or os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
+        return
+    from flexatt.decoding import kernel
+
+    if any(kernel.build_directory().glob("*.so")):
+        return
+    code = "import warnings; warnings.simplefilter('ignore'); from flexatt.decoding import kernel; kernel.extension()"
+    _prebuild.append(subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL,
+                                      stderr=subprocess.DEVNULL))
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    for build in _prebuild:
+        if build.poll() is None:
+            build.terminate()
+            build.wait(timeout=30)
+
+
 #: the variable that sets ``trainer.precision`` for the tests' training runs
 PRECISION_ENV = "FLEXATT_TEST_PRECISION"
 
@@ -120,22 +150,44 @@ def tokenized_smoke(path: Path) -> Path:
     return path
 
 
+def shared_template(tmp_path_factory, name: str, build) -> Path:
+    """The folder ``name`` made by ``build(folder)`` once per test run: under pytest-xdist the
+    workers share it (the first to need it builds it under a file lock, the others wait and read
+    it), so a session fixture's stage runs are not repeated in every worker."""
+    from filelock import FileLock
+
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return build(tmp_path_factory.mktemp(name))
+    path = tmp_path_factory.getbasetemp().parent / name  # the run's folder, above every worker's
+    with FileLock(f"{path}.lock"):
+        done = path.with_name(f"{name}.built")  # beside it: the copies of the folder stay the stage outputs
+        if not done.is_file():
+            shutil.rmtree(path, ignore_errors=True)
+            path.mkdir()
+            build(path)
+            done.touch()
+    return path
+
+
 @pytest.fixture(scope="session")
 def smoke_tokenized(tmp_path_factory) -> Path:
-    """The smoke profile filtered and tokenized by its stages, once per session: a template that
+    """The smoke profile filtered and tokenized by its stages, once per run: a template that
     the tests copy (:func:`copy_of`) and never change."""
-    return tokenized_smoke(tmp_path_factory.mktemp("smoke_tokenized"))
+    return shared_template(tmp_path_factory, "smoke_tokenized", tokenized_smoke)
 
 
 @pytest.fixture(scope="session")
 def smoke_trained(smoke_tokenized, tmp_path_factory) -> Path:
     """:func:`smoke_tokenized` and one epoch of the flexible model by the train stage (its
-    checkpoints in ``m/flexible/``, its metrics in ``r/``), once per session; a template to copy."""
-    path = copy_of(smoke_tokenized, tmp_path_factory.mktemp("smoke_trained"))
-    result = run_module("flexatt.stages.train", "train.variant=flexible", "train.epochs=1", "train.out_dir=m",
-                        "train.metrics_dir=r", "logger.enabled=false", cwd=path, threads="1")
-    assert result.returncode == 0, result.stderr[-3000:]
-    return path
+    checkpoints in ``m/flexible/``, its metrics in ``r/``), once per run; a template to copy."""
+    def build(path: Path) -> Path:
+        copy_of(smoke_tokenized, path)
+        result = run_module("flexatt.stages.train", "train.variant=flexible", "train.epochs=1", "train.out_dir=m",
+                            "train.metrics_dir=r", "logger.enabled=false", cwd=path, threads="1")
+        assert result.returncode == 0, result.stderr[-3000:]
+        return path
+
+    return shared_template(tmp_path_factory, "smoke_trained", build)
 
 
 def copy_of(template: Path, dest: Path) -> Path:
