@@ -106,7 +106,7 @@ bench-pipeline: $(STAMP)  # deletes the stage outputs and times dvc repro from s
 
 # the smoke profile's pipeline (pipelines/smoke/), every stage; its results in results/smoke/ (git-ignored)
 smoke: $(STAMP)
-	$(BIN)/dvc repro pipelines/smoke/dvc.yaml
+	$(BIN)/flexatt repro pipelines/smoke/dvc.yaml
 	@cat results/smoke/table1.md
 
 # the char profile's pipeline (pipelines/char/) up to Table 1, its results in results/char/; its models

@@ -223,26 +223,27 @@ def repo_copy(dest: Path, *overrides: str) -> Path:
     return dest
 
 
-def run_dvc(repo: Path, *args: str) -> subprocess.CompletedProcess:
-    """``dvc ARGS`` in ``repo`` with its stages running ``repo``'s code (``PYTHONPATH``), W&B
-    offline; the output captured."""
+def run_dvc(repo: Path, *args: str, command: str = "dvc") -> subprocess.CompletedProcess:
+    """``dvc ARGS`` (or another ``command`` of the environment, e.g. ``flexatt``) in ``repo`` with
+    its stages running ``repo``'s code (``PYTHONPATH``), W&B offline; the output captured."""
     bin_dir = str(Path(sys.executable).parent)
     env = {**stage_env(), "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
            "PYTHONPATH": os.pathsep.join(filter(None, [str(repo.resolve() / "src"), os.environ.get("PYTHONPATH")]))}
-    return subprocess.run([os.path.join(bin_dir, "dvc"), *args], cwd=repo, env=env, text=True, capture_output=True)
+    return subprocess.run([os.path.join(bin_dir, command), *args], cwd=repo, env=env, text=True, capture_output=True)
 
 
 @pytest.fixture(scope="session")
 def smoke_copy(tmp_path_factory) -> tuple[Path, str]:
-    """``(copy, stdout)``: a copy of the working tree (:func:`repo_copy`) after ``dvc repro
-    pipelines/smoke/dvc.yaml`` (the smoke profile's pipeline, its outputs under
-    ``artifacts/smoke/`` and ``results/smoke/``), made once for the slow tests that read it."""
+    """``(copy, stdout)``: a copy of the working tree (:func:`repo_copy`) after ``flexatt repro
+    pipelines/smoke/dvc.yaml`` (``make smoke``: the smoke profile's pipeline, independent stages
+    side by side, its outputs under ``artifacts/smoke/`` and ``results/smoke/``), made once for
+    the slow tests that read it."""
     copy = repo_copy(tmp_path_factory.mktemp("smoke") / "repo")
     if precision_overrides():  # the profile's params at the tests' precision
         from flexatt.cli import write_params
 
         write_params(["profile=smoke", *precision_overrides()], copy / "pipelines/smoke/params.yaml", ROOT / "conf")
-    result = run_dvc(copy, "repro", "pipelines/smoke/dvc.yaml")
+    result = run_dvc(copy, "repro", "pipelines/smoke/dvc.yaml", command="flexatt")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return copy, result.stdout
 

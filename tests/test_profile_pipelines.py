@@ -93,3 +93,19 @@ def test_check_names_a_stale_pipeline(tmp_path, capsys):
         "python -m flexatt.stages.filter", "python -m flexatt.stages.filter --changed"), encoding="utf-8")
     assert pipeline.main(["smoke"], check=True, root=tmp_path) == 1
     assert "pipelines/smoke/dvc.yaml" in capsys.readouterr().err
+
+
+def test_flexatt_repro_takes_a_profiles_pipeline_file_for_all_its_stages():
+    """``flexatt repro pipelines/smoke/dvc.yaml`` (``make smoke``) plans every stage of that
+    pipeline and nothing of another; a file that is no pipeline is refused by name."""
+    from flexatt.schedule import plan
+
+    stages = yaml.safe_load((ROOT / "pipelines/smoke/dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    variants = yaml.safe_load((ROOT / "pipelines/smoke/params.yaml").read_text(encoding="utf-8"))["variants"]
+    finetuned = yaml.safe_load((ROOT / "pipelines/smoke/params.yaml").read_text(encoding="utf-8"))["finetune"]["variants"]
+    expected = {f"pipelines/smoke/dvc.yaml:{name}" for name in stages if "foreach" not in stages[name]}
+    expected |= {f"pipelines/smoke/dvc.yaml:train@{v}" for v in variants}
+    expected |= {f"pipelines/smoke/dvc.yaml:{s}@{v}" for s in ("finetune", "control") for v in finetuned}
+    assert set(plan(["pipelines/smoke/dvc.yaml"], force=True, root=ROOT).order) == expected
+    with pytest.raises(ValueError, match="no such stage: pipelines/nope/dvc.yaml"):
+        plan(["pipelines/nope/dvc.yaml"], root=ROOT)

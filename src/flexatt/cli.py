@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> None:
     tr.add_argument("--backend", default="auto", choices=("auto", "kernel", "eager"),
                     help="decoding backend (default: auto, the fastest that covers the model)")
     repro = sub.add_parser("repro", help="dvc repro with independent stages side by side (make repro)")
-    repro.add_argument("stages", nargs="*", help="the stages to bring up to date, with their upstream (default: all)")
+    repro.add_argument("stages", nargs="*", help="the stages to bring up to date, with their upstream (a pipeline's dvc.yaml: all its stages; default: the root pipeline's)")
     repro.add_argument("--force", action="store_true", help="run every stage, changed or not (dvc repro --force)")
     repro.add_argument("--cores", type=int, default=None, help="cores to use (default: all this process may use)")
     repro.add_argument("--commit", action="store_true",

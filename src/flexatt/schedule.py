@@ -79,10 +79,11 @@ class Plan:
 
 
 def plan(targets: list[str] | None = None, force: bool = False, root: str | os.PathLike = ".") -> Plan:
-    """The stages of ``targets`` (stage names; default: every stage of the root ``dvc.yaml``, the
-    pipeline ``dvc repro`` runs without targets, not the long profiles' ``pipelines/*/dvc.yaml``)
-    and their upstream stages that ``dvc repro`` would run: those that changed (all with
-    ``force``) and every stage downstream of one of them."""
+    """The stages of ``targets`` (stage names, or a pipeline's file, ``pipelines/smoke/dvc.yaml``,
+    for each of its stages; default: every stage of the root ``dvc.yaml``, the pipeline ``dvc
+    repro`` runs without targets, not the profiles' ``pipelines/*/dvc.yaml``) and their upstream
+    stages that ``dvc repro`` would run: those that changed (all with ``force``) and every stage
+    downstream of one of them."""
     import networkx as nx
     from dvc.repo import Repo
 
@@ -90,6 +91,8 @@ def plan(targets: list[str] | None = None, force: bool = False, root: str | os.P
         graph = repo.index.graph  # an edge a -> b: stage a depends on stage b
         stages = {stage.addressing: stage for stage in graph}
         if targets:
+            targets = [name for t in targets for name in
+                       ([n for n in stages if n.startswith(f"{t}:")] if t.endswith("dvc.yaml") else [t]) or [t]]
             unknown = [t for t in targets if t not in stages]
             if unknown:
                 raise ValueError(f"no such stage: {', '.join(unknown)} (stages: {', '.join(sorted(stages))})")
