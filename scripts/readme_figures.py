@@ -420,18 +420,21 @@ def units_claims(runs: dict[str, Path]) -> tuple[str, list[str]]:
     """The claims the long runs' units decide, as a sentence and the lines of a table with one
     column per corpus, from each run's ``report.json`` (:mod:`flexatt.unit_claims`) while it
     covers exactly the units done. Per measured claim: its verdict with its seed count (parents
-    for c), the Δ BLEU over seeds (mean and 95% t-interval, or the one seed's) and the two-level
-    bootstrap interval; b's share of positions cut, c's window change and τ = ∞ Δ; e2 (the
-    paper's +2 BLEU) in e's cell; f once per fixed window; the budget check once both of its
-    units are done, and claims a and b at its budget. The per-seed Δs and p-values are in the
-    reports. Without a measured claim the table is empty and the sentence
-    says why."""
+    for c), the Δ BLEU over seeds (mean and 95% t-interval, or the one seed's; each seed's Δ
+    where there are several) and the two-level bootstrap interval; b's share of positions cut,
+    c's window change and τ = ∞ Δ; e2 (the paper's +2 BLEU) in e's cell; f once per fixed
+    window; the budget check once both of its units are done, and claims a and b at its budget.
+    The p-values are in the reports. Without a measured claim the table is empty and the
+    sentence says why."""
     from flexatt.unit_claims import BUDGET_GAIN, MIN_SEEDS
 
     def delta(e: dict) -> str:
         over, boot = e["over_seeds"], e["bootstrap"]
         seeds = (f"{_signed(over['mean'])} [{_signed(over['ci'][0])}, {_signed(over['ci'][1])}]" if over["ci"]
                  else _signed(over["mean"]))
+        each = e.get("per_seed") or []
+        if len(each) > 1:  # the values the interval is over: seeds (parents for c), in seed order
+            seeds += f" ({', '.join(_signed(x) for x in each)})"
         return f"{seeds}; bootstrap [{_signed(boot['ci'][0])}, {_signed(boot['ci'][1])}]"
 
     def share(stat: dict, sign: str = "") -> str:
@@ -500,7 +503,7 @@ def units_claims(runs: dict[str, Path]) -> tuple[str, list[str]]:
     lines = [f"| claim | {' | '.join(UNITS_CORPUS[p][0] for p in reports)} |", "|---|" + "---|" * len(reports)]
     lines += [f"| {label} | {' | '.join(columns[p].get(label, '') for p in reports)} |" for label in labels]
     lead = (f"**Claims** (test; a verdict needs {MIN_SEEDS} training seeds, else *not decided*; Δ BLEU "
-            f"[95% t-interval] over seeds, two-level bootstrap [95%]; per-seed Δs and p-values: "
+            f"[95% t-interval] over seeds (each seed's Δ), two-level bootstrap [95%]; p-values: "
             f"`results/<profile>/report.md`, `figures/units.png` beside; [rules](docs/method.md#claims)):")
     return " ".join([*text, lead]), lines
 

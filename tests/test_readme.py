@@ -245,8 +245,8 @@ def _report(names: list[str], claims: list[dict], budget: dict | None = None) ->
 
 def test_the_units_section_gives_the_claims_of_a_current_report_only(tmp_path):
     """The claims come from a run's report.json only while that report covers exactly the units
-    done: per measured claim its verdict with its seed count (parents for c), the Δ over seeds and
-    the two-level bootstrap; f per fixed window; the budget check; the claims not measured on any
+    done: per measured claim its verdict with its seed count (parents for c), the Δ over seeds
+    (each seed's Δ where there are several) and the two-level bootstrap; f per fixed window; the budget check; the claims not measured on any
     corpus are left out."""
     from conftest import load_script
 
@@ -260,7 +260,7 @@ def test_the_units_section_gives_the_claims_of_a_current_report_only(tmp_path):
              "bootstrap": {"delta": 1.08, "ci": [0.61, 1.52]}, "p": None}
     claims = [{"id": "a", "claim": "Flexible τ=∞ ≥ Global", "verdict": "not decided", **stats},
               {"id": "b", "claim": "cut", "verdict": "inconclusive", **stats, "seeds": 3,
-               "over_seeds": {"n": 3, "mean": -0.3, "sd": 0.2, "ci": [-0.8, 0.2]},
+               "over_seeds": {"n": 3, "mean": -0.3, "sd": 0.2, "ci": [-0.8, 0.2]}, "per_seed": [-0.1, -0.5, -0.3],
                "cut": {"n": 3, "mean": 0.52, "sd": 0.01, "ci": [0.5, 0.55]}},
               {"id": "c", "claim": "narrows", "verdict": "not decided", **stats, "seeds": 2, "beta": 10.0,
                "over_seeds": {"n": 2, "mean": -0.32, "sd": 0.13, "ci": [-1.52, 0.89]},
@@ -276,7 +276,7 @@ def test_the_units_section_gives_the_claims_of_a_current_report_only(tmp_path):
     assert rows == ["| claim | Bible |", "|---|---|",
                     "| a. Flexible τ=∞ ≥ Global | **not decided** (1 seed): +1.10; bootstrap [+0.61, +1.52] |",
                     "| b. the selected τ cuts ≥ 50% of positions at ≤ 0.5 BLEU | **inconclusive** (3 seeds): −0.30 "
-                    "[−0.80, +0.20]; bootstrap [+0.61, +1.52]; cut 52% [50%, 55%] |",
+                    "[−0.80, +0.20] (−0.10, −0.50, −0.30); bootstrap [+0.61, +1.52]; cut 52% [50%, 55%] |",
                     "| c. fine-tuning narrows the window (vs a control) | **not decided** (2 parents): −0.32 "
                     "[−1.52, +0.89]; bootstrap [+0.61, +1.52]; window −15% [−25%, −5%] at β = 10, Δ at τ = ∞ −0.20 |",
                     "| f. Flexible > a fixed window of equal size | **not decided** |",
