@@ -135,4 +135,4 @@ units: $(STAMP)
 	$(BIN)/flexatt repro $(if $(COMMIT),--commit,) pipelines/bible/dvc.yaml:report pipelines/grc/dvc.yaml:report
 
 clean:
-	rm -rf artifacts logs multirun outputs .pytest_cache  # runs/ (units' kept copies) stays: it resumes long runs
+	rm -rf artifacts logs multirun outputs .pytest_cache
