@@ -33,19 +33,17 @@ def root() -> Path:
     return ROOT
 
 
-#: a run of at least this many tests builds the decoding kernel in the background from its start
-KERNEL_PREBUILD_ITEMS = 200
 _prebuild: list[subprocess.Popen] = []
 
 
-def pytest_collection_finish(session) -> None:
-    """A run of the suite (not of a few tests) starts building the decoding kernel, where it is
-    not yet cached, in a process of its own while the first tests run: the first test that needs
-    it then waits for the rest of the build instead of all of it (the build holds the folder's
-    lock, ``flexatt.decoding.kernel._exclusive_build``, so nothing builds it twice). One process
-    of a run starts it (the first xdist worker, or pytest alone); a build not finished when that
-    process ends is stopped, and the next ``extension()`` builds again."""
-    if len(session.items) < KERNEL_PREBUILD_ITEMS or os.environ.get("PYTEST_XDIST_WORKER", "gw0") != "gw0":
+def pytest_configure(config) -> None:
+    """A run of the whole suite (no test paths given) starts building the decoding kernel, where
+    it is not yet cached, in a process of its own before the tests are even collected: the first
+    test that needs it then waits for the rest of the build instead of all of it (the build holds
+    the folder's lock, ``flexatt.decoding.kernel._exclusive_build``, so nothing builds it twice).
+    The controller starts it (pytest alone, or the xdist controller, not its workers); a build not
+    finished when the run ends is stopped, and the next ``extension()`` builds again."""
+    if hasattr(config, "workerinput") or config.args_source != pytest.Config.ArgsSource.TESTPATHS:
         return
     from flexatt.decoding import kernel
 
