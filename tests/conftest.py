@@ -54,6 +54,19 @@ def pytest_configure(config) -> None:
                                       stderr=subprocess.DEVNULL))
 
 
+#: the test files that decode with the compiled kernel (the kernel's own, and the backends'
+#: contracts): scheduled after the others, so that a build from nothing overlaps other tests
+KERNEL_TEST_FILES = ("test_kernel.py", "test_decoding_contract.py", "test_backends.py", "test_row_map.py",
+                     "test_edits_decode.py")
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """The kernel's test files last (a stable sort: the order within each group stays), where the
+    whole suite runs and the kernel is being built in the background (:func:`pytest_configure`)."""
+    if config.args_source == pytest.Config.ArgsSource.TESTPATHS:
+        items.sort(key=lambda item: item.path.name in KERNEL_TEST_FILES)
+
+
 def pytest_sessionfinish(session, exitstatus) -> None:
     for build in _prebuild:
         if build.poll() is None:
