@@ -91,8 +91,7 @@ def plan(targets: list[str] | None = None, force: bool = False, root: str | os.P
         graph = repo.index.graph  # an edge a -> b: stage a depends on stage b
         stages = {stage.addressing: stage for stage in graph}
         if targets:
-            targets = [name for t in targets for name in
-                       ([n for n in stages if n.startswith(f"{t}:")] if t.endswith("dvc.yaml") else [t]) or [t]]
+            targets = [name for t in targets for name in _expand(t, stages)]
             unknown = [t for t in targets if t not in stages]
             if unknown:
                 raise ValueError(f"no such stage: {', '.join(unknown)} (stages: {', '.join(sorted(stages))})")
@@ -112,6 +111,14 @@ def plan(targets: list[str] | None = None, force: bool = False, root: str | os.P
         if name in changed or upstream[name] & set(run):
             run.append(name)
     return Plan(run, {name: upstream[name] & set(run) for name in run})
+
+
+def _expand(target: str, stages) -> list[str]:
+    """A pipeline's file (``pipelines/smoke/dvc.yaml``) as each of its stages; any other target
+    (or a file with no stage) as itself."""
+    if target.endswith("dvc.yaml"):
+        return [name for name in stages if name.startswith(f"{target}:")] or [target]
+    return [target]
 
 
 def training_threads(root: str | os.PathLike = ".") -> int:
