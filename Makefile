@@ -18,7 +18,7 @@ export PATH := $(abspath $(BIN)):$(PATH)
 # W&B stays offline unless you have configured an API key.
 export WANDB_MODE ?= $(if $(WANDB_API_KEY),online,offline)
 
-.PHONY: help venv test test-slow test-all repro smoke char bible grc units reordering params bench bench-scale bench-pipeline clean report push pull
+.PHONY: help venv test test-slow test-all repro smoke char bible grc bible_tf grc_tf units reordering params bench bench-scale bench-pipeline clean report push pull
 
 help:
 	@echo "make repro      create .venv and run the pipeline (flexatt repro: dvc repro, independent stages side by side)"
@@ -28,6 +28,8 @@ help:
 	@echo "make smoke      the tiny synthetic 'smoke' profile's pipeline (pipelines/smoke/; minutes)"
 	@echo "make char       the character-level 'char' profile's pipeline up to Table 1 (pipelines/char/; hours)"
 	@echo "make grc        the Koine Greek -> English 'grc' profile as units (about half an hour to an hour a unit; resumes)"
+	@echo "make grc_tf     the Transformer on the Greek corpus as units (pipelines/grc_tf/; about 2 hours a unit)"
+	@echo "make bible_tf   the Transformer on the Bible as units (pipelines/bible_tf/; about 2 hours a unit)"
 	@echo "make reordering flexible's window against how much the data reorders: smoke runs at 4 levels (~18 min)"
 	@echo "make bible  the bible profile's units, one model each at an equal budget (about an hour a unit; resumes)"
 	@echo "make units      both: the first seed of every claim on each corpus before any second seed (resumes)"
@@ -77,7 +79,7 @@ pull: $(STAMP)
 
 params: $(STAMP)
 	$(BIN)/flexatt params
-	$(BIN)/flexatt pipeline smoke char paper
+	$(BIN)/flexatt pipeline smoke char paper bible_tf grc_tf
 
 bench: $(STAMP)  # the figures of benchmarks/results/ (*.json; the printed tables in *.txt), as benchmarks/README.md quotes them
 	$(BIN)/python benchmarks/train_throughput.py | tee $(RESULTS)/train_throughput.txt
@@ -118,6 +120,14 @@ char: $(STAMP)
 # COMMIT=1 commits each finished unit (frozen) and the report the moment each is done
 grc: $(STAMP)
 	$(BIN)/flexatt repro $(if $(COMMIT),--commit,) pipelines/grc/dvc.yaml:report
+
+# the Transformer on the Greek corpus (pipelines/grc_tf/, conf/units/grc_tf.yaml), as `make grc`
+grc_tf: $(STAMP)
+	$(BIN)/flexatt repro $(if $(COMMIT),--commit,) pipelines/grc_tf/dvc.yaml:report
+
+# the Transformer on the Bible (pipelines/bible_tf/, conf/units/bible_tf.yaml), as `make bible`
+bible_tf: $(STAMP)
+	$(BIN)/flexatt repro $(if $(COMMIT),--commit,) pipelines/bible_tf/dvc.yaml:report
 
 # the synthetic task at reordering levels 0, 0.25, 0.5, 1 (copies kept in artifacts/reordering/),
 # with the real corpora whose results exist -> results/reordering/summary.json, the plot and figure

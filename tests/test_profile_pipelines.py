@@ -12,12 +12,68 @@ import yaml
 from flexatt import pipeline
 
 ROOT = Path(__file__).resolve().parents[1]
-GENERATED = sorted(p.parent.name for p in ROOT.glob("pipelines/*/dvc.yaml")
-                   if p.read_text(encoding="utf-8").startswith(pipeline.HEADER.format(profile=p.parent.name)))
+PIPELINES = sorted(p.parent.name for p in ROOT.glob("pipelines/*/dvc.yaml") if pipeline.generated(p, p.parent.name))
+#: the generated pipelines of the short profiles (the root's stages) and of the long profiles that
+#: read another's data (its units)
+GENERATED = [p for p in PIPELINES if pipeline.base_of(p, ROOT) is None]
+DERIVED = [p for p in PIPELINES if p not in GENERATED]
 
 
 def test_the_short_profiles_have_generated_pipelines():
     assert GENERATED == ["char", "paper", "smoke"]
+    assert DERIVED == ["bible_tf", "grc_tf"]
+
+
+@pytest.mark.parametrize("profile", DERIVED)
+def test_committed_derived_pipeline_is_what_the_generator_writes(profile):
+    dvc_yaml, params = pipeline.generate(profile, ROOT)
+    folder = ROOT / "pipelines" / profile
+    assert (folder / "dvc.yaml").read_text(encoding="utf-8") == dvc_yaml, f"run `flexatt pipeline {profile}`"
+    assert (folder / "params.yaml").read_text(encoding="utf-8") == params, f"run `flexatt pipeline {profile}`"
+
+
+@pytest.mark.parametrize("profile", DERIVED)
+def test_a_derived_pipeline_runs_its_bases_units_on_its_bases_data(profile):
+    """The base's stages but its data stages, each with the profile's params file, results, training
+    folders and plan; the data they read is the base's (one tokenize stage makes it, in the base's
+    pipeline); no output of the base's pipeline is the profile's."""
+    base = pipeline.base_of(profile, ROOT)
+    theirs = yaml.safe_load((ROOT / "pipelines" / base / "dvc.yaml").read_text(encoding="utf-8"))
+    ours = yaml.safe_load((ROOT / "pipelines" / profile / "dvc.yaml").read_text(encoding="utf-8"))
+    assert list(ours["stages"]) == [s for s in theirs["stages"] if s not in pipeline.DATA_STAGES]
+    params = yaml.safe_load((ROOT / "pipelines" / profile / "params.yaml").read_text(encoding="utf-8"))
+    assert params["profile"] == profile and params["train"]["data_dir"] == f"artifacts/{base}/tok"
+
+    def outs(spec):
+        return {next(iter(o)) if isinstance(o, dict) else o for s in spec["stages"].values()
+                for o in s.get("do", s).get("outs", []) + s.get("do", s).get("metrics", [])}
+
+    assert not outs(ours) & outs(theirs)
+    for name, spec in ours["stages"].items():
+        do = spec.get("do", spec)
+        assert do["cmd"].startswith(f"FLEXATT_PARAMS=pipelines/{profile}/params.yaml "), name
+        assert list(do["params"][0]) == [f"pipelines/{profile}/params.yaml"], name
+        assert f"/{base}/units" not in do["cmd"] and f"conf/units/{base}.yaml" not in do.get("deps", []), name
+    assert f"conf/units/{profile}.yaml" in ours["stages"]["report"]["deps"]
+    finished = (yaml.safe_load((ROOT / "pipelines" / profile / "units.yaml").read_text(encoding="utf-8"))["finished"]
+                or {})
+    from flexatt.products import parse_unit
+
+    trained = [i["unit"] for i in finished.values() if parse_unit(i["unit"]).kind == "train"
+               and parse_unit(i["unit"]).budget == 1.0]
+    assert ("plots" in ours) == bool(trained)  # the dev BLEU curves of its units, once there are some
+
+
+def test_dvc_sees_a_derived_pipelines_units_after_its_bases_tokenize():
+    """``dvc`` builds one graph of every pipeline: a derived profile's unit depends on the stage of
+    the base's pipeline that writes its data."""
+    from dvc.repo import Repo
+
+    with Repo(str(ROOT)) as repo:
+        graph = repo.index.graph
+        stage = next(s for s in graph if s.addressing == "pipelines/grc_tf/dvc.yaml:train@global-s1")
+        upstream = {s.addressing for s in __import__("networkx").descendants(graph, stage)}
+    assert "pipelines/grc/dvc.yaml:tokenize" in upstream
 
 
 @pytest.mark.parametrize("profile", GENERATED)

@@ -162,14 +162,17 @@ def test_the_profiles_plans_are_valid_and_name_their_variants(tmp_path):
     from conftest import compose_params
     from flexatt import schema
 
-    for profile in ("bible", "grc", "smoke"):
+    for profile in ("bible", "grc", "smoke", "bible_tf", "grc_tf"):
         spec = read_plan(ROOT / f"conf/units/{profile}.yaml")
         params = schema.validate(OmegaConf.load(compose_params(tmp_path / profile, f"profile={profile}",
                                                                test_precision=False)))
-        for variant in [*spec.seeded, *spec.fixed, *spec.others, *spec.parents, spec.finetuning.parent]:
+        tuned = [spec.finetuning.parent] if spec.finetuning else []
+        for variant in [*spec.seeded, *spec.fixed, *spec.others, *spec.parents, *tuned]:
             assert variant in params.variants, variant
-        assert spec.finetuning.parent in spec.parents  # its weights are kept
+            params.model_of(variant)  # a model the profile's architecture builds
+        assert all(parent in spec.parents for parent in tuned)  # its weights are kept
         assert params.train.lr_schedule == "fixed" and params.train.early_stopping_patience is None
+        assert (params.model.arch == "transformer") == profile.endswith("_tf")
     bad = tmp_path / "bad.yaml"
     bad.write_text("seeds: [1]\nseeded: [global]\nbudget_check: {variant: flexible, factor: 0.5}\n")
     with pytest.raises(ConfigError, match="budget_check.factor"):
@@ -535,6 +538,23 @@ def test_the_budget_check_trains_longer_and_decodes_like_any_unit(smoke_unit):
     decoded = {(r["split"], r["tau"]) for r in products["decodes"]["records"]}
     assert {("dev", math.inf), ("test", math.inf)} <= decoded and len({t for s, t in decoded if s == "dev"}) > 1
     assert "selected_tau" in m["summary"]["dev"] and products["alignments"] is not None
+
+
+@pytest.mark.slow  # a Transformer unit trained and decoded end to end
+def test_a_transformer_unit_trains_and_decodes_as_a_unit_with_its_layers_windows(smoke_tokenized, tmp_path):
+    """A unit of a Transformer profile (model.arch=transformer) goes through the same unit: its
+    products load, its test decodes keep each cross-attention layer's window beside the mean."""
+    work = copy_of(smoke_tokenized, tmp_path / "tf")
+    (work / "conf").symlink_to(ROOT / "conf")
+    sizes = ["model.arch=transformer", "model.hidden_size=32", "model.ff_size=64", "model.layers=2", "model.heads=2"]
+    result = run_module("flexatt.units", "run", "flexible-s1", "--out", "products", "--match", "local_m-s1=4.5",
+                        *SHORT, *sizes, cwd=work, threads="1")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    products = load_products(work / "products")
+    assert products["manifest"]["model"]["arch"] == "transformer"
+    for r in products["decodes"]["records"]:
+        assert len(r["layer_windows"]) == 2, r["layer_windows"]  # per layer: per sentence, then the mean
+        assert sum(r["layer_windows"]) / 2 == pytest.approx(r["window"], abs=0.01)
 
 
 def test_a_changed_product_is_refused(smoke_unit, tmp_path):

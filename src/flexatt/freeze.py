@@ -223,6 +223,8 @@ def freeze(profile: str, root: str | os.PathLike = ".", only: list[str] | None =
                                                                sort_keys=False, width=110))
         write_curves(profile, root, [i["unit"] for i in finished.values()])
         lock_path = folder / "dvc.lock"
+        if not lock_path.is_file():  # a pipeline none of whose stages has run
+            return len(finished), len(pending)
         lock = yaml.safe_load(lock_path.read_text())
         for stage in [s for s in lock["stages"] if s.split("@")[0] in ("train", "decode")]:
             if stage.split("@", 1)[1] in finished:  # a pending unit finished: frozen from now on
@@ -265,9 +267,16 @@ def write_curves(profile: str, root: Path, finished: list[str]) -> None:
 
     from flexatt.products import parse_unit
 
-    trained = [n for n in sorted(finished) if parse_unit(n).kind == "train" and parse_unit(n).budget == 1.0]
+    from flexatt import pipeline
+
     path = root / "pipelines" / profile / "dvc.yaml"
     text = path.read_text(encoding="utf-8")
+    if pipeline.generated(path, profile):  # its plot is the generator's
+        base = pipeline.base_of(profile, root)
+        if base is not None:
+            _write(path, pipeline.derive(profile, base, root))
+        return
+    trained = [n for n in sorted(finished) if parse_unit(n).kind == "train" and parse_unit(n).budget == 1.0]
     found = re.search(r"^(  - dev_bleu_by_epoch:\n(?:      (?!y:).*\n)*      y:\n)((?:        .*\n)*)", text, re.M)
     if found is None:  # a pipeline without the plot
         return

@@ -30,7 +30,7 @@ from flexatt import config as C
 from flexatt import schema
 from flexatt.errors import DataError
 from flexatt.io import atomic_path, file_digest, write_json
-from flexatt.products import done_units, read_plan
+from flexatt.products import base_profile, done_units, read_plan
 
 log = logging.getLogger("flexatt.report")
 
@@ -64,18 +64,33 @@ def read_references(paths: dict[str, Path], done: dict[str, dict]) -> dict[str, 
 
 
 def write_report(profile: str, results: Path, refs: dict[str, list[str]], plan_dir: Path = Path("conf/units"),
-                 shown: str | None = None, listing: Path | None = None) -> tuple[list[Path], str]:
+                 shown: str | None = None, listing: Path | None = None,
+                 base: Path | None = None) -> tuple[list[Path], str]:
     """``<results>/../report.{json,md}`` and ``figures/units.png`` from the finished units of
     ``results``; ``listing``: the pipeline's ``units.yaml``, whose pending units with products
-    the report names as to be run again. Returns the files written and the Markdown."""
+    the report names as to be run again; ``base``: the units folder of the RNN profile whose data
+    a Transformer profile reads, compared with it (:mod:`flexatt.architectures`: a section of the
+    report and ``figures/architectures.png``). Returns the files written and the Markdown."""
     from flexatt.products import listed_again
     from flexatt.unit_claims import Units, figure, report
 
     spec = read_plan(plan_dir / f"{profile}.yaml")
-    again = listed_again(listing, done_units(results)) if listing is not None else set()
+    done = done_units(results)
+    again = listed_again(listing, done) if listing is not None else set()
     out = report(results, spec, refs, shown=shown or str(results), again=again)
     folder = results.parent
     written = [folder / "report.json", folder / "report.md", folder / "figures" / "units.png"]
+    if base is not None:
+        from flexatt import architectures
+
+        rows = architectures.compare(results, base, done, done_units(base))
+        names = (profile, base.parent.name)
+        out["architectures"] = {"against": names[1], "rows": rows}
+        out["markdown"] += (f"\n## {names[0]} against {names[1]}\n\nEach model and training seed finished in both "
+                            f"(test BLEU at τ = ∞, each at its own budget; greedy dev BLEU after the same "
+                            f"training minutes, the shorter of the two trainings):\n\n"
+                            + (architectures.render(rows, *names) or "No pair finished yet.\n"))
+        written.append(architectures.figure(results, base, rows, names, folder / "figures" / "architectures.png"))
     write_json(written[0], {k: v for k, v in out.items() if k != "markdown"})
     with atomic_path(written[1]) as tmp:
         tmp.write_text(out["markdown"], encoding="utf-8")
@@ -109,7 +124,9 @@ def run(p: schema.Params) -> list[Path]:
         raise DataError(results, "no finished unit")
     with tempfile.TemporaryDirectory(prefix="flexatt-references-") as tmp:
         refs = read_references(references(p, Path(tmp)), done)
-    written, _ = write_report(p.profile, results, refs, listing=Path("pipelines") / p.profile / "units.yaml")
+    base = base_profile(p.profile, p.tokenize.out_dir)
+    written, _ = write_report(p.profile, results, refs, listing=Path("pipelines") / p.profile / "units.yaml",
+                              base=None if base is None else Path("results") / base / "units")
     log_report(p, json.loads(written[0].read_text(encoding="utf-8")), written[2])
     log.info("report of %d units in %.0f s: %s", len(done), time.time() - started,
              ", ".join(str(path) for path in written))

@@ -1,0 +1,106 @@
+"""A Transformer profile's units against the RNN profile whose data they read (``grc_tf`` against
+``grc``): per model and training seed, the test BLEU each architecture reaches at its own budget
+and the dev BLEU each had reached after the same training minutes, from the units' products alone
+(``unit.json`` and the learning curve ``curve.csv``: each epoch's training seconds and greedy dev
+BLEU; no checkpoint).
+
+Equal minutes: for a pair of units (same model, same training seed), ``M`` is the shorter of the
+two trainings (the sum of its epochs' training seconds; the dev decoding after each epoch is not
+counted), and each side's dev BLEU at ``M`` is that of its last epoch finished within ``M``
+minutes (:func:`bleu_at`). The minutes are those of the machine each unit trained on, as its
+``unit.json`` records it; the two profiles' units of one corpus ran on one machine.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+from flexatt.products import Unit
+
+#: the models compared across the two architectures, where both profiles have them
+MODELS = ("global", "flexible")
+
+
+def minutes_curve(folder: str | Path) -> list[tuple[float, float]]:
+    """``(minutes trained by the end of the epoch, dev BLEU after it)`` per epoch of the unit in
+    ``folder`` (its ``curve.csv``)."""
+    with open(Path(folder) / "curve.csv", newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    out, total = [], 0.0
+    for row in rows:
+        total += float(row["train_seconds"]) / 60
+        out.append((total, float(row["val_bleu"])))
+    return out
+
+
+def bleu_at(curve: list[tuple[float, float]], minutes: float) -> Optional[float]:
+    """The dev BLEU of the last epoch finished within ``minutes`` (None: none was)."""
+    done = [bleu for at, bleu in curve if at <= minutes + 1e-9]
+    return done[-1] if done else None
+
+
+def compare(ours: str | Path, theirs: str | Path, ours_manifests: dict[str, dict],
+            theirs_manifests: dict[str, dict], models: tuple[str, ...] = MODELS) -> list[dict[str, Any]]:
+    """Per model of ``models`` and training seed finished in both units folders (``ours``: the
+    Transformer's, ``theirs``: the RNN's; their manifests by unit name, as
+    :func:`flexatt.products.done_units` reads them): epochs, training minutes, test BLEU at τ = ∞
+    (each at its own budget), the equal minutes and each side's dev BLEU at them."""
+    rows = []
+    for model in models:
+        seeds = sorted({m["seed"] for n, m in ours_manifests.items() if n == Unit(model, m["seed"]).name}
+                       & {m["seed"] for n, m in theirs_manifests.items() if n == Unit(model, m["seed"]).name})
+        for seed in seeds:
+            name = Unit(model, seed).name
+            a, b = ours_manifests[name], theirs_manifests[name]
+            ca, cb = minutes_curve(Path(ours) / name), minutes_curve(Path(theirs) / name)
+            equal = min(ca[-1][0], cb[-1][0])
+            rows.append({"model": model, "seed": seed, "epochs": [len(ca), len(cb)],
+                         "minutes": [round(ca[-1][0], 1), round(cb[-1][0], 1)],
+                         "test_bleu": [a["summary"]["test"]["inf"]["bleu"], b["summary"]["test"]["inf"]["bleu"]],
+                         "equal_minutes": round(equal, 1),
+                         "dev_bleu_at_equal": [bleu_at(ca, equal), bleu_at(cb, equal)]})
+    return rows
+
+
+def _cell(value: Optional[float]) -> str:
+    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.2f}"
+
+
+def render(rows: list[dict[str, Any]], ours: str, theirs: str) -> str:
+    """The comparison as a Markdown table (empty where no pair is finished)."""
+    if not rows:
+        return ""
+    lines = [f"| model | seed | epochs ({ours} / {theirs}) | training minutes | test BLEU τ = ∞ | "
+             f"equal minutes | dev BLEU at them |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['seed']} | {r['epochs'][0]} / {r['epochs'][1]} | "
+                     f"{r['minutes'][0]:.1f} / {r['minutes'][1]:.1f} | "
+                     f"{_cell(r['test_bleu'][0])} / {_cell(r['test_bleu'][1])} | {r['equal_minutes']:.1f} | "
+                     f"{_cell(r['dev_bleu_at_equal'][0])} / {_cell(r['dev_bleu_at_equal'][1])} |")
+    return "\n".join(lines) + "\n"
+
+
+def figure(ours: str | Path, theirs: str | Path, rows: list[dict[str, Any]], labels: tuple[str, str], path: str | Path,
+           ) -> Path:
+    """Dev BLEU against training minutes, every compared unit of both architectures (one colour
+    per architecture, one line per model and seed)."""
+    from flexatt.figures import _save, plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    styles, labelled = {"global": "-", "flexible": "--"}, set()
+    for folder, label, colour in ((ours, labels[0], "tab:blue"), (theirs, labels[1], "tab:orange")):
+        for r in rows:
+            curve = minutes_curve(Path(folder) / Unit(r["model"], r["seed"]).name)
+            name = f"{label} {r['model']}"
+            ax.plot([m for m, _ in curve], [b for _, b in curve], styles.get(r["model"], ":"), color=colour,
+                    linewidth=1, label=None if name in labelled else name)
+            labelled.add(name)
+    ax.set_xlabel("training minutes")
+    ax.set_ylabel("dev BLEU (greedy)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return _save(fig, path)

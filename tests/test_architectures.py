@@ -1,0 +1,53 @@
+"""The Transformer profile's units against the RNN profile's at equal training minutes
+(:mod:`flexatt.architectures`), on hand-made learning curves with known answers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from flexatt import architectures as A
+
+
+def _unit(folder: Path, name: str, seconds: list[float], bleu: list[float], test: float) -> dict:
+    (folder / name).mkdir(parents=True)
+    rows = ["epoch,step,lr,train_loss,val_loss,val_nll_token,val_bleu,train_tokens,train_seconds,tokens_per_second"]
+    rows += [f"{i + 1},0,0.001,1,1,1,{b},100,{s},1" for i, (s, b) in enumerate(zip(seconds, bleu))]
+    (folder / name / "curve.csv").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    from flexatt.products import parse_unit
+
+    unit = parse_unit(name)
+    return {"variant": unit.variant, "seed": unit.seed, "summary": {"test": {"inf": {"bleu": test}}}}
+
+
+def test_dev_bleu_at_equal_minutes_is_each_sides_last_epoch_within_the_shorter_training(tmp_path):
+    ours, theirs = tmp_path / "tf", tmp_path / "rnn"
+    # the Transformer: 3 epochs of 2 minutes; the RNN: 5 epochs of 1 minute
+    mo = {"global-s1": _unit(ours, "global-s1", [120, 120, 120], [5.0, 9.0, 12.0], 14.0)}
+    mt = {"global-s1": _unit(theirs, "global-s1", [60] * 5, [1.0, 3.0, 6.0, 8.0, 10.0], 13.0),
+          "global-s2": _unit(theirs, "global-s2", [60] * 5, [1.0, 3.0, 6.0, 8.0, 10.0], 13.5)}
+    rows = A.compare(ours, theirs, mo, mt)
+    assert rows == [{"model": "global", "seed": 1, "epochs": [3, 5], "minutes": [6.0, 5.0], "test_bleu": [14.0, 13.0],
+                     "equal_minutes": 5.0, "dev_bleu_at_equal": [9.0, 10.0]}]  # seed 2: the RNN's alone
+    assert A.bleu_at(A.minutes_curve(ours / "global-s1"), 1.9) is None  # no epoch finished yet
+    text = A.render(rows, "grc_tf", "grc")
+    assert "| global | 1 | 3 / 5 | 6.0 / 5.0 | 14.00 / 13.00 | 5.0 | 9.00 / 10.00 |" in text
+    assert A.render([], "grc_tf", "grc") == ""
+    figure = A.figure(ours, theirs, rows, ("grc_tf", "grc"), tmp_path / "fig.png")
+    assert figure.stat().st_size > 0
+
+
+def test_units_other_than_a_models_budget_run_are_not_compared(tmp_path):
+    ours, theirs = tmp_path / "tf", tmp_path / "rnn"
+    mo = {"global-s1-x1.5": _unit(ours, "global-s1-x1.5", [60], [1.0], 2.0)}
+    mt = {"global-s1": _unit(theirs, "global-s1", [60], [1.0], 2.0)}
+    assert A.compare(ours, theirs, mo, mt) == []
+
+
+@pytest.mark.parametrize("profile, tok, base", [("grc_tf", "artifacts/grc/tok", "grc"), ("grc", "artifacts/grc/tok", None),
+                                                ("x", "artifacts/tok", None)])
+def test_a_profile_reading_anothers_data_names_it_as_its_base(profile, tok, base):
+    from flexatt.products import base_profile
+
+    assert base_profile(profile, tok) == base
