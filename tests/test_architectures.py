@@ -48,6 +48,4 @@ def test_units_other_than_a_models_budget_run_are_not_compared(tmp_path):
 @pytest.mark.parametrize("profile, tok, base", [("grc_tf", "artifacts/grc/tok", "grc"), ("grc", "artifacts/grc/tok", None),
                                                 ("x", "artifacts/tok", None)])
 def test_a_profile_reading_anothers_data_names_it_as_its_base(profile, tok, base):
-    from flexatt.products import base_profile
-
-    assert base_profile(profile, tok) == base
+    assert A.base_profile(profile, tok) == base

@@ -144,6 +144,22 @@ def test_the_centre_below_is_the_layer_belows_expected_position():
         assert ((lo <= nearest) & (nearest <= hi)).all()  # the window holds the centre below
 
 
+def test_the_embeddings_are_shared_only_where_the_vocabulary_is_joint():
+    """One table where the source and target SentencePiece models are one (their recorded digests
+    equal), separate ones otherwise or unknown; the RNN keeps its own either way."""
+    from flexatt.model import build_model, joint_vocabulary
+
+    assert joint_vocabulary({"src": "a", "tgt": "a"}) and not joint_vocabulary({"src": "a", "tgt": "b"})
+    assert not joint_vocabulary(None) and not joint_vocabulary({})
+    cfg = {"arch": "transformer", "attention": "flexible", "hidden_size": 16, "heads": 2, "layers": 2, "ff_size": 32}
+    shared, apart = build_model(cfg, 50, 50, joint_vocab=True), build_model(cfg, 50, 50)
+    assert shared.src_embed is shared.tgt_embed and apart.src_embed is not apart.tgt_embed
+    assert sum(p.numel() for p in apart.parameters()) - sum(p.numel() for p in shared.parameters()) == 50 * 16
+    rnn = build_model({"attention": "global", "hidden_size": 16, "emb_size": 8}, 50, 50, joint_vocab=True)
+    assert rnn.encoder.embed is not rnn.decoder.embed
+    shared.load_state_dict(build_model(cfg, 50, 50, joint_vocab=True).state_dict())  # both names, one tensor
+
+
 def test_a_wrong_setting_is_named():
     with pytest.raises(ValueError, match="cross must be one of"):
         TransformerConfig(cross="local_p")
@@ -189,6 +205,10 @@ def test_the_model_config_builds_it_and_the_trainer_trains_it(smoke_tokenized, t
     model = load_model(tmp_path / "run/m/flexible/best.ckpt").eval()
     batch = next(iter(objects["data"].val_dataloader()))
     trained = objects["task"].model.eval()
+    # the smoke profile's vocabulary is joint: one embedding table for the source, the target and
+    # the output layer, in training and rebuilt from the checkpoint
+    assert trained.src_embed is trained.tgt_embed and model.src_embed is model.tgt_embed
+    assert sum(p.numel() for p in model.parameters()) == sum(p.numel() for p in trained.parameters())
     if metrics["best_epoch"] == 3:
         assert torch.equal(greedy(model, batch.src, batch.src_len, 20, tau=0.5, backend="eager").tokens,
                            greedy(trained, batch.src, batch.src_len, 20, tau=0.5, backend="eager").tokens)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from pathlib import Path
 from typing import Any, Optional
 
@@ -22,6 +23,16 @@ from flexatt.products import Unit
 
 #: the models compared across the two architectures, where both profiles have them
 MODELS = ("global", "flexible")
+
+
+def base_profile(profile: str, tok_dir: str | os.PathLike) -> str | None:
+    """The long profile whose tokenised data ``profile`` reads (``tok_dir`` is
+    ``artifacts/<base>/tok`` with ``<base>`` another profile: a Transformer profile's RNN profile),
+    else None."""
+    parts = Path(tok_dir).parts
+    if len(parts) == 3 and parts[0] == "artifacts" and parts[2] == "tok" and parts[1] != profile:
+        return parts[1]
+    return None
 
 
 def minutes_curve(folder: str | Path) -> list[tuple[float, float]]:

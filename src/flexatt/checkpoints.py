@@ -97,11 +97,12 @@ def load_model(checkpoint: str | Path):
     Raises:
         DataError: a missing, truncated or foreign checkpoint (the message names the file).
     """
-    from flexatt.model import build_model  # the model imports torch's modules; loading weights does not
+    from flexatt.model import build_model, joint_vocabulary  # the model imports torch's modules; loading weights does not
 
     hparams = checkpoint_hparams(checkpoint)
     try:
-        model = build_model(hparams["model_cfg"], hparams["src_vocab"], hparams["tgt_vocab"])
+        model = build_model(hparams["model_cfg"], hparams["src_vocab"], hparams["tgt_vocab"],
+                            joint_vocab=joint_vocabulary(hparams.get("vocab_digests")))
         model.load_state_dict(load_checkpoint_state(checkpoint))
     except (KeyError, RuntimeError, ValueError) as exc:
         raise DataError(checkpoint, f"does not hold a flexatt model: {exc}") from exc

@@ -118,15 +118,27 @@ def require_registered(cfg: Mapping | schema.Model) -> Mapping | schema.Model:
     return cfg
 
 
-def build_model(cfg: Mapping | schema.Model, src_vocab: int, tgt_vocab: int, pad_id: int = 0) -> nn.Module:
+def joint_vocabulary(vocab_digests: Mapping[str, str] | None) -> bool:
+    """Whether the source and target SentencePiece models are one (``tokenize.joint``), from the
+    digests a checkpoint records (``{"src": sha, "tgt": sha}``; none recorded: not known to be)."""
+    return bool(vocab_digests) and vocab_digests.get("src") is not None \
+        and vocab_digests.get("src") == vocab_digests.get("tgt")
+
+
+def build_model(cfg: Mapping | schema.Model, src_vocab: int, tgt_vocab: int, pad_id: int = 0,
+                joint_vocab: bool = False) -> nn.Module:
     """Build a :class:`Seq2Seq` from the validated model config (a :class:`flexatt.schema.Model`;
     a mapping is validated first, keys: see :data:`DEFAULTS`); with ``arch`` transformer, a
-    :class:`flexatt.transformer.TransformerSeq2Seq` (the same step API)."""
+    :class:`flexatt.transformer.TransformerSeq2Seq` (the same step API), whose source embeddings
+    are its target embeddings (and output layer) where the vocabulary is joint (``joint_vocab``,
+    :func:`joint_vocabulary`; Press & Wolf 2017, as Vaswani et al. 2017 share them). The RNN keeps
+    its own."""
     m = validate_model(cfg)
     if m.arch == "transformer":
         from flexatt.transformer import TransformerSeq2Seq, config_of
 
-        return TransformerSeq2Seq(config_of(m), src_vocab, tgt_vocab, pad_id, m.model_dump())
+        return TransformerSeq2Seq(config_of(m, share_embeddings=joint_vocab), src_vocab, tgt_vocab, pad_id,
+                                  m.model_dump())
     hidden, ctx = m.hidden_size, 2 * m.hidden_size
     encoder = RecurrentEncoder(src_vocab, m.emb_size, hidden, hidden, m.dropout, pad_id)
     attention = build_attention(m, AttentionSizes.of(m))  # query h_{t-1}: H, keys h̄: 2H = ctx, feedback: E

@@ -102,7 +102,7 @@ def base_of(profile: str, root: Path) -> str | None:
         return None
     import yaml
 
-    from flexatt.products import base_profile
+    from flexatt.architectures import base_profile
 
     base = base_profile(profile, str((yaml.safe_load(_composed(profile, root)).get("tokenize") or {}).get("out_dir", "")))
     return base if base is not None and (folder(base, root) / "dvc.yaml").is_file() else None

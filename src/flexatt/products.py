@@ -558,16 +558,6 @@ def parse_unit(name: str) -> Unit:
     return unit
 
 
-def base_profile(profile: str, tok_dir: str | os.PathLike) -> str | None:
-    """The long profile whose tokenised data ``profile`` reads (``tok_dir`` is
-    ``artifacts/<base>/tok`` with ``<base>`` another profile: a Transformer profile's RNN profile),
-    else None."""
-    parts = Path(tok_dir).parts
-    if len(parts) == 3 and parts[0] == "artifacts" and parts[2] == "tok" and parts[1] != profile:
-        return parts[1]
-    return None
-
-
 #: the data files whose digests every unit of a profile records and shares
 DATA_KEYS = ("train.npz", "dev.npz", "test.npz", "src.model", "tgt.model", "dev.ref", "test.ref")
 

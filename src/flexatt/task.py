@@ -25,7 +25,7 @@ from flexatt.data.batching import Batch
 from flexatt.data.subwords import PAD_ID
 from flexatt.io import save_torch
 from flexatt.metrics import corpus_bleu
-from flexatt.model import build_model, finetune_loss, sequence_loss
+from flexatt.model import build_model, finetune_loss, joint_vocabulary, sequence_loss
 from flexatt.decoders import full_precision
 from flexatt.decoding import greedy
 from flexatt.schema import LR_SCHEDULES
@@ -89,7 +89,7 @@ class TranslationTask(pl.LightningModule):
                 or not 0 <= label_smoothing < 1:
             raise ValueError(f"train.label_smoothing: must be a number in [0, 1) (got {label_smoothing!r})")
         self.save_hyperparameters()
-        self.model = build_model(model_cfg, src_vocab, tgt_vocab, PAD_ID)
+        self.model = build_model(model_cfg, src_vocab, tgt_vocab, PAD_ID, joint_vocab=joint_vocabulary(vocab_digests))
         self.detokenize: Callable[[list[list[int]]], list[str]] | None = None
         self.dev_references: list[str] | None = None
         self._hyps: dict[int, list[int]] = {}

@@ -344,15 +344,16 @@ class TransformerState(NamedTuple):
                                 tuple(v.index_select(0, index) for v in self.values), self.step.index_select(0, index))
 
 
-def config_of(model) -> TransformerConfig:
+def config_of(model, share_embeddings: bool = False) -> TransformerConfig:
     """The :class:`TransformerConfig` of a validated ``model`` config (:class:`flexatt.schema.Model`
     with ``arch`` transformer): ``hidden_size`` is d, ``layers`` the encoder's and the decoder's,
-    ``attention`` the cross-attention, the source and target embeddings separate."""
+    ``attention`` the cross-attention; ``share_embeddings`` where the vocabulary is joint (the
+    vocabulary is data, not a model setting: :func:`flexatt.model.build_model`)."""
     return TransformerConfig(d_model=model.hidden_size, heads=model.heads, enc_layers=model.layers,
                              dec_layers=model.layers, ff_size=model.ff_size, dropout=model.dropout,
                              cross=model.attention, centre=model.centre, sigma=model.sigma, local_D=model.local_D,
                              att_size=model.att_size, max_len=max(model.max_src_len, 512),
-                             align_layer=model.align_layer)
+                             align_layer=model.align_layer, share_embeddings=share_embeddings)
 
 
 class TransformerSeq2Seq(nn.Module):

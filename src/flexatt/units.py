@@ -277,7 +277,7 @@ def _weights(checkpoint: Path, float16: bool) -> dict:
         state = {k: v.half() if v.is_floating_point() else v for k, v in state.items()}
     hparams = checkpoint_hparams(checkpoint)
     return {"state_dict": state, "model_cfg": hparams["model_cfg"], "src_vocab": hparams["src_vocab"],
-            "tgt_vocab": hparams["tgt_vocab"]}
+            "tgt_vocab": hparams["tgt_vocab"], "vocab_digests": hparams.get("vocab_digests")}
 
 
 def load_weights(path: str | os.PathLike):
@@ -285,10 +285,11 @@ def load_weights(path: str | os.PathLike):
     in float32 and eval mode."""
     import torch
 
-    from flexatt.model import build_model
+    from flexatt.model import build_model, joint_vocabulary
 
     saved = torch.load(path, map_location="cpu", weights_only=True)
-    model = build_model(saved["model_cfg"], saved["src_vocab"], saved["tgt_vocab"])
+    model = build_model(saved["model_cfg"], saved["src_vocab"], saved["tgt_vocab"],
+                        joint_vocab=joint_vocabulary(saved.get("vocab_digests")))
     model.load_state_dict(saved["state_dict"])
     return model.eval()
 

@@ -30,7 +30,8 @@ from flexatt import config as C
 from flexatt import schema
 from flexatt.errors import DataError
 from flexatt.io import atomic_path, file_digest, write_json
-from flexatt.products import base_profile, done_units, read_plan
+from flexatt.architectures import base_profile
+from flexatt.products import done_units, read_plan
 
 log = logging.getLogger("flexatt.report")
 
