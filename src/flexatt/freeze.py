@@ -223,15 +223,14 @@ def freeze(profile: str, root: str | os.PathLike = ".", only: list[str] | None =
                                                                sort_keys=False, width=110))
         write_curves(profile, root, [i["unit"] for i in finished.values()])
         lock_path = folder / "dvc.lock"
-        if not lock_path.is_file():  # a pipeline none of whose stages has run
-            return len(finished), len(pending)
-        lock = yaml.safe_load(lock_path.read_text())
-        for stage in [s for s in lock["stages"] if s.split("@")[0] in ("train", "decode")]:
-            if stage.split("@", 1)[1] in finished:  # a pending unit finished: frozen from now on
-                del lock["stages"][stage]
-        for name in due:  # to be re-run: its train and decode stages replace its frozen one
-            lock["stages"].pop(f"unit@{key(name)}", None)
-        dump_yaml(lock_path, lock)  # as DVC writes its lock
+        if lock_path.is_file():  # (none: no stage of the pipeline has run here)
+            lock = yaml.safe_load(lock_path.read_text())
+            for stage in [s for s in lock["stages"] if s.split("@")[0] in ("train", "decode")]:
+                if stage.split("@", 1)[1] in finished:  # a pending unit finished: frozen from now on
+                    del lock["stages"][stage]
+            for name in due:  # to be re-run: its train and decode stages replace its frozen one
+                lock["stages"].pop(f"unit@{key(name)}", None)
+            dump_yaml(lock_path, lock)  # as DVC writes its lock
     new = finished if only is None else {k: i for k, i in finished.items() if i["unit"] in only}
     if not new:
         return len(finished), len(pending)
