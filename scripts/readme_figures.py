@@ -11,6 +11,8 @@ pipeline and the benchmarks write, so the prose never quotes a figure of an earl
   measure over training seeds for flexible attention at its dev-selected τ (share of Global's
   positions scored, Δ BLEU against τ = ∞) and at τ = ∞ against Global, with the seed counts, and
   the claims measured on too few seeds for a verdict;
+* ``transformer`` (README): the Transformer profiles' units (``make grc_tf``, ``make bible_tf``) as the
+  RNN's, and the two architectures at equal training minutes;
 * ``bible`` (README): the finished units of the long runs (``make bible``, ``make grc``:
   ``results/<profile>/units/``), both corpora side by side, with the claims their current
   reports decide; ``grc`` (README) the Greek alignment probes (``results/grc/probes/``) while
@@ -175,7 +177,12 @@ def char_block(run: Path) -> str:
 
 #: the corpus of each long run made of units, as the units section's columns name it
 UNITS_CORPUS = {"bible": ("Bible", "`make bible` (Spanish → English Bible)"),
-                "grc": ("Greek NT", "`make grc` (Koine Greek → English)")}
+                "grc": ("Greek NT", "`make grc` (Koine Greek → English)"),
+                "bible_tf": ("Bible, Transformer", "`make bible_tf` (the Transformer on the Bible)"),
+                "grc_tf": ("Greek NT, Transformer", "`make grc_tf` (the Transformer on the Greek NT)")}
+
+#: the Transformer profiles (:func:`transformer_section`) and the RNN profile whose data each reads
+TRANSFORMER_PROFILES = {"bible_tf": "bible", "grc_tf": "grc"}
 
 #: the language pair of each long run's corpus, as the headline names it
 UNITS_LANGUAGES = {"bible": "Spanish → English", "grc": "Koine Greek → English"}
@@ -350,6 +357,32 @@ def units_section(runs: dict[str, Path]) -> str:
     return "\n".join([textwrap.fill(lead, width=100, break_on_hyphens=False), "", *lines, "",
                       textwrap.fill(f"{note} {text}", width=100, break_on_hyphens=False, break_long_words=False),
                       *([""] + table if table else [])])
+
+
+def transformer_section(runs: dict[str, Path]) -> str:
+    """The Transformer profiles' finished units as the RNN's (:func:`units_section`: models and the
+    claims their reports decide), then per corpus the two architectures per model and seed from
+    the report's comparison (``architectures``, :mod:`flexatt.architectures`): test BLEU at each
+    one's budget, and greedy dev BLEU after the same training minutes. Empty before the first unit."""
+    from flexatt.products import done_units
+
+    done = {p: run for p, run in runs.items() if done_units(run / "units")}
+    if not done:
+        return ""
+    pairs = []
+    for profile, run in done.items():
+        report = current_report(run)
+        for r in (report or {}).get("architectures", {}).get("rows", []):
+            pairs.append(f"{UNITS_CORPUS[TRANSFORMER_PROFILES[profile]][0]} {r['model']} seed {r['seed']}: test BLEU "
+                         f"{r['test_bleu'][0]:.2f} against {r['test_bleu'][1]:.2f} after {r['minutes'][0]:.0f} against "
+                         f"{r['minutes'][1]:.0f} training minutes, dev BLEU at {r['equal_minutes']:.0f} minutes "
+                         f"{r['dev_bleu_at_equal'][0]:.2f} against {r['dev_bleu_at_equal'][1]:.2f}")
+    text = units_section(done)
+    if pairs:
+        text += "\n\n" + textwrap.fill("**Transformer against RNN** (each at its own budget; greedy dev BLEU after "
+                                        "the shorter of the two trainings): " + "; ".join(pairs) + ".",
+                                        width=100, break_on_hyphens=False, break_long_words=False)
+    return text
 
 
 def resumed_at_end(manifest: dict) -> bool:
@@ -676,13 +709,15 @@ def blocks_of(path: Path, runs: dict[str, Path] | None = None) -> dict[str, str]
             "char": char_block(ROOT / "results" / "char"),
             "reordering": reordering_block(ROOT / "results" / "reordering" / "summary.json"),
         }
-    runs = runs or {"bible": ROOT / "results" / "bible", "grc": ROOT / "results" / "grc"}
-    long = {p: run for p, run in runs.items() if (run / "units").is_dir() or any(run.glob("budget-*/units"))}
+    runs = runs or {p: ROOT / "results" / p for p in UNITS_CORPUS}
+    long = {p: run for p, run in runs.items() if ((run / "units").is_dir() or any(run.glob("budget-*/units")))
+            and p not in TRANSFORMER_PROFILES}
     grc_probes = probes_block(runs["grc"]) if "grc" in runs else ""
     return {
         "headline": headline(long),
         "bible": units_section(long) if long else "",
         "grc": grc_probes if "| probe" in grc_probes else "",  # an aligned probe is a sentence of the bible block
+        "transformer": transformer_section({p: run for p, run in runs.items() if p in TRANSFORMER_PROFILES}),
         "pipeline": pipeline_summary(pipe),
     }
 

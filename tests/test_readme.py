@@ -76,11 +76,11 @@ def test_without_units_the_long_runs_block_is_empty_and_the_headline_says_so(tmp
     from conftest import load_script
 
     figures = load_script("readme_figures")
-    blocks = figures.blocks_of(figures.README, runs={"bible": tmp_path / "bible", "grc": tmp_path / "grc"})
-    assert blocks["bible"] == "" == blocks["grc"]
+    blocks = figures.blocks_of(figures.README, runs={p: tmp_path / p for p in ("bible", "grc", "bible_tf", "grc_tf")})
+    assert blocks["bible"] == "" == blocks["grc"] == blocks["transformer"]
     assert " ".join(blocks["headline"].split()) == (
         "No equal-budget claim is measured yet: `make units` trains the long profiles' units ([Results](#results)).")
-    assert set(blocks) == {"headline", "bible", "grc", "pipeline"}
+    assert set(blocks) == {"headline", "bible", "grc", "transformer", "pipeline"}
     demo = figures.blocks_of(figures.DEFAULT_DOC)
     assert set(demo) == {"results", "finetuning", "char", "reordering"}
     assert demo["results"].startswith("What `make repro` shows in an hour")
