@@ -34,6 +34,11 @@ def test_dev_bleu_at_equal_minutes_is_each_sides_last_epoch_within_the_shorter_t
     text = A.render(rows, "grc_tf", "grc")
     assert "| global | 1 | 3 / 5 | 6.0 / 5.0 | 14.00 / 13.00 | 5.0 | 9.00 / 10.00 |" in text
     assert A.render([], "grc_tf", "grc") == ""
+    assert A.records("grc_tf", "grc", rows) == [{
+        "profile": "grc_tf", "against": "grc", "model": "global", "seed": 1, "equal_minutes": 5.0, "epochs": 3,
+        "epochs_against": 5, "minutes": 6.0, "minutes_against": 5.0, "test_bleu": 14.0, "test_bleu_against": 13.0,
+        "dev_bleu_at_equal": 9.0, "dev_bleu_at_equal_against": 10.0}]
+    assert set(A.records("grc_tf", "grc", rows)[0]) == set(A.COLUMNS)
     figure = A.figure(ours, theirs, rows, ("grc_tf", "grc"), tmp_path / "fig.png")
     assert figure.stat().st_size > 0
 

@@ -76,6 +76,24 @@ def compare(ours: str | Path, theirs: str | Path, ours_manifests: dict[str, dict
     return rows
 
 
+#: the columns of the comparison as a W&B table (:func:`records`)
+COLUMNS = ["profile", "against", "model", "seed", "epochs", "epochs_against", "minutes", "minutes_against",
+           "test_bleu", "test_bleu_against", "equal_minutes", "dev_bleu_at_equal", "dev_bleu_at_equal_against"]
+
+
+def records(profile: str, against: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The comparison's rows (:func:`compare`) as flat table rows (:data:`COLUMNS`): each pair's
+    figures for ``profile`` and, suffixed ``_against``, for the profile it is compared with."""
+    out = []
+    for r in rows:
+        flat = {"profile": profile, "against": against, "model": r["model"], "seed": r["seed"],
+                "equal_minutes": r["equal_minutes"]}
+        for key in ("epochs", "minutes", "test_bleu", "dev_bleu_at_equal"):
+            flat[key], flat[f"{key}_against"] = r[key]
+        out.append(flat)
+    return out
+
+
 def _cell(value: Optional[float]) -> str:
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.2f}"
 

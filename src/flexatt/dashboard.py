@@ -16,7 +16,7 @@ panel grid per section, each grid on the runs of the stages it shows), with the
 * the long profiles: ``unit-decode`` (a unit's decoding, :func:`flexatt.units.log_decodes`):
   summary ``<split>/<inf|selected>/<bleu|chrf|ribes|window|aer>``, config ``variant``, ``seed``;
   ``units-report`` (:func:`flexatt.stages.report.log_report`): the tables ``units/claims`` and
-  ``units/models``, the image ``figures/units``.
+  ``units/models`` (a Transformer profile's also ``units/architectures``), the image ``figures/units``.
 
 :func:`keys_read` lists what each panel reads, so that a test can check them against the keys
 of real (offline) runs. Building the objects needs no network; only saving them does
@@ -188,7 +188,8 @@ def sections(epochs: Mapping[str, int] | None = None) -> list[Section]:
             "The claims decided over training seeds on each long profile (`pipelines/<profile>/`, its "
             "report stage): per comparison its seeds, verdict, mean Δ BLEU with its 95% t-interval and "
             "two-level bootstrap; the models over seeds; per unit (a run of its decoding), test BLEU "
-            "and window at τ = ∞ and at the selected τ, a bar per variant, mean ± sd over its seeds.",
+            "and window at τ = ∞ and at the selected τ, a bar per variant, mean ± sd over its seeds; a "
+            "Transformer profile's models against the RNN's at equal training minutes.",
             (Runs(("units-report",)), Runs(("unit-decode",), "config.variant")),
             [wr.WeavePanelSummaryTable(table_name="units/claims", layout=wr.Layout(**wide)),
              wr.WeavePanelSummaryTable(table_name="units/models", layout=wr.Layout(**wide)),
@@ -197,10 +198,13 @@ def sections(epochs: Mapping[str, int] | None = None) -> list[Section]:
              wr.BarPlot(metrics=["test/inf/window", "test/selected/window"],
                         title="test window per unit, mean ± sd over seeds", groupby_aggfunc="mean",
                         groupby_rangefunc="stddev"),
-             wr.MediaBrowser(media_keys=["figures/units"], title="BLEU against window, every unit")],
+             wr.MediaBrowser(media_keys=["figures/units"], title="BLEU against window, every unit"),
+             wr.WeavePanelSummaryTable(table_name="units/architectures", layout=wr.Layout(**wide))],
             columns={"units/claims": ("profile", "claim", "comparison", "seeds", "verdict", "delta", "ci_low",
                                       "ci_high"),
-                     "units/models": ("profile", "model", "at", "seeds", "bleu", "window")},
+                     "units/models": ("profile", "model", "at", "seeds", "bleu", "window"),
+                     "units/architectures": ("profile", "against", "model", "seed", "test_bleu", "test_bleu_against",
+                                             "equal_minutes", "dev_bleu_at_equal", "dev_bleu_at_equal_against")},
         ),
         Section(
             "Attention per step",

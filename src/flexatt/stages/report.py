@@ -101,7 +101,8 @@ def write_report(profile: str, results: Path, refs: dict[str, list[str]], plan_d
 
 def log_report(p: schema.Params, report: dict, figure: Path) -> None:
     """The report's claims and models (:func:`flexatt.unit_claims.claim_records`,
-    :func:`~flexatt.unit_claims.model_records`) and its figure, as a W&B run of job type
+    :func:`~flexatt.unit_claims.model_records`), a Transformer profile's comparison with the RNN
+    (:func:`flexatt.architectures.records`) and its figure, as a W&B run of job type
     ``units-report`` in the profile's units group (``<profile>-units``, beside the units'
     ``unit-decode`` runs); nothing where W&B is off."""
     from flexatt.tracking import start_run
@@ -113,6 +114,12 @@ def log_report(p: schema.Params, report: dict, figure: Path) -> None:
     with start_run(grouped, "units-report", p.profile, tags=[p.profile, "units"]) as run:
         run.records("units/claims", claim_records(p.profile, report["claims"]), CLAIM_COLUMNS)
         run.records("units/models", model_records(p.profile, report["table"]), MODEL_COLUMNS)
+        if "architectures" in report:  # a Transformer profile against the RNN profile whose data it reads
+            from flexatt import architectures
+
+            found = report["architectures"]
+            run.records("units/architectures", architectures.records(p.profile, found["against"], found["rows"]),
+                        architectures.COLUMNS)
         run.summary({"units": len(report["units"])})
         run.image("figures/units", figure)
 
