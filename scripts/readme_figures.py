@@ -458,7 +458,7 @@ def units_claims(runs: dict[str, Path]) -> tuple[str, list[str]]:
     c's window change and τ = ∞ Δ; e2 (the paper's +2 BLEU) in e's cell; f once per fixed
     window; the budget check once both of its units are done, and claims a and b at its budget.
     The p-values are in the reports. Without a measured claim the table is empty and the
-    sentence says why."""
+    sentence says why. (One long function: its small formatters are the cells of this one table.)"""
     from flexatt.unit_claims import BUDGET_GAIN, MIN_SEEDS
 
     def delta(e: dict) -> str:
