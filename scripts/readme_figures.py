@@ -11,8 +11,9 @@ pipeline and the benchmarks write, so the prose never quotes a figure of an earl
   measure over training seeds for flexible attention at its dev-selected τ (share of Global's
   positions scored, Δ BLEU against τ = ∞) and at τ = ∞ against Global, with the seed counts, and
   the claims measured on too few seeds for a verdict;
-* ``transformer`` (README): the Transformer profiles' units (``make grc_tf``, ``make bible_tf``) as the
-  RNN's, and the two architectures at equal training minutes;
+* ``transformer`` (README): the Transformer profiles' units done and the claims they decide;
+  ``transformer_units`` (``docs/transformer.md``): their models and claims as the RNN's in the
+  README, and the two architectures per model and seed, also at equal training minutes;
 * ``bible`` (README): the finished units of the long runs (``make bible``, ``make grc``:
   ``results/<profile>/units/``), both corpora side by side, with the claims their current
   reports decide; ``grc`` (README) the Greek alignment probes (``results/grc/probes/``) while
@@ -45,6 +46,7 @@ from flexatt.claims import MIN_NARROWING, NOT_MEASURED
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DEFAULT_DOC = ROOT / "docs" / "default-profile.md"
+TRANSFORMER_DOC = ROOT / "docs" / "transformer.md"
 BENCH_README = ROOT / "benchmarks" / "README.md"
 
 
@@ -360,29 +362,55 @@ def units_section(runs: dict[str, Path]) -> str:
 
 
 def transformer_section(runs: dict[str, Path]) -> str:
-    """The Transformer profiles' finished units as the RNN's (:func:`units_section`: models and the
-    claims their reports decide), then per corpus the two architectures per model and seed from
-    the report's comparison (``architectures``, :mod:`flexatt.architectures`): test BLEU at each
-    one's budget, and greedy dev BLEU after the same training minutes. Empty before the first unit."""
-    from flexatt.products import done_units
+    """The README's lines on the Transformer profiles: units done of each plan, the claims their
+    reports decide (verdict, seed count) and a link to ``docs/transformer.md``
+    (:func:`transformer_units`). Empty before the first unit."""
+    from flexatt.products import done_units, plan, read_plan
+    from flexatt.unit_claims import Units
 
     done = {p: run for p, run in runs.items() if done_units(run / "units")}
     if not done:
         return ""
-    pairs = []
+    counts, claims = [], []
     for profile, run in done.items():
+        spec = read_plan(ROOT / "conf" / "units" / f"{profile}.yaml")
+        units = Units(run / "units", spec)
+        corpus = UNITS_CORPUS[TRANSFORMER_PROFILES[profile]][0]
+        counts.append(f"{corpus} {len(units.manifests)} of "
+                      f"{len({u.name for u in plan(spec, units.manifests)} | set(units.manifests))}")
         report = current_report(run)
-        for r in (report or {}).get("architectures", {}).get("rows", []):
-            pairs.append(f"{UNITS_CORPUS[TRANSFORMER_PROFILES[profile]][0]} {r['model']} seed {r['seed']}: test BLEU "
-                         f"{r['test_bleu'][0]:.2f} against {r['test_bleu'][1]:.2f} after {r['minutes'][0]:.0f} against "
-                         f"{r['minutes'][1]:.0f} training minutes, dev BLEU at {r['equal_minutes']:.0f} minutes "
-                         f"{r['dev_bleu_at_equal'][0]:.2f} against {r['dev_bleu_at_equal'][1]:.2f}")
-    text = units_section(done)
-    if pairs:
-        text += "\n\n" + textwrap.fill("**Transformer against RNN** (each at its own budget; greedy dev BLEU after "
-                                        "the shorter of the two trainings): " + "; ".join(pairs) + ".",
-                                        width=100, break_on_hyphens=False, break_long_words=False)
-    return text
+        claims += [f"{corpus} {c['id']} **{c['verdict']}** ({_count(c['seeds'])})" for c in (report or {}).get("claims", [])
+                   if c.get("verdict", NOT_MEASURED) != NOT_MEASURED and "seeds" in c]
+    text = (f"**Transformer** (flexible cross-attention in every decoder layer; `make grc_tf`, `make bible_tf`): "
+            f"units done {', '.join(counts)}; claims: {', '.join(claims) or 'none measured yet'}; its models "
+            f"against the RNN's, also at equal training minutes: [Transformer results](docs/transformer.md).")
+    return textwrap.fill(text, width=100, break_on_hyphens=False, break_long_words=False)
+
+
+def transformer_units(runs: dict[str, Path]) -> str:
+    """``docs/transformer.md``'s figures: the Transformer profiles' units as the RNN's in the README
+    (:func:`units_section`: models over seeds, the claims their reports decide), then per corpus
+    and per model and seed the two architectures from the report's comparison
+    (``architectures``, :mod:`flexatt.architectures`): test BLEU at each one's budget and greedy
+    dev BLEU after the same training minutes. Says so before the first unit."""
+    from flexatt.products import done_units
+
+    done = {p: run for p, run in runs.items() if done_units(run / "units")}
+    if not done:
+        return "No Transformer unit has finished yet."
+    lines = ["| corpus | model | seed | epochs (Transformer / RNN) | training minutes | test BLEU τ = ∞ | equal "
+             "minutes | greedy dev BLEU at them |", "|---|---|---|---|---|---|---|---|"]
+    for profile, run in done.items():
+        corpus = UNITS_CORPUS[TRANSFORMER_PROFILES[profile]][0]
+        for r in ((current_report(run) or {}).get("architectures") or {}).get("rows", []):
+            lines.append(f"| {corpus} | {r['model']} | {r['seed']} | {r['epochs'][0]} / {r['epochs'][1]} | "
+                         f"{r['minutes'][0]:.0f} / {r['minutes'][1]:.0f} | {r['test_bleu'][0]:.2f} / "
+                         f"{r['test_bleu'][1]:.2f} | {r['equal_minutes']:.0f} | {r['dev_bleu_at_equal'][0]:.2f} / "
+                         f"{r['dev_bleu_at_equal'][1]:.2f} |")
+    against = ("\n\n**Transformer against RNN** (the same model and training seed; each trained for its own "
+               "profile's budget; the minutes are those of training, not of the dev decoding after each epoch):\n\n"
+               + "\n".join(lines)) if len(lines) > 2 else ""
+    return units_section(done).replace("](#configuration)", "](../README.md#configuration)") + against
 
 
 def resumed_at_end(manifest: dict) -> bool:
@@ -710,6 +738,8 @@ def blocks_of(path: Path, runs: dict[str, Path] | None = None) -> dict[str, str]
             "reordering": reordering_block(ROOT / "results" / "reordering" / "summary.json"),
         }
     runs = runs or {p: ROOT / "results" / p for p in UNITS_CORPUS}
+    if path == TRANSFORMER_DOC:
+        return {"transformer_units": transformer_units({p: run for p, run in runs.items() if p in TRANSFORMER_PROFILES})}
     long = {p: run for p, run in runs.items() if ((run / "units").is_dir() or any(run.glob("budget-*/units")))
             and p not in TRANSFORMER_PROFILES}
     grc_probes = probes_block(runs["grc"]) if "grc" in runs else ""
@@ -736,7 +766,7 @@ def main() -> None:
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a block is stale")
     args = parser.parse_args()
     stale = []
-    for path in (README, DEFAULT_DOC, BENCH_README):
+    for path in (README, DEFAULT_DOC, TRANSFORMER_DOC, BENCH_README):
         text = path.read_text(encoding="utf-8")
         blocks = blocks_of(path)
         new = fill(text, blocks, path)

@@ -467,3 +467,31 @@ def test_both_long_runs_with_every_unit_and_claim_keep_the_readme_within_its_len
     assert "on the Greek NT (Koine Greek → English, 3 seeds)" in headline
     assert "not decided" not in headline  # every claim has its seeds
     assert len(text.splitlines()) <= 150, len(text.splitlines())
+
+
+def test_the_transformer_profiles_are_a_pointer_in_the_readme_and_their_units_a_page(tmp_path):
+    """The README says how many Transformer units are done and what their reports decide, and
+    points to ``docs/transformer.md``, whose block has their models as the RNN's and the two
+    architectures per model and seed from a current report's comparison."""
+    from conftest import load_script
+
+    figures = load_script("readme_figures")
+    run = tmp_path / "grc_tf"
+    unit = _unit("global-s1", "global", 1, 14.2, 38.2)
+    (run / "units" / "global-s1").mkdir(parents=True)
+    (run / "units" / "global-s1" / "unit.json").write_text(json.dumps(unit))
+    stats = {"seeds": 1, "over_seeds": {"n": 1, "mean": 0.3, "sd": None, "ci": None},
+             "bootstrap": {"delta": 0.3, "ci": [-0.1, 0.7]}, "p": None}
+    report = json.loads(_report(["global-s1"], [{"id": "a", "claim": "a", "verdict": "not decided", **stats},
+                                                {"id": "d", "claim": "d", "verdict": "not measured"}]))
+    report["architectures"] = {"against": "grc", "rows": [
+        {"model": "global", "seed": 1, "epochs": [30, 45], "minutes": [80.4, 47.1], "test_bleu": [14.2, 14.1],
+         "equal_minutes": 47.1, "dev_bleu_at_equal": [12.0, 12.42]}]}
+    (run / "report.json").write_text(json.dumps(report))
+    readme = " ".join(figures.transformer_section({"grc_tf": run, "bible_tf": tmp_path / "bible_tf"}).split())
+    assert "units done Greek NT 1 of 13; claims: Greek NT a **not decided** (1 seed);" in readme
+    assert "[Transformer results](docs/transformer.md)" in readme
+    page = figures.transformer_units({"grc_tf": run})
+    assert "| Greek NT | global | 1 | 30 / 45 | 80 / 47 | 14.20 / 14.10 | 47 | 12.00 / 12.42 |" in page
+    assert "| global | τ=∞ | 1 | 14.20 |" in page and "](../README.md#configuration)" in page
+    assert figures.transformer_units({"grc_tf": tmp_path / "none"}) == "No Transformer unit has finished yet."
