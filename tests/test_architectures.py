@@ -54,3 +54,28 @@ def test_units_other_than_a_models_budget_run_are_not_compared(tmp_path):
                                                 ("x", "artifacts/tok", None)])
 def test_a_profile_reading_anothers_data_names_it_as_its_base(profile, tok, base):
     assert A.base_profile(profile, tok) == base
+
+
+def test_the_window_of_every_layer_is_shown_for_the_units_that_record_it():
+    """A Transformer unit's test decodes keep each cross-attention layer's window: shown at τ = ∞
+    and, for a flexible model, at its selected τ; a unit without them (the RNN's) is left out."""
+    import math
+
+    class Found:
+        manifests = {"flexible-s1": {"kind": "train", "budget": 1.0, "summary": {"dev": {"selected_tau": 0.5}}},
+                     "flexible-s1-x1.5": {"kind": "train", "budget": 1.5, "summary": {"dev": {}}},
+                     "global-s1": {"kind": "train", "budget": 1.0, "summary": {"dev": {}}},
+                     "rnn-s1": {"kind": "train", "budget": 1.0, "summary": {"dev": {}}}}
+
+        def record(self, name, tau):
+            if name == "rnn-s1":
+                return {"window": 30.0}
+            return {"window": 30.0 if math.isinf(tau) else 10.0,
+                    "layer_windows": [30.0, 30.0] if math.isinf(tau) else [8.004, 11.996]}
+
+    rows = A.layer_windows(Found())
+    assert [(r["unit"], r["tau"], r["layers"]) for r in rows] == [
+        ("flexible-s1", math.inf, [30.0, 30.0]), ("flexible-s1", 0.5, [8.0, 12.0]), ("global-s1", math.inf, [30.0, 30.0])]
+    text = A.render_layers(rows)
+    assert "| flexible-s1 | 0.5 | 10.00 | 8.00 | 12.00 |" in text and text.startswith("| unit | τ | window | layer 1 | layer 2 |")
+    assert A.render_layers([]) == ""

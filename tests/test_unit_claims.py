@@ -382,6 +382,10 @@ def test_the_report_logs_its_claims_models_and_figure_to_w_and_b(run, tmp_path):
     assert a["seeds"] == 3 and a["verdict"] == HOLDS and a["ci_low"] < a["delta"] < a["ci_high"] and set(a) == set(CLAIM_COLUMNS)
     p = schema.validate(C.load_params(str(ROOT / "pipelines/grc/params.yaml"),
                                       ["logger.enabled=true", "logger.mode=offline", f"logger.dir={tmp_path}"]))
+    # as a Transformer profile's report has it: its models against the RNN's (flexatt.architectures)
+    saved["architectures"] = {"against": "grc", "rows": [
+        {"model": "global", "seed": 1, "epochs": [30, 45], "minutes": [80.0, 47.0], "test_bleu": [14.2, 14.1],
+         "equal_minutes": 47.0, "dev_bleu_at_equal": [12.0, 12.4]}]}
     log_report(p, saved, figure(Units(run, PLAN), tmp_path / "units.png"))
     runs = find_runs(tmp_path / "wandb")
     assert [(r["run"].job_type, r["run"].run_group) for r in runs] == [("units-report", "grc-units")]
@@ -389,3 +393,14 @@ def test_the_report_logs_its_claims_models_and_figure_to_w_and_b(run, tmp_path):
     section = next(s for s in dashboard.sections({}) if dashboard.of_units(s))
     of_report = {k for k in dashboard.keys_read(section) if not k.startswith(("test/", "config."))}
     assert of_report <= logged_keys(tmp_path / "wandb")
+
+
+def test_a_claim_whose_models_the_plan_does_not_train_says_so(tmp_path):
+    """A Transformer profile's plan asks a, b and f: c, d and e are not in it, not merely unmeasured."""
+    from flexatt.products import read_plan
+    from flexatt.unit_claims import Units, decide
+
+    (tmp_path / "units").mkdir()
+    claims = {c["id"]: c for c in decide(Units(tmp_path / "units", read_plan(ROOT / "conf/units/grc_tf.yaml")), {})}
+    assert {k for k, c in claims.items() if c.get("missing") == "not in this profile's plan"} == {"c", "d", "e", "e2"}
+    assert {k for k, c in claims.items() if c.get("missing") == "no finished units of this comparison"} == {"a", "b", "f"}

@@ -94,6 +94,41 @@ def records(profile: str, against: str, rows: list[dict[str, Any]]) -> list[dict
     return out
 
 
+def layer_windows(units) -> list[dict[str, Any]]:
+    """Per unit trained for the budget whose decodes record each cross-attention layer's window (a
+    Transformer's; :class:`flexatt.unit_claims.Units`), its test window per layer (per sentence,
+    then the mean) beside their mean, the window: at τ = ∞ and, for a flexible model, at its
+    dev-selected τ."""
+    from flexatt.tau import INF
+
+    rows = []
+    for name in sorted(units.manifests):
+        m = units.manifests[name]
+        if m.get("kind", "train") != "train" or m.get("budget", 1.0) != 1.0:
+            continue
+        selected = m["summary"]["dev"].get("selected_tau")
+        for tau in [INF] + ([float(selected)] if selected is not None and not math.isinf(float(selected)) else []):
+            record = units.record(name, tau)
+            if record.get("layer_windows"):
+                rows.append({"unit": name, "tau": tau, "window": record["window"],
+                             "layers": [round(float(w), 2) for w in record["layer_windows"]]})
+    return rows
+
+
+def render_layers(rows: list[dict[str, Any]]) -> str:
+    """The windows per layer as a Markdown table (empty without rows)."""
+    if not rows:
+        return ""
+    n = max(len(r["layers"]) for r in rows)
+    lines = ["| unit | τ | window | " + " | ".join(f"layer {i + 1}" for i in range(n)) + " |",
+             "|---|---|---|" + "---|" * n]
+    for r in rows:
+        tau = "∞" if math.isinf(r["tau"]) else f"{r['tau']:g}"
+        lines.append(f"| {r['unit']} | {tau} | {r['window']:.2f} | "
+                     + " | ".join(f"{w:.2f}" for w in r["layers"]) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _cell(value: Optional[float]) -> str:
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.2f}"
 

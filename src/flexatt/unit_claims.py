@@ -298,6 +298,15 @@ CLAIM_TEXT = {
 }
 
 
+def _planned(plan: Plan, claim: str) -> bool:
+    """Whether ``plan`` trains the models claim ``claim`` compares (a Transformer profile's asks
+    a, b and f only: no fine-tuning, local-p or SACT)."""
+    variants = {*plan.seeded, *plan.fixed, *plan.others}
+    needs = {"c": plan.finetuning is not None, "d": "local_p" in variants, "e": "sact" in variants,
+             "e2": "sact" in variants, "f": bool(plan.fixed)}
+    return needs.get(claim, True)
+
+
 def _verdict(rule: str, s: dict, p: float | None, *, alpha: float, margin: float, bounds: Sequence[float] = ()) -> str:
     """A comparison's verdict by its claim's ``rule`` on the interval over seeds and the
     Holm-adjusted t-test p; :data:`UNDECIDED` with fewer than :data:`MIN_SEEDS`
@@ -340,7 +349,8 @@ def decide(units: Units, references: dict[str, list[str]], *, alpha: float = ALP
         entry: dict[str, Any] = {"id": claim, "claim": text, "source": source, "rule": rule}
         keys = [k for k in groups if k.startswith("f:")] if claim == "f" else ["e" if claim == "e2" else claim]
         if not any(k in stats for k in keys):
-            out.append({**entry, "verdict": NOT_MEASURED, "missing": "no finished units of this comparison"})
+            out.append({**entry, "verdict": NOT_MEASURED, "missing": "no finished units of this comparison"
+                        if _planned(units.plan, claim) else "not in this profile's plan"})
             continue
         if claim == "f":
             parts = []

@@ -91,6 +91,11 @@ def write_report(profile: str, results: Path, refs: dict[str, list[str]], plan_d
                             f"(test BLEU at τ = ∞, each at its own budget; greedy dev BLEU after the same "
                             f"training minutes, the shorter of the two trainings):\n\n"
                             + (architectures.render(rows, *names) or "No pair finished yet.\n"))
+        layers = architectures.layer_windows(Units(results, spec))
+        out["layer_windows"] = layers
+        out["markdown"] += ("\n## Window per cross-attention layer\n\nTest, positions scored per step in each decoder "
+                            "layer (per sentence, then the mean); the window is their mean:\n\n"
+                            + (architectures.render_layers(layers) or "No unit yet.\n"))
         written.append(architectures.figure(results, base, rows, names, folder / "figures" / "architectures.png"))
     write_json(written[0], {k: v for k, v in out.items() if k != "markdown"})
     with atomic_path(written[1]) as tmp:
