@@ -38,6 +38,7 @@ curves lists its finished units (none: no plot).
 from __future__ import annotations
 
 import io
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -174,8 +175,9 @@ def derive(profile: str, base: str, root: Path) -> str:
                      if parse_unit(i["unit"]).kind == "train" and parse_unit(i["unit"]).budget == 1.0)
     report = pipeline["stages"]["report"]
     report["deps"].append("results/@BASE@/units")  # the comparison of the architectures (flexatt.architectures)
-    report["outs"].append(CommentedMap([("results/@PROFILE@/figures/architectures.png",
-                                         CommentedMap([("cache", False)]))]))
+    # before the last output, which carries the comment on the plots below
+    report["outs"].insert(len(report["outs"]) - 1, CommentedMap([("results/@PROFILE@/figures/architectures.png",
+                                                                  CommentedMap([("cache", False)]))]))
     plot = next(iter(pipeline["plots"][0].values()))
     if trained:
         plot["y"] = {f"../../results/{profile}/units/{n}/curve.csv": "val_bleu" for n in trained}
@@ -185,6 +187,8 @@ def derive(profile: str, base: str, root: Path) -> str:
     yaml.dump(pipeline, buffer)
     text = buffer.getvalue()
     text = text[text.index("vars:"):]  # base's own header comment
+    if not trained:  # the plots' comment, without the plots
+        text = re.sub(r"\n# Top-level plots[^\n]*\n(?:#[^\n]*\n)*", "\n", text).rstrip("\n") + "\n"
     for old, new in ((f"pipelines/{base}/", f"pipelines/{profile}/"), (f"results/{base}/", f"results/{profile}/"),
                      (f"artifacts/{base}/units", f"artifacts/{profile}/units"),
                      (f"conf/units/{base}.yaml", f"conf/units/{profile}.yaml")):
