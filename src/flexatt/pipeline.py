@@ -37,6 +37,7 @@ curves lists its finished units (none: no plot).
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 import sys
@@ -86,8 +87,10 @@ def check_profile(profile: str, root: Path) -> None:
                                   "not overwritten")
 
 
+@functools.lru_cache(maxsize=None)
 def _composed(profile: str, root: Path) -> str:
-    """The text of ``conf/`` composed with ``profile=<profile>``."""
+    """The text of ``conf/`` composed with ``profile=<profile>`` (once per process and folder: a
+    composition takes a second or two)."""
     from flexatt.cli import write_params
 
     with tempfile.TemporaryDirectory() as tmp:
