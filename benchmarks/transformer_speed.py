@@ -2,8 +2,8 @@
 same batches, and the share of the machine's peak each reaches.
 
     python benchmarks/transformer_speed.py --params pipelines/grc/params.yaml
-    python benchmarks/transformer_speed.py --params pipelines/grc/params.yaml --d-model 256 --heads 4 \
-        --layers 3 --ff 1024 --rounds 5 --batches 10 --threads 2
+    python benchmarks/transformer_speed.py --params pipelines/grc/params.yaml --d-model 128 --heads 4 \
+        --layers 3 --ff 512 --rounds 3 --batches 10 --threads 2        # the Transformer profiles' sizes
 
 Contenders: the RNN of ``--params`` (its ``model`` with the ``global`` and ``flexible`` variants'
 overrides) and the Transformer of the given sizes with global and flexible cross-attention (τ = ∞
@@ -33,6 +33,7 @@ import torch
 
 from flexatt.config import load_params
 from flexatt.data.subwords import EncodedSplit, Vocab
+from flexatt.io import file_digest
 from flexatt.model import build_model
 from flexatt.runtime import resolve_precision
 from flexatt.trainer import model_config
@@ -88,6 +89,7 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=4)
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--ff", type=int, default=1024)
+    parser.add_argument("--dropout", type=float, default=0.1, help="the Transformer's (the Transformer profiles')")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -98,8 +100,10 @@ def main() -> None:
     batches = first_batches(split, args.batches * int(cfg.train.batch_size), int(cfg.train.batch_size))
     tokens = sum(int((b.tgt_out != 0).sum()) for b in batches)
     precision = str(resolve_precision(args.precision or cfg.trainer.precision, str(cfg.trainer.accelerator))[0])
+    # one embedding table where the vocabulary is joint, as the Transformer profiles train it
+    joint = file_digest(tok / "src.model") == file_digest(tok / "tgt.model")
     sizes = dict(d_model=args.d_model, heads=args.heads, enc_layers=args.layers, dec_layers=args.layers,
-                 ff_size=args.ff, dropout=float(cfg.model.dropout))
+                 ff_size=args.ff, dropout=args.dropout, share_embeddings=joint)
     models = {f"rnn {v}": build_model(model_config(cfg, v), *vocab) for v in ("global", "flexible")}
     models.update({f"transformer {k}": TransformerSeq2Seq(TransformerConfig(cross=k, **sizes), *vocab)
                    for k in ("global", "flexible")})
