@@ -31,8 +31,10 @@ PNG = b"\x89PNG\r\n\x1a\n"
 #: the charts of the page built from the committed results, in order: one learning-curve chart
 #: (training; fine-tuning and its control ran one epoch), the plots of one file each
 # the long profiles' pipelines' plots (pipelines/*/dvc.yaml) come with the root's
-PAGE_PLOTS = ["learning_curves_train", "results_plots_reordering_csv", "pipelines_grc_dvc_yaml__dev_bleu_by_epoch",
-              "pipelines_bible_dvc_yaml__dev_bleu_by_epoch", "results_plots_beta_csv",
+#: the long profiles' dev BLEU curves: one plot per pipeline that declares it (those with finished units)
+LONG_PLOTS = sorted((f"pipelines_{p.parent.name}_dvc_yaml__dev_bleu_by_epoch" for p in ROOT.glob("pipelines/*/dvc.yaml")
+                     if "plots" in (yaml.safe_load(p.read_text(encoding="utf-8")) or {})), reverse=True)
+PAGE_PLOTS = ["learning_curves_train", "results_plots_reordering_csv", *LONG_PLOTS, "results_plots_beta_csv",
               "results_plots_tradeoff_csv", "results_plots_bleu_by_length_csv", "results_plots_matched_window_csv",
               "results_plots_sigma_csv"]
 
