@@ -403,12 +403,17 @@ def transformer_units(runs: dict[str, Path]) -> str:
     for profile, run in done.items():
         corpus = UNITS_CORPUS[TRANSFORMER_PROFILES[profile]][0]
         for r in ((current_report(run) or {}).get("architectures") or {}).get("rows", []):
+            if r["equal_minutes"] is None:  # trained on two kinds of machine: minutes do not compare
+                equal = f"– | – (trained on {r['machines'][0]} / {r['machines'][1]})"
+            else:
+                equal = (f"{r['equal_minutes']:.0f} | {r['dev_bleu_at_equal'][0]:.2f} / "
+                         f"{r['dev_bleu_at_equal'][1]:.2f}")
             lines.append(f"| {corpus} | {r['model']} | {r['seed']} | {r['epochs'][0]} / {r['epochs'][1]} | "
                          f"{r['minutes'][0]:.0f} / {r['minutes'][1]:.0f} | {r['test_bleu'][0]:.2f} / "
-                         f"{r['test_bleu'][1]:.2f} | {r['equal_minutes']:.0f} | {r['dev_bleu_at_equal'][0]:.2f} / "
-                         f"{r['dev_bleu_at_equal'][1]:.2f} |")
+                         f"{r['test_bleu'][1]:.2f} | {equal} |")
     against = ("\n\n**Transformer against RNN** (the same model and training seed; each trained for its own "
-               "profile's budget; the minutes are those of training, not of the dev decoding after each epoch):\n\n"
+               "profile's budget; the minutes are those of training, not of the dev decoding after each epoch, "
+               "and compare only between units trained on one kind of machine):\n\n"
                + "\n".join(lines)) if len(lines) > 2 else ""
     return units_section(done).replace("](#configuration)", "](../README.md#configuration)") + against
 

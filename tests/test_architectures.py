@@ -10,7 +10,11 @@ import pytest
 from flexatt import architectures as A
 
 
-def _unit(folder: Path, name: str, seconds: list[float], bleu: list[float], test: float) -> dict:
+XEON = {"cpu": "Intel(R) Xeon(R) Processor", "bf16_native": True}
+
+
+def _unit(folder: Path, name: str, seconds: list[float], bleu: list[float], test: float, machine: dict = XEON,
+          precision: str = "bf16-mixed", trained: bool = True) -> dict:
     (folder / name).mkdir(parents=True)
     rows = ["epoch,step,lr,train_loss,val_loss,val_nll_token,val_bleu,train_tokens,train_seconds,tokens_per_second"]
     rows += [f"{i + 1},0,0.001,1,1,1,{b},100,{s},1" for i, (s, b) in enumerate(zip(seconds, bleu))]
@@ -18,7 +22,9 @@ def _unit(folder: Path, name: str, seconds: list[float], bleu: list[float], test
     from flexatt.products import parse_unit
 
     unit = parse_unit(name)
-    return {"variant": unit.variant, "seed": unit.seed, "summary": {"test": {"inf": {"bleu": test}}}}
+    return {"variant": unit.variant, "seed": unit.seed, "summary": {"test": {"inf": {"bleu": test}}},
+            "machine": dict(machine), "training": {"precision": precision, "threads": 2},
+            "minutes": {"train": sum(seconds) / 60 if trained else 0.0}}
 
 
 def test_dev_bleu_at_equal_minutes_is_each_sides_last_epoch_within_the_shorter_training(tmp_path):
@@ -28,8 +34,10 @@ def test_dev_bleu_at_equal_minutes_is_each_sides_last_epoch_within_the_shorter_t
     mt = {"global-s1": _unit(theirs, "global-s1", [60] * 5, [1.0, 3.0, 6.0, 8.0, 10.0], 13.0),
           "global-s2": _unit(theirs, "global-s2", [60] * 5, [1.0, 3.0, 6.0, 8.0, 10.0], 13.5)}
     rows = A.compare(ours, theirs, mo, mt)
+    where = "Intel(R) Xeon(R) Processor, native bf16, bf16-mixed, 2 threads"
     assert rows == [{"model": "global", "seed": 1, "epochs": [3, 5], "minutes": [6.0, 5.0], "test_bleu": [14.0, 13.0],
-                     "equal_minutes": 5.0, "dev_bleu_at_equal": [9.0, 10.0]}]  # seed 2: the RNN's alone
+                     "machines": [where, where], "equal_minutes": 5.0,
+                     "dev_bleu_at_equal": [9.0, 10.0]}]  # seed 2: the RNN's alone
     assert A.bleu_at(A.minutes_curve(ours / "global-s1"), 1.9) is None  # no epoch finished yet
     text = A.render(rows, "grc_tf", "grc")
     assert "| global | 1 | 3 / 5 | 6.0 / 5.0 | 14.00 / 13.00 | 5.0 | 9.00 / 10.00 |" in text
@@ -37,10 +45,37 @@ def test_dev_bleu_at_equal_minutes_is_each_sides_last_epoch_within_the_shorter_t
     assert A.records("grc_tf", "grc", rows) == [{
         "profile": "grc_tf", "against": "grc", "model": "global", "seed": 1, "equal_minutes": 5.0, "epochs": 3,
         "epochs_against": 5, "minutes": 6.0, "minutes_against": 5.0, "test_bleu": 14.0, "test_bleu_against": 13.0,
-        "dev_bleu_at_equal": 9.0, "dev_bleu_at_equal_against": 10.0}]
+        "dev_bleu_at_equal": 9.0, "dev_bleu_at_equal_against": 10.0, "machine": where, "machine_against": where}]
     assert set(A.records("grc_tf", "grc", rows)[0]) == set(A.COLUMNS)
     figure = A.figure(ours, theirs, rows, ("grc_tf", "grc"), tmp_path / "fig.png")
     assert figure.stat().st_size > 0
+
+
+@pytest.mark.parametrize("machine, precision, trained", [
+    ({"cpu": "AMD EPYC", "bf16_native": True}, "bf16-mixed", True),  # another CPU
+    ({"cpu": "Intel(R) Xeon(R) Processor", "bf16_native": True}, "32-true", True),  # another precision
+    ({"cpu": "Intel(R) Xeon(R) Processor", "bf16_native": False}, "bf16-mixed", True),  # no native bf16
+    (XEON, "bf16-mixed", False),  # the unit only decoded a model an earlier run trained
+])
+def test_minutes_compare_only_between_units_trained_on_one_kind_of_machine(tmp_path, machine, precision, trained):
+    ours, theirs = tmp_path / "tf", tmp_path / "rnn"
+    mo = {"global-s1": _unit(ours, "global-s1", [120, 120, 120], [5.0, 9.0, 12.0], 14.0)}
+    mt = {"global-s1": _unit(theirs, "global-s1", [60] * 5, [1.0, 3.0, 6.0, 8.0, 10.0], 13.0, machine, precision,
+                             trained)}
+    [row] = A.compare(ours, theirs, mo, mt)
+    assert row["equal_minutes"] is None and row["dev_bleu_at_equal"] == [None, None]
+    assert row["minutes"] == [6.0, 5.0] and row["test_bleu"] == [14.0, 13.0]  # each side's own figures stay
+    text = A.render([row], "grc_tf", "grc")
+    assert f"not comparable: trained on {row['machines'][0]} / {row['machines'][1]} | – |" in text
+    assert (machine["cpu"] in row["machines"][1]) if trained else row["machines"][1].startswith("elsewhere")
+    assert A.figure(ours, theirs, [row], ("grc_tf", "grc"), tmp_path / "fig.png").stat().st_size > 0
+
+
+def test_a_unit_that_does_not_record_native_bf16_matches_on_cpu_precision_and_threads(tmp_path):
+    ours, theirs = tmp_path / "tf", tmp_path / "rnn"
+    mo = {"global-s1": _unit(ours, "global-s1", [120], [5.0], 14.0)}
+    mt = {"global-s1": _unit(theirs, "global-s1", [60, 60], [1.0, 3.0], 13.0, {"cpu": XEON["cpu"]})}
+    assert A.compare(ours, theirs, mo, mt)[0]["dev_bleu_at_equal"] == [5.0, 3.0]
 
 
 def test_units_other_than_a_models_budget_run_are_not_compared(tmp_path):

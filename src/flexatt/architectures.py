@@ -7,8 +7,11 @@ BLEU; no checkpoint).
 Equal minutes: for a pair of units (same model, same training seed), ``M`` is the shorter of the
 two trainings (the sum of its epochs' training seconds; the dev decoding after each epoch is not
 counted), and each side's dev BLEU at ``M`` is that of its last epoch finished within ``M``
-minutes (:func:`bleu_at`). The minutes are those of the machine each unit trained on, as its
-``unit.json`` records it; the two profiles' units of one corpus ran on one machine.
+minutes (:func:`bleu_at`). Minutes compare only where both units trained on one kind of machine
+(:func:`trained_on`: the same CPU model, precision and threads, each unit's ``unit.json``): units
+run in different places (the CPU model, its native bf16 and so the precision change between them)
+are shown with their own minutes and without the equal-minutes figures; the speed of the two
+architectures on one machine is ``benchmarks/transformer_speed.py``'s.
 """
 
 from __future__ import annotations
@@ -53,12 +56,41 @@ def bleu_at(curve: list[tuple[float, float]], minutes: float) -> Optional[float]
     return done[-1] if done else None
 
 
+def trained_on(manifest: dict) -> Optional[dict]:
+    """Where a unit's model was trained: CPU model, whether it has native bf16 (None where the unit
+    does not record it), precision and threads; None where the unit did not train its model (it
+    only decoded one an earlier run trained: its curve's minutes come from elsewhere)."""
+    if not manifest.get("minutes", {}).get("train"):
+        return None
+    machine, training = manifest.get("machine", {}), manifest.get("training", {})
+    return {"cpu": machine.get("cpu"), "bf16": machine.get("bf16_native"), "precision": training.get("precision"),
+            "threads": training.get("threads")}
+
+
+def same_machine(a: Optional[dict], b: Optional[dict]) -> bool:
+    """Whether two units trained on one kind of machine (:func:`trained_on`): the same CPU model,
+    precision and threads, and native bf16 alike where both record it."""
+    if a is None or b is None:
+        return False
+    same = all(a[k] == b[k] for k in ("cpu", "precision", "threads"))
+    return same and (a["bf16"] == b["bf16"] or None in (a["bf16"], b["bf16"]))
+
+
+def describe(where: Optional[dict]) -> str:
+    """:func:`trained_on` in words."""
+    if where is None:
+        return "elsewhere (it only decoded)"
+    bf16 = "" if where["bf16"] is None else (", native bf16" if where["bf16"] else ", no native bf16")
+    return f"{where['cpu']}{bf16}, {where['precision']}, {where['threads']} threads"
+
+
 def compare(ours: str | Path, theirs: str | Path, ours_manifests: dict[str, dict],
             theirs_manifests: dict[str, dict], models: tuple[str, ...] = MODELS) -> list[dict[str, Any]]:
     """Per model of ``models`` and training seed finished in both units folders (``ours``: the
     Transformer's, ``theirs``: the RNN's; their manifests by unit name, as
     :func:`flexatt.products.done_units` reads them): epochs, training minutes, test BLEU at τ = ∞
-    (each at its own budget), the equal minutes and each side's dev BLEU at them."""
+    (each at its own budget), where each trained (:func:`trained_on`) and, where that is one kind
+    of machine, the equal minutes and each side's dev BLEU at them (else None)."""
     rows = []
     for model in models:
         seeds = sorted({m["seed"] for n, m in ours_manifests.items() if n == Unit(model, m["seed"]).name}
@@ -67,18 +99,20 @@ def compare(ours: str | Path, theirs: str | Path, ours_manifests: dict[str, dict
             name = Unit(model, seed).name
             a, b = ours_manifests[name], theirs_manifests[name]
             ca, cb = minutes_curve(Path(ours) / name), minutes_curve(Path(theirs) / name)
-            equal = min(ca[-1][0], cb[-1][0])
+            where = [trained_on(a), trained_on(b)]
+            equal = min(ca[-1][0], cb[-1][0]) if same_machine(*where) else None
             rows.append({"model": model, "seed": seed, "epochs": [len(ca), len(cb)],
                          "minutes": [round(ca[-1][0], 1), round(cb[-1][0], 1)],
                          "test_bleu": [a["summary"]["test"]["inf"]["bleu"], b["summary"]["test"]["inf"]["bleu"]],
-                         "equal_minutes": round(equal, 1),
-                         "dev_bleu_at_equal": [bleu_at(ca, equal), bleu_at(cb, equal)]})
+                         "machines": [describe(w) for w in where], "equal_minutes": None if equal is None else round(equal, 1),
+                         "dev_bleu_at_equal": [None, None] if equal is None else [bleu_at(ca, equal), bleu_at(cb, equal)]})
     return rows
 
 
 #: the columns of the comparison as a W&B table (:func:`records`)
 COLUMNS = ["profile", "against", "model", "seed", "epochs", "epochs_against", "minutes", "minutes_against",
-           "test_bleu", "test_bleu_against", "equal_minutes", "dev_bleu_at_equal", "dev_bleu_at_equal_against"]
+           "test_bleu", "test_bleu_against", "machine", "machine_against", "equal_minutes", "dev_bleu_at_equal",
+           "dev_bleu_at_equal_against"]
 
 
 def records(profile: str, against: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -90,6 +124,7 @@ def records(profile: str, against: str, rows: list[dict[str, Any]]) -> list[dict
                 "equal_minutes": r["equal_minutes"]}
         for key in ("epochs", "minutes", "test_bleu", "dev_bleu_at_equal"):
             flat[key], flat[f"{key}_against"] = r[key]
+        flat["machine"], flat["machine_against"] = r["machines"]
         out.append(flat)
     return out
 
@@ -134,29 +169,34 @@ def _cell(value: Optional[float]) -> str:
 
 
 def render(rows: list[dict[str, Any]], ours: str, theirs: str) -> str:
-    """The comparison as a Markdown table (empty where no pair is finished)."""
+    """The comparison as a Markdown table (empty where no pair is finished); a pair trained on two
+    kinds of machine shows where each trained instead of the equal-minutes figures."""
     if not rows:
         return ""
     lines = [f"| model | seed | epochs ({ours} / {theirs}) | training minutes | test BLEU τ = ∞ | "
              f"equal minutes | dev BLEU at them |", "|---|---|---|---|---|---|---|"]
     for r in rows:
+        if r["equal_minutes"] is None:
+            equal = f"not comparable: trained on {r['machines'][0]} / {r['machines'][1]} | –"
+        else:
+            equal = (f"{r['equal_minutes']:.1f} | "
+                     f"{_cell(r['dev_bleu_at_equal'][0])} / {_cell(r['dev_bleu_at_equal'][1])}")
         lines.append(f"| {r['model']} | {r['seed']} | {r['epochs'][0]} / {r['epochs'][1]} | "
                      f"{r['minutes'][0]:.1f} / {r['minutes'][1]:.1f} | "
-                     f"{_cell(r['test_bleu'][0])} / {_cell(r['test_bleu'][1])} | {r['equal_minutes']:.1f} | "
-                     f"{_cell(r['dev_bleu_at_equal'][0])} / {_cell(r['dev_bleu_at_equal'][1])} |")
+                     f"{_cell(r['test_bleu'][0])} / {_cell(r['test_bleu'][1])} | {equal} |")
     return "\n".join(lines) + "\n"
 
 
 def figure(ours: str | Path, theirs: str | Path, rows: list[dict[str, Any]], labels: tuple[str, str], path: str | Path,
            ) -> Path:
-    """Dev BLEU against training minutes, every compared unit of both architectures (one colour
-    per architecture, one line per model and seed)."""
+    """Dev BLEU against training minutes, every pair of units of both architectures trained on one
+    kind of machine (one colour per architecture, one line per model and seed)."""
     from flexatt.figures import _save, plt
 
     fig, ax = plt.subplots(figsize=(6.4, 4.0))
     styles, labelled = {"global": "-", "flexible": "--"}, set()
     for folder, label, colour in ((ours, labels[0], "tab:blue"), (theirs, labels[1], "tab:orange")):
-        for r in rows:
+        for r in (r for r in rows if r["equal_minutes"] is not None):
             curve = minutes_curve(Path(folder) / Unit(r["model"], r["seed"]).name)
             name = f"{label} {r['model']}"
             ax.plot([m for m, _ in curve], [b for _, b in curve], styles.get(r["model"], ":"), color=colour,
@@ -164,7 +204,11 @@ def figure(ours: str | Path, theirs: str | Path, rows: list[dict[str, Any]], lab
             labelled.add(name)
     ax.set_xlabel("training minutes")
     ax.set_ylabel("dev BLEU (greedy)")
-    ax.legend(fontsize=8)
+    if labelled:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no pair trained on one kind of machine yet", ha="center", va="center",
+                transform=ax.transAxes)
     ax.grid(alpha=0.3)
     fig.tight_layout()
     return _save(fig, path)
