@@ -385,6 +385,7 @@ def test_the_report_logs_its_claims_models_and_figure_to_w_and_b(run, tmp_path):
     # as a Transformer profile's report has it: its models against the RNN's (flexatt.architectures)
     saved["architectures"] = {"against": "grc", "rows": [
         {"model": "global", "seed": 1, "epochs": [30, 45], "minutes": [80.0, 47.0], "test_bleu": [14.2, 14.1],
+         "machines": ["Intel(R) Xeon(R) Processor, native bf16, bf16-mixed, 2 threads"] * 2,
          "equal_minutes": 47.0, "dev_bleu_at_equal": [12.0, 12.4]}]}
     log_report(p, saved, figure(Units(run, PLAN), tmp_path / "units.png"))
     runs = find_runs(tmp_path / "wandb")
