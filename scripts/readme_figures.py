@@ -84,7 +84,7 @@ def results_block(table_md: str, filt: dict, metrics: dict) -> str:
     splits, reordering = filt["splits"], filt.get("reordering")
     crossing = (f"; {reordering['crossing_link_pairs']:.1%} of gold link pairs cross, in "
                 f"{reordering['sentences_with_crossing']:.0%} of pairs" if reordering else "")
-    caption = (f"What `make repro` shows in an hour (the default profile, 3 epochs): {splits['train']['pairs']:,} training pairs, "
+    caption = (f"What `make repro` shows (the default profile, 3 epochs): {splits['train']['pairs']:,} training pairs, "
                f"{splits[metrics['split']]['pairs']:,} {metrics['split']} pairs, beam {metrics['beam_size']}"
                f"{crossing} (`results/table1.md`, `results/metrics.json`, `results/filter.json`).")
     return caption + "\n\n" + "\n".join(_table_lines(table_md))

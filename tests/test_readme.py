@@ -83,7 +83,7 @@ def test_without_units_the_long_runs_block_is_empty_and_the_headline_says_so(tmp
     assert set(blocks) == {"headline", "bible", "grc", "transformer", "pipeline"}
     demo = figures.blocks_of(figures.DEFAULT_DOC)
     assert set(demo) == {"results", "finetuning", "char", "reordering"}
-    assert demo["results"].startswith("What `make repro` shows in an hour")
+    assert demo["results"].startswith("What `make repro` shows (the default profile")
 
 
 def _claim(cid: str, seeds: int, mean: float, ci: list[float] | None, verdict: str, **extra) -> dict:
