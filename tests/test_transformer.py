@@ -133,6 +133,36 @@ def test_incremental_decoding_equals_teacher_forcing_step_by_step(kind, centre, 
         assert (aux["window"] <= dense).all() and (aux["window"] < dense).any()
 
 
+@pytest.mark.parametrize("kind, centre, tau", [("global", "query", math.inf), ("flexible", "query", math.inf),
+                                               ("flexible", "query", 0.5), ("flexible", "below", 0.5),
+                                               ("local_m", "query", math.inf), ("local_mr", "query", math.inf)])
+def test_a_row_map_decodes_as_a_copy_per_row_bit_for_bit(kind, centre, tau):
+    """The searches' cache (``by_row``: the sentences' memory and the sentence of each row, composed
+    on every reorder) gives the numbers of a copy of every row's memory: windowed layers gather
+    from the sentences' memory, the others read the rows' copy."""
+    model = _model(kind, centre)
+    g = torch.Generator().manual_seed(4)
+    src = torch.randint(3, 20, (B, S), generator=g).masked_fill(~(torch.arange(S) < LENGTHS.unsqueeze(1)), 0)
+    cache, state = model.encode(src, LENGTHS)
+    mapped = cache.by_row()
+    first = torch.tensor([2, 2, 0, 1, 1, 1, 0])  # rows of sentences in any order and number
+    mapped, copied, state = mapped.index_select(first), cache.index_select(first), state.index_select(first)
+    assert torch.equal(mapped.rows, first) and mapped.base is cache  # nothing copied
+    tokens = torch.randint(3, 23, (first.numel(), 3), generator=g)
+    states = [state, state]
+    for t in range(3):
+        out = [model.decode_step(tokens[:, t], s, c, tau) for s, c in zip(states, (mapped, copied))]
+        (la, sa, wa, xa), (lb, sb, wb, xb) = out
+        assert torch.equal(la, lb) and torch.equal(wa, wb) and torch.equal(xa.window, xb.window)
+        states = [sa, sb]
+    again = torch.tensor([6, 0, 3])  # a later reorder composes the map
+    assert torch.equal(mapped.index_select(again).rows, first[again])
+    assert torch.equal(model.decode_step(tokens[again, 0], states[0].index_select(again), mapped.index_select(again),
+                                         tau)[0],
+                       model.decode_step(tokens[again, 0], states[1].index_select(again), copied.index_select(again),
+                                         tau)[0])
+
+
 def test_the_centre_below_is_the_layer_belows_expected_position():
     model = _model("flexible", "below")
     src = torch.randint(3, 20, (B, S)).masked_fill(~(torch.arange(S) < LENGTHS.unsqueeze(1)), 0)

@@ -211,20 +211,28 @@ class CrossAttention(nn.Module):
         return centre, self.strength(y)
 
     # -- forward -------------------------------------------------------------------------
+    def windowed(self, tau: float) -> bool:
+        """Whether this layer scores a window at ``tau`` (a fixed window always, flexible at a
+        finite τ) rather than every real position."""
+        return self.kind in ("local_m", "local_mr") or (self.kind == "flexible" and not math.isinf(tau))
+
     def forward(self, y: Tensor, memory: Memory, mask: Tensor, steps: Tensor, tau: float = INF,
-                below: Optional[Tensor] = None) -> tuple[Tensor, Tensor, dict]:
+                below: Optional[Tensor] = None, rows: Optional[Tensor] = None) -> tuple[Tensor, Tensor, dict]:
         """y B x T x d (LN₂ of the layer's input), ``mask`` B x S (True at real positions),
         ``steps`` B x T (t) -> output B x T x d, head-averaged weights B x T x S (zeros outside the
         window and at padding), and per step (B x T): ``window`` (positions scored, counted from
         the index list that was scored), ``span_lo``, ``span_hi``, ``position`` (Σ_s ā(s)·s) and
-        ``g`` (``None`` unless flexible)."""
+        ``g`` (``None`` unless flexible). ``rows`` (B long, where :meth:`windowed`): ``memory``
+        holds one row per sentence and ``rows`` the sentence of each of the B rows, whose windows
+        are gathered from it (decoding: no copy of the keys and values per hypothesis)."""
         lengths = mask.sum(1)
         q = _heads(self.q(y), self.heads)  # B x h x T x d_h
         centre, g = self.centre_and_strength(y, steps, lengths, below)
-        windowed = self.kind in ("local_m", "local_mr") or (g is not None and not math.isinf(tau))
-        if windowed:
-            out, weights, count, lo, hi = self._windowed(q, memory, lengths, centre, g, tau)
+        if self.windowed(tau):
+            out, weights, count, lo, hi = self._windowed(q, memory, lengths, centre, g, tau, rows)
         else:
+            if rows is not None:
+                raise ValueError("a layer that scores every position reads one memory row per decoding row")
             out, weights = self._dense(q, memory, mask, centre, g)
             count = lengths.unsqueeze(1).expand(-1, y.size(1))
             lo, hi = torch.ones_like(count), count
@@ -243,28 +251,39 @@ class CrossAttention(nn.Module):
         return self.dropout(a) @ memory.values, a.mean(1)
 
     def _windowed(self, q: Tensor, memory: Memory, lengths: Tensor, centre: Tensor, g: Optional[Tensor],
-                  tau: float) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-        """Only the window's positions scored: their keys and values gathered per (sentence,
-        step) pair, one dot product per gathered position and head."""
+                  tau: float, rows: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """Only the window's positions scored: their keys and values gathered per (row, step)
+        pair, one dot product per gathered position and head; ``rows``: the memory row of each
+        row (None: its own)."""
         b, h, t, dh = q.shape
         src_len = memory.keys.size(2)
         lo, hi = self.span(centre, g, tau, lengths)  # B x T
         width = hi - lo + 1
         slot = torch.arange(int(width.max()), device=q.device)
         in_window = slot < width.unsqueeze(-1)  # B x T x W
-        sent, step, col = in_window.nonzero(as_tuple=True)  # P each: the (sentence, step, slot) scored
+        sent, step, col = in_window.nonzero(as_tuple=True)  # P each: the (row, step, slot) scored
         index = lo[sent, step] + col - 1  # P (0-based source position)
-        keys = memory.keys.permute(0, 2, 1, 3)[sent, index]  # P x h x d_h
-        values = memory.values.permute(0, 2, 1, 3)[sent, index]  # P x h x d_h
-        flat = (q.permute(0, 2, 1, 3)[sent, step] * keys).sum(-1) / math.sqrt(dh)  # P x h
+        source = sent if rows is None else rows[sent]  # P: the memory row each is gathered from
+        # the gathers as row copies out of (rows x positions) x h x d_h (a view of the keys' and
+        # values' layout as the projection wrote them: B x S x h x d_h), several times faster than
+        # indexing the two dimensions; the same numbers
+        at = source * src_len + index  # P
+        keys = memory.keys.permute(0, 2, 1, 3).reshape(-1, h, dh).index_select(0, at)  # P x h x d_h
+        values = memory.values.permute(0, 2, 1, 3).reshape(-1, h, dh).index_select(0, at)  # P x h x d_h
+        row_step = sent * t + step  # P
+        queries = q.permute(0, 2, 1, 3).reshape(-1, h, dh).index_select(0, row_step)  # P x h x d_h
+        flat = (queries * keys).sum(-1) / math.sqrt(dh)  # P x h
         if g is not None:
             flat = flat - self.penalty(index + 1, centre[sent, step], g[sent, step]).unsqueeze(-1)
-        scores = flat.new_full((b, t, slot.numel(), h), NEG_INF).index_put((sent, step, col), flat)
+        w = slot.numel()
+        scores = flat.new_full((b, t, w, h), NEG_INF).index_put((sent, step, col), flat)
         a = torch.softmax(scores, dim=2)  # B x T x W x h, exact zeros outside each window
+        scored = row_step * w + col  # P: each one's (row, step, slot) in a
         context = flat.new_zeros(b, t, h, dh).index_put(
-            (sent, step), self.dropout(a)[sent, step, col].unsqueeze(-1) * values, accumulate=True)  # B x T x h x d_h
-        weights = a.new_zeros(b, t, src_len).index_put((sent, step, index), a[sent, step, col].mean(-1),
-                                                       accumulate=True)
+            (sent, step), self.dropout(a).reshape(-1, h).index_select(0, scored).unsqueeze(-1) * values,
+            accumulate=True)  # B x T x h x d_h
+        weights = a.new_zeros(b, t, src_len).index_put(
+            (sent, step, index), a.reshape(-1, h).index_select(0, scored).mean(-1), accumulate=True)
         count = torch.zeros(b, t, dtype=torch.long, device=q.device).index_put(
             (sent, step), torch.ones_like(sent), accumulate=True)
         return context.transpose(1, 2), weights, count, lo, hi
@@ -300,19 +319,19 @@ class DecoderLayer(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x: Tensor, memory: Memory, mask: Tensor, steps: Tensor, tau: float,
-                below: Optional[Tensor], past: Optional[tuple[Tensor, Tensor]] = None):
-        """-> the layer's output, its self-attention keys/values, its cross-attention weights and stats."""
+                below: Optional[Tensor], past: Optional[tuple[Tensor, Tensor]] = None, rows: Optional[Tensor] = None):
+        """-> the layer's output, its self-attention keys/values, its cross-attention weights and
+        stats (``rows``: :meth:`CrossAttention.forward`'s)."""
         attended, kv = self.attention(self.norm1(x), causal=past is None, past=past)
         x = x + self.dropout(attended)
-        crossed, weights, stats = self.cross(self.norm2(x), memory, mask, steps, tau, below)
+        crossed, weights, stats = self.cross(self.norm2(x), memory, mask, steps, tau, below, rows)
         x = x + self.dropout(crossed)
         return x + self.dropout(self.ff(self.norm3(x))), kv, weights, stats
 
 
 class TransformerCache(NamedTuple):
     """Per sentence: every decoder layer's source keys/values (:class:`Memory`), the mask and
-    lengths. Beam search reads it through :meth:`by_row` and reorders it with :meth:`index_select`
-    (a copy of the rows' tensors)."""
+    lengths. The searches read it through :meth:`by_row` (:class:`TransformerRows`)."""
 
     memories: tuple[Memory, ...]
     mask: Tensor  # B x S bool
@@ -326,9 +345,59 @@ class TransformerCache(NamedTuple):
         return TransformerCache(tuple(m.index_select(index) for m in self.memories),
                                 self.mask.index_select(0, index), self.lengths.index_select(0, index))
 
-    def by_row(self) -> "TransformerCache":
-        """One decoding row per sentence: the cache itself."""
-        return self
+    def read(self, layer: int, windowed: bool) -> tuple[Memory, None]:
+        """Layer ``layer``'s memory, one row per row (:meth:`TransformerRows.read`)."""
+        return self.memories[layer], None
+
+    def by_row(self) -> "TransformerRows":
+        """One decoding row per sentence, as a row map."""
+        return TransformerRows(self, torch.arange(self.lengths.size(0), device=self.lengths.device))
+
+
+class TransformerRows:
+    """The cache of a batch of sentences (``base``) read by N decoding rows (``rows``: N long, the
+    sentence of each row), as :class:`flexatt.attention.RowMap` is for the RNN: a reorder of the
+    rows (beam expansion, a sentence ending) composes the map instead of copying every layer's
+    keys and values once per hypothesis. A layer that scores a window gathers its positions from
+    ``base`` through ``rows`` (:meth:`CrossAttention.forward`); one that scores every position
+    reads the rows' own copy (:meth:`read`, made once per map, on first use); the numbers are
+    those of a copy per row either way."""
+
+    __slots__ = ("base", "rows", "_per_row", "_mask")
+
+    def __init__(self, base: TransformerCache, rows: Tensor):
+        self.base, self.rows = base, rows
+        self._per_row: Optional[TransformerCache] = None
+        self._mask: Optional[Tensor] = None
+
+    def index_select(self, index: Tensor) -> "TransformerRows":
+        """The rows ``index`` (long N'), in that order: the map composed, nothing copied."""
+        return TransformerRows(self.base, self.rows.index_select(0, index))
+
+    @property
+    def src_len(self) -> int:
+        return self.base.src_len
+
+    def _identity(self) -> bool:
+        n = self.base.lengths.size(0)
+        return self.rows.numel() == n and torch.equal(self.rows, torch.arange(n, device=self.rows.device))
+
+    @property
+    def mask(self) -> Tensor:
+        """N x S, the rows' mask."""
+        if self._mask is None:
+            self._mask = self.base.mask if self._identity() else self.base.mask.index_select(0, self.rows)
+        return self._mask
+
+    def read(self, layer: int, windowed: bool) -> tuple[Memory, Optional[Tensor]]:
+        """Layer ``layer``'s memory and the sentence of each row in it: for a layer that scores a
+        window, the sentences' own and ``rows``; else one row per decoding row (a copy of every
+        layer's, made once per map) and None."""
+        if windowed:
+            return self.base.memories[layer], self.rows
+        if self._per_row is None:
+            self._per_row = self.base if self._identity() else self.base.index_select(self.rows)
+        return self._per_row.memories[layer], None
 
 
 class TransformerState(NamedTuple):
@@ -403,13 +472,17 @@ class TransformerSeq2Seq(nn.Module):
         n = len(self.decoder)
         return cache, TransformerState((empty,) * n, (empty,) * n, torch.zeros_like(src_len))
 
-    def _decode(self, x: Tensor, cache: TransformerCache, steps: Tensor, tau: float,
+    def _decode(self, x: Tensor, cache: TransformerCache | TransformerRows, steps: Tensor, tau: float,
                 past: Optional[TransformerState]) -> tuple[Tensor, list, list, list]:
+        """``cache``: one row per row of ``x`` (teacher forcing), or a row map (decoding): a
+        layer that scores a window reads the sentences' memory through the map, any other the
+        rows' copy of it."""
         below = None
         kvs, weights, stats = [], [], []
         for i, layer in enumerate(self.decoder):
             layer_past = None if past is None else (past.keys[i], past.values[i])
-            x, kv, w, s = layer(x, cache.memories[i], cache.mask, steps, tau, below, layer_past)
+            memory, rows = cache.read(i, layer.cross.windowed(tau))
+            x, kv, w, s = layer(x, memory, cache.mask, steps, tau, below, layer_past, rows)
             below = s["position"] if self.cfg.centre == "below" else None
             kvs.append(kv)
             weights.append(w)
@@ -429,7 +502,7 @@ class TransformerSeq2Seq(nn.Module):
                "temperature": None}
         return weights[align], out
 
-    def decode_step(self, prev_tokens: Tensor, state: TransformerState, cache: TransformerCache,
+    def decode_step(self, prev_tokens: Tensor, state: TransformerState, cache: TransformerCache | TransformerRows,
                     tau: float = INF) -> tuple[Tensor, TransformerState, Tensor, AttentionStats]:
         """prev_tokens N (y_{t−1}) -> logits N x V (float32), the state with this step's
         self-attention keys/values, the alignment layer's weights N x S and the stats."""
