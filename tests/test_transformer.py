@@ -309,3 +309,34 @@ def test_every_layers_window_is_counted_and_their_mean_is_the_window(search):
     rnn = tiny_model("flexible")
     rnn_src, rnn_len = sources()
     assert greedy(rnn, rnn_src, rnn_len, 5, 0.5, backend="eager").layer_window_sum is None
+
+
+def test_the_rnn_never_loads_the_transformers_module(root):
+    """Every stage's module and an RNN of every variant of the root pipeline built, run forward and
+    decoded, in a fresh interpreter: ``flexatt.transformer`` is never imported (the only import of
+    it is :func:`flexatt.model.build_model`'s, for ``model.arch: transformer``), so an edit of it
+    cannot change what an RNN stage computes, though its file is among every stage's DVC deps."""
+    import subprocess
+    import sys
+
+    code = """
+import importlib, pkgutil, sys, torch
+import flexatt.stages
+for m in pkgutil.iter_modules(flexatt.stages.__path__):
+    importlib.import_module(f"flexatt.stages.{m.name}")
+from flexatt.config import load_params
+from flexatt.decoding.search import beam_search
+from flexatt.model import build_model
+params = load_params("params.yaml", [])
+src, src_len = torch.randint(3, 50, (2, 7)), torch.tensor([7, 5])
+for name, variant in params["variants"].items():
+    model = build_model({**params["model"], **variant}, 50, 50, joint_vocab=True).eval()
+    with torch.no_grad():
+        model(src, src_len, torch.randint(3, 50, (2, 4)))
+        beam_search(model, src, src_len, 5, 2, backend="eager")
+assert "flexatt.transformer" not in sys.modules, "an RNN loaded flexatt.transformer"
+print(len(params["variants"]))
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert int(done.stdout.split()[-1]) >= 6  # global, local_m, local_p, flexible, sact, flexible_sact at least
