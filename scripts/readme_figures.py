@@ -392,7 +392,9 @@ def transformer_units(runs: dict[str, Path]) -> str:
     (:func:`units_section`: models over seeds, the claims their reports decide), then per corpus
     and per model and seed the two architectures from the report's comparison
     (``architectures``, :mod:`flexatt.architectures`): test BLEU at each one's budget and greedy
-    dev BLEU after the same training minutes. Says so before the first unit."""
+    dev BLEU after the same training minutes; where both centres of flexible cross-attention have
+    finished at a seed, the two side by side (:func:`flexatt.architectures.render_centres`). Says
+    so before the first unit."""
     from flexatt.products import done_units
 
     done = {p: run for p, run in runs.items() if done_units(run / "units")}
@@ -415,7 +417,16 @@ def transformer_units(runs: dict[str, Path]) -> str:
                "profile's budget; the minutes are those of training, not of the dev decoding after each epoch, "
                "and compare only between units trained on one kind of machine):\n\n"
                + "\n".join(lines)) if len(lines) > 2 else ""
-    return units_section(done).replace("](#configuration)", "](../README.md#configuration)") + against
+    centres = ""
+    for profile, run in done.items():
+        rows = ((current_report(run) or {}).get("centres") or {}).get("rows", [])
+        if rows:
+            from flexatt.architectures import render_centres
+
+            corpus = UNITS_CORPUS[TRANSFORMER_PROFILES[profile]][0]
+            centres += (f"\n\n**The window's centre on the {corpus}** (flexible with the query's centre and with "
+                        f"the layer below's, per training seed; dev chooses):\n\n" + render_centres(rows).rstrip())
+    return units_section(done).replace("](#configuration)", "](../README.md#configuration)") + against + centres
 
 
 def resumed_at_end(manifest: dict) -> bool:

@@ -114,3 +114,32 @@ def test_the_window_of_every_layer_is_shown_for_the_units_that_record_it():
     text = A.render_layers(rows)
     assert "| flexible-s1 | 0.5 | 10.00 | 8.00 | 12.00 |" in text and text.startswith("| unit | τ | window | layer 1 | layer 2 |")
     assert A.render_layers([]) == ""
+
+
+def _flexible(seed: int, centre: str, dev: tuple[float, float, float, float], test: tuple[float, float, float],
+              budget: float = 1.0) -> dict:
+    """A flexible unit's manifest: dev (BLEU at τ = ∞, selected τ, its window, its BLEU), test
+    (BLEU at τ = ∞, window and BLEU at that τ)."""
+    return {"seed": seed, "kind": "train", "budget": budget, "model": {"attention": "flexible", "centre": centre},
+            "summary": {"dev": {"inf": {"bleu": dev[0]}, "selected": {"tau": dev[1], "window": dev[2], "bleu": dev[3]}},
+                        "test": {"inf": {"bleu": test[0]}, "selected": {"window": test[1], "bleu": test[2]}}}}
+
+
+def test_the_two_centres_are_compared_per_seed_and_dev_chooses():
+    manifests = {"flexible-s1": _flexible(1, "query", (14.0, 2.5, 18.0, 13.7), (14.2, 17.5, 13.9)),
+                 "flexible_below-s1": _flexible(1, "below", (13.5, 1.5, 12.0, 13.2), (13.9, 11.8, 13.4)),
+                 "flexible-s2": _flexible(2, "query", (14.1, 2.0, 17.0, 13.9), (14.0, 16.9, 13.8)),  # no pair at seed 2
+                 "flexible-s1-x1.5": _flexible(1, "query", (15.0, 2.0, 17.0, 14.9), (15.0, 17.0, 14.8), 1.5),
+                 "global-s1": {"seed": 1, "kind": "train", "budget": 1.0, "model": {"attention": "global"}}}
+    rows = A.centres(manifests)
+    assert [r["seed"] for r in rows] == [1]
+    assert rows[0]["query"]["unit"] == "flexible-s1" and rows[0]["below"]["unit"] == "flexible_below-s1"
+    assert rows[0]["below"] == {"unit": "flexible_below-s1", "dev_bleu_inf": 13.5, "tau": 1.5, "dev_window": 12.0,
+                                "dev_bleu": 13.2, "test_bleu_inf": 13.9, "test_window": 11.8, "test_bleu": 13.4}
+    assert A.centre_on_dev(rows) == "query"  # 13.7 against 13.2 dev BLEU at the selected τ
+    text = A.render_centres(rows)
+    assert "| 1 | below | flexible_below-s1 | 13.50 | 1.5 | 12.00 | 13.20 | 13.90 | 11.80 | 13.40 |" in text
+    assert "the **query** centre" in text
+    tie = [{**rows[0], "below": {**rows[0]["below"], "dev_bleu": 13.7}}]
+    assert A.centre_on_dev(tie) == "below"  # equal dev BLEU: the smaller window
+    assert A.centres({}) == [] and A.centre_on_dev([]) is None and A.render_centres([]) == ""

@@ -129,6 +129,67 @@ def records(profile: str, against: str, rows: list[dict[str, Any]]) -> list[dict
     return out
 
 
+def centres(manifests: dict[str, dict]) -> list[dict[str, Any]]:
+    """The two centres of flexible cross-attention side by side (the query's, local-p style, and
+    the layer below's expected position; docs/method.md, Transformer), per training seed at which
+    a flexible unit of each trained for the budget: dev BLEU at τ = ∞, the dev-selected τ with its
+    window and BLEU on dev, and test BLEU at τ = ∞ and at that τ with its window. The centre is
+    chosen on dev: :func:`centre_on_dev`."""
+    by_seed: dict[int, dict[str, str]] = {}
+    for name, m in manifests.items():
+        model = m.get("model", {})
+        if model.get("attention") != "flexible" or m.get("kind", "train") != "train" or m.get("budget", 1.0) != 1.0:
+            continue
+        by_seed.setdefault(m["seed"], {})[model.get("centre", "query")] = name
+    rows = []
+    for seed in sorted(by_seed):
+        if not {"query", "below"} <= set(by_seed[seed]):
+            continue
+        row: dict[str, Any] = {"seed": seed}
+        for centre in ("query", "below"):
+            name = by_seed[seed][centre]
+            dev, test = manifests[name]["summary"]["dev"], manifests[name]["summary"]["test"]
+            row[centre] = {"unit": name, "dev_bleu_inf": dev["inf"]["bleu"], "tau": dev["selected"]["tau"],
+                           "dev_window": dev["selected"]["window"], "dev_bleu": dev["selected"]["bleu"],
+                           "test_bleu_inf": test["inf"]["bleu"], "test_window": test["selected"]["window"],
+                           "test_bleu": test["selected"]["bleu"]}
+        rows.append(row)
+    return rows
+
+
+def centre_on_dev(rows: list[dict[str, Any]]) -> Optional[str]:
+    """The centre the dev set chooses: the higher mean dev BLEU at the selected τ over the seeds
+    compared (each model's τ is already its smallest window within the tolerance of its τ = ∞);
+    at equal BLEU (to 0.01), the smaller mean dev window. None without a pair."""
+    if not rows:
+        return None
+    def mean(centre: str, key: str) -> float:
+        return sum(r[centre][key] for r in rows) / len(rows)
+
+    bleu = {c: round(mean(c, "dev_bleu"), 2) for c in ("query", "below")}
+    if bleu["query"] != bleu["below"]:
+        return max(bleu, key=bleu.get)
+    return min(("query", "below"), key=lambda c: mean(c, "dev_window"))
+
+
+def render_centres(rows: list[dict[str, Any]]) -> str:
+    """The centres side by side as a Markdown table, with the dev set's choice (empty without rows)."""
+    if not rows:
+        return ""
+    lines = ["| seed | centre | unit | dev BLEU τ = ∞ | selected τ | dev window | dev BLEU | test BLEU τ = ∞ | "
+             "test window | test BLEU |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        for centre in ("query", "below"):
+            c = r[centre]
+            tau = "∞" if c["tau"] is None or math.isinf(float(c["tau"])) else f"{float(c['tau']):g}"
+            lines.append(f"| {r['seed']} | {centre} | {c['unit']} | {c['dev_bleu_inf']:.2f} | {tau} | "
+                         f"{c['dev_window']:.2f} | {c['dev_bleu']:.2f} | {c['test_bleu_inf']:.2f} | "
+                         f"{c['test_window']:.2f} | {c['test_bleu']:.2f} |")
+    chosen = centre_on_dev(rows)
+    return ("\n".join(lines) + f"\n\nOn dev ({len(rows)} seed{'s' if len(rows) > 1 else ''}): the **{chosen}** "
+            "centre (higher dev BLEU at the selected τ; at equal BLEU, the smaller window).\n")
+
+
 def layer_windows(units) -> list[dict[str, Any]]:
     """Per unit trained for the budget whose decodes record each cross-attention layer's window (a
     Transformer's; :class:`flexatt.unit_claims.Units`), its test window per layer (per sentence,

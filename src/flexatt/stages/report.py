@@ -91,6 +91,11 @@ def write_report(profile: str, results: Path, refs: dict[str, list[str]], plan_d
                             f"(test BLEU at τ = ∞, each at its own budget; greedy dev BLEU after the same "
                             f"training minutes, the shorter of the two trainings):\n\n"
                             + (architectures.render(rows, *names) or "No pair finished yet.\n"))
+        found = architectures.centres(done)
+        out["centres"] = {"rows": found, "chosen": architectures.centre_on_dev(found)}
+        out["markdown"] += ("\n## The window's centre: the query's or the layer below's\n\nFlexible trained with "
+                            "each centre, per training seed (dev chooses; test beside):\n\n"
+                            + (architectures.render_centres(found) or "No pair finished yet.\n"))
         layers = architectures.layer_windows(Units(results, spec))
         out["layer_windows"] = layers
         out["markdown"] += ("\n## Window per cross-attention layer\n\nTest, positions scored per step in each decoder "
