@@ -540,21 +540,31 @@ def test_the_budget_check_trains_longer_and_decodes_like_any_unit(smoke_unit):
     assert "selected_tau" in m["summary"]["dev"] and products["alignments"] is not None
 
 
-@pytest.mark.slow  # a Transformer unit trained and decoded end to end
+@pytest.mark.slow  # two Transformer units trained and decoded end to end
 def test_a_transformer_unit_trains_and_decodes_as_a_unit_with_its_layers_windows(smoke_tokenized, tmp_path):
     """A unit of a Transformer profile (model.arch=transformer) goes through the same unit: its
-    products load, its test decodes keep each cross-attention layer's window beside the mean."""
+    products load, its test decodes keep each cross-attention layer's window beside the mean; a
+    flexible unit keeps its weights (a parent, as the Transformer plans make it) and a fixed window
+    that finishes after it is matched to it from them, as on the RNN."""
     work = copy_of(smoke_tokenized, tmp_path / "tf")
     (work / "conf").symlink_to(ROOT / "conf")
     sizes = ["model.arch=transformer", "model.hidden_size=32", "model.ff_size=64", "model.layers=2", "model.heads=2"]
-    result = run_module("flexatt.units", "run", "flexible-s1", "--out", "products", "--match", "local_m-s1=4.5",
-                        *SHORT, *sizes, cwd=work, threads="1")
+    result = run_module("flexatt.units", "run", "flexible-s1", "--keep-weights", "--out", "units/flexible-s1",
+                        "--match", "local_mr-s1=4.5", *SHORT, *sizes, cwd=work, threads="1")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    products = load_products(work / "products")
+    products = load_products(work / "units/flexible-s1")
     assert products["manifest"]["model"]["arch"] == "transformer"
+    assert (work / "units/flexible-s1/weights.fp16.pt").is_file()
     for r in products["decodes"]["records"]:
         assert len(r["layer_windows"]) == 2, r["layer_windows"]  # per layer: per sentence, then the mean
         assert sum(r["layer_windows"]) / 2 == pytest.approx(r["window"], abs=0.01)
+    fixed = run_module("flexatt.units", "run", "local_m-s1", "--out", "units/local_m-s1", "--match-flexible",
+                       "units/flexible-s1", *SHORT, *sizes, cwd=work, threads="1")
+    assert fixed.returncode == 0, fixed.stdout[-2000:] + fixed.stderr[-3000:]
+    done = done_units(work / "units")
+    entry = done["flexible-s1"]["summary"]["matched"]["local_m-s1"]
+    assert entry["target"] == done["local_m-s1"]["summary"]["dev"]["inf"]["window"]
+    assert done["local_m-s1"]["matched_by"]["unit"] == "flexible-s1"
 
 
 def test_a_changed_product_is_refused(smoke_unit, tmp_path):
