@@ -34,6 +34,8 @@ def root() -> Path:
 
 
 _prebuild: list[subprocess.Popen] = []
+#: set by the controller while it builds the kernel for the run (:func:`pytest_configure`)
+PREBUILD_ENV = "FLEXATT_TESTS_KERNEL_PREBUILD"
 
 
 def pytest_configure(config) -> None:
@@ -41,9 +43,17 @@ def pytest_configure(config) -> None:
     it is not yet cached, in a process of its own before the tests are even collected: the first
     test that needs it then waits for the rest of the build instead of all of it (the build holds
     the folder's lock, ``flexatt.decoding.kernel._exclusive_build``, so nothing builds it twice).
-    The controller starts it (pytest alone, or the xdist controller, not its workers); a build not
-    finished when the run ends is stopped, and the next ``extension()`` builds again."""
-    if hasattr(config, "workerinput") or config.args_source != pytest.Config.ArgsSource.TESTPATHS:
+    The controller starts it (pytest alone, or the xdist controller, not its workers); the processes
+    that run tests lower their priority while it builds; a build not finished when the run ends is
+    stopped, and the next ``extension()`` builds again."""
+    if hasattr(config, "workerinput"):
+        # a worker of a run whose controller is building the kernel yields to the build (a lower
+        # priority, which any process may take), so that the build ends before the kernel's tests
+        # wait for it, instead of sharing the cores three ways
+        if os.environ.get(PREBUILD_ENV) == "1":
+            os.nice(5)
+        return
+    if config.args_source != pytest.Config.ArgsSource.TESTPATHS:
         return
     from flexatt.decoding import kernel
 
@@ -52,6 +62,9 @@ def pytest_configure(config) -> None:
     code = "import warnings; warnings.simplefilter('ignore'); from flexatt.decoding import kernel; kernel.extension()"
     _prebuild.append(subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL))
+    os.environ[PREBUILD_ENV] = "1"  # the workers, started after this, inherit it
+    if not getattr(config.option, "numprocesses", None):
+        os.nice(5)  # the tests run in this process, beside the build
 
 
 #: the test files that decode with the compiled kernel (the kernel's own, and the backends'
