@@ -63,9 +63,22 @@ def read_run(path: str | Path) -> dict:
     return out
 
 
-def find_runs(wandb_dir: str | Path) -> list[dict]:
-    """Every offline run under ``wandb_dir``, read."""
-    return [read_run(p) for p in sorted(Path(wandb_dir).glob("offline-run-*/run-*.wandb"))]
+def find_runs(wandb_dir: str | Path, wait: float = 30.0) -> list[dict]:
+    """Every offline run under ``wandb_dir``, read. A file without its ``run`` record yet is read
+    again for up to ``wait`` seconds (W&B's writer is a process of its own; on a loaded machine
+    a test once found a run's file without it, the cause not established); a run still without
+    it is returned as read, and the test reading it fails."""
+    import time
+
+    runs = []
+    for path in sorted(Path(wandb_dir).glob("offline-run-*/run-*.wandb")):
+        deadline = time.monotonic() + wait
+        run = read_run(path)
+        while run["run"] is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            run = read_run(path)
+        runs.append(run)
+    return runs
 
 
 def logged_keys(wandb_dir: Path) -> set[str]:
