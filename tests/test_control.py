@@ -1,7 +1,8 @@
 """The stopping rule and the fine-tuning's control, on the smoke data with the real stages:
 a model stops when its dev BLEU stops improving (and one that does every epoch is flagged as
 capped), the control gets exactly the epochs and learning rates its fine-tuning ran, with β = 0
-and early stopping off, and the β sweep records what it measures."""
+and early stopping off, and the β sweep records what it measures (its β = 0 run the control, its run at the
+fine-tuning's β the fine-tuning: one epoch of the plain recipe at β = 0 is the control bit for bit)."""
 
 from __future__ import annotations
 
@@ -83,15 +84,27 @@ def test_a_control_without_its_finetunings_learning_curve_is_refused(tmp_path):
 @pytest.mark.slow
 def test_the_beta_sweep_stops_and_selects(smoke_trained, tmp_path, capsys):
     path = copy_of(smoke_trained, tmp_path / "repo")
-    code, err = run_inprocess("sweep_beta", [*COMMON, "finetune.init_dir=m", "finetune.epochs=1",
-                                             "sweep_beta.grid=[0.1,1000000]", "sweep_beta.tau=1.0",
-                                             "sweep_beta.out_dir=b", "sweep_beta.out=rb/beta.json",
-                                             "sweep_beta.curve_file=rb/beta.csv", "sweep_beta.figure=rb/beta.png",
-                                             "decode.beam_size=2"], capsys, cwd=path)
+    ft = ["finetune.init_dir=m", "finetune.epochs=1", "finetune.out_dir=ft", "finetune.metrics_dir=rf",
+          "finetune.control_out_dir=ctl", "finetune.control_metrics_dir=rc"]
+    sweep = [*COMMON, *ft, "sweep_beta.grid=[0.1,1000000]", "sweep_beta.tau=1.0", "sweep_beta.out_dir=b",
+             "sweep_beta.out=rb/beta.json", "sweep_beta.curve_file=rb/beta.csv", "sweep_beta.figure=rb/beta.png",
+             "decode.beam_size=2"]
+    # β = 0 is the control's model and β = finetune.beta (0.1) the fine-tuning's: without them the sweep is refused
+    code, err = run_inprocess("sweep_beta", sweep, capsys, cwd=path)
+    assert code != 0 and "finetune.control_out_dir: file not found: ctl/flexible/best.ckpt" in err
+    assert "dvc repro control@flexible" in err
+    for stage in ("finetune", "control"):
+        code, err = run_inprocess(stage, [*COMMON, *ft], capsys, cwd=path)
+        assert code == 0, err
+    code, err = run_inprocess("sweep_beta", sweep, capsys, cwd=path)
     assert code == 0, err
     result = from_json(json.loads((path / "rb/beta.json").read_text()))
     ref, points = result["reference"], result["points"]
     assert ref["beta"] == 0.0 and [p["beta"] for p in points][:1] == [0.1]
+    # those two are read, not trained again: only β = 1000000 has a folder of the sweep's
+    assert sorted(q.name for q in (path / "b").iterdir() if not q.name.startswith(".")) == ["beta1e+06"]
+    for point, metrics in [(ref, "rc/flexible.json"), (points[0], "rf/flexible.json")]:
+        assert point["epochs"] == json.loads((path / metrics).read_text())["epochs"]
     for p in [ref, *points]:
         assert p["epochs"] == 1 and 0 < p["g_mean"] < 1 and p["window"] > 0
         # each run's own τ, selected on dev by sweep_tau's rule among the points it searched
@@ -111,3 +124,34 @@ def test_the_beta_sweep_stops_and_selects(smoke_trained, tmp_path, capsys):
     assert result["selected_beta"] == (expected["beta"] if expected else None)
     assert "tau_points" not in (path / "rb/beta.csv").read_text().splitlines()[0].split(",")
     assert (path / "rb/beta.png").stat().st_size > 0 and (path / "rb/beta.csv").read_text().startswith("beta,")
+
+
+def test_the_beta_sweeps_own_runs_at_0_and_the_finetunings_beta_are_the_control_and_the_finetuning(
+        smoke_trained, tmp_path, capsys, monkeypatch):
+    """Why the sweep reads those two instead of training them: with one fine-tuning epoch, its
+    recipe at β = 0 gives the control's weights, and at ``finetune.beta`` the fine-tuning's, bit
+    for bit."""
+    import torch
+
+    from flexatt.stages import sweep_beta
+
+    path = copy_of(smoke_trained, tmp_path / "repo")
+    ft = ["finetune.init_dir=m", "finetune.epochs=1", "finetune.out_dir=ft", "finetune.metrics_dir=rf",
+          "finetune.control_out_dir=ctl", "finetune.control_metrics_dir=rc"]
+    for stage in ("finetune", "control"):
+        code, err = run_inprocess(stage, [*COMMON, *ft], capsys, cwd=path)
+        assert code == 0, err
+    monkeypatch.setattr(sweep_beta, "trained_by", lambda p, beta: None)  # the sweep trains every β itself
+    monkeypatch.setenv("FLEXATT_JOBS", "1")  # in this process, where the stand-in holds
+    code, err = run_inprocess("sweep_beta", [*COMMON, *ft, "sweep_beta.grid=[0.1]", "sweep_beta.out_dir=b",
+                                             "sweep_beta.out=rb/beta.json", "sweep_beta.curve_file=rb/beta.csv",
+                                             "sweep_beta.figure=rb/beta.png", "decode.beam_size=2"], capsys, cwd=path)
+    assert code == 0, err
+
+    def weights(ckpt):
+        return torch.load(path / ckpt, map_location="cpu", weights_only=False)["state_dict"]
+
+    for own, other in [("b/beta0/flexible/best.ckpt", "ctl/flexible/best.ckpt"),
+                       ("b/beta0.1/flexible/best.ckpt", "ft/flexible/best.ckpt")]:
+        a, b = weights(own), weights(other)
+        assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a), (own, other)

@@ -5,11 +5,15 @@ over a sentence (tens to hundreds of nats) while β·mean g_t is at most β, so 
 β = 0.1 the g-term is about a thousandth of the loss. Whether a larger β narrows the window, and
 what it costs, is measured here:
 
-1. a **β = 0 run**: the fine-tuning's recipe (``finetune.lr``, ``finetune.epochs`` as the cap,
-   the training's stopping rule ``train.early_stopping_patience``) with plain cross-entropy, from
-   ``<finetune.init_dir>/<variant>/best.ckpt``: the reference every β is compared with;
-2. every β of ``sweep_beta.grid`` in ascending order, the same recipe with J: the sweep stops
-   after the first β whose dev BLEU falls more than ``max_drop`` below the β = 0 run's;
+1. the **β = 0 run**, the reference every β is compared with: the fine-tuning's control
+   (``control@<variant>``: the fine-tuning's epochs and learning rates with plain cross-entropy,
+   from ``<finetune.init_dir>/<variant>/best.ckpt``), read from its stage's model folder and
+   metrics file, not trained again;
+2. every β of ``sweep_beta.grid`` in ascending order: the fine-tuning's recipe (``finetune.lr``,
+   ``finetune.epochs`` as the cap, the training's stopping rule ``train.early_stopping_patience``)
+   with J, from the same checkpoint; the β that ``finetune.beta`` names is the fine-tuning itself
+   (``finetune@<variant>``, the same call), read as the control is. The sweep stops after the first
+   β whose dev BLEU falls more than ``max_drop`` below the β = 0 run's;
 3. each run's best checkpoint on dev: BLEU at τ = ∞ (beam search, ``decode``), mean g_t (teacher
    forced over the reference tokens), the mean window and BLEU at the fixed ``sweep_beta.tau``
    (how g_t moves the window, τ held), and the run's own τ, selected on dev by the rule and
@@ -17,6 +21,11 @@ what it costs, is measured here:
    ``tolerance``, ``search_steps``; :func:`flexatt.tau_search.select_tau`), with its window and
    BLEU (``selected_tau``, ``selected_window``, ``selected_bleu``; the searched points in
    ``tau_points``).
+
+``sweep_beta.variant`` must be one of ``finetune.variants``, whose stages train those two. With a
+single fine-tuning epoch (``finetune.epochs`` 1, the default) the control is the run the plain
+recipe gives at β = 0 bit for bit (one epoch at ``finetune.lr``: no stopping rule or schedule acts
+within it); with more it replays the fine-tuning's epochs and rates, the budget claim c compares at.
 
 The runs train side by side (:mod:`flexatt.parallel`; ``train.threads`` each, as many at once as
 ``$FLEXATT_JOBS`` or the cores allow), taken in order; a run started beside the one that stops the
@@ -29,12 +38,14 @@ of the β = 0 run's (``null`` when none is). Every run keeps its own epochs unde
 
 Writes ``sweep_beta.out`` (JSON), ``curve_file`` (CSV for ``dvc plots``) and ``figure`` (PNG);
 the runs' model folders go to ``<out_dir>/beta<β>/<variant>/`` (an interrupted sweep resumes from
-their state in ``.resume/``, deleted when the sweep ends).
+their state in ``.resume/``, deleted when the sweep ends); the two read from other stages stay in
+theirs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 from pathlib import Path
 
@@ -50,6 +61,7 @@ from flexatt.points import Decoder
 from flexatt.checkpoints import load_model
 from flexatt.tau import INF, label
 from flexatt.tau_search import dev_grid, search_points, select_beta, select_tau, within_tolerance
+from flexatt.errors import ConfigError
 from flexatt.io import write_csv, write_json
 from flexatt.parallel import intra_op_threads, run_each
 from flexatt.tracking import default_group, start_run
@@ -73,23 +85,67 @@ def mean_g(model, data: EvalSet, batch_size: int) -> float:
     return total / count
 
 
+def trained_by(p: schema.Params, beta: float) -> tuple[str, dict[str, Path]] | None:
+    """The stage whose model is the sweep's run at ``beta``, and that model's checkpoint and
+    metrics file by the setting that places each: β = 0 is the control (``control@<variant>``),
+    β = ``finetune.beta`` the fine-tuning (``finetune@<variant>``); ``None`` for a β the sweep
+    trains itself."""
+    ft, variant = p.finetune, p.sweep_beta.variant
+    if beta == 0.0:
+        return f"control@{variant}", {"finetune.control_out_dir": Path(ft.control_out_dir) / variant / "best.ckpt",
+                                      "finetune.control_metrics_dir": Path(ft.control_metrics_dir) / f"{variant}.json"}
+    if beta == ft.beta:
+        return f"finetune@{variant}", {"finetune.out_dir": Path(ft.out_dir) / variant / "best.ckpt",
+                                       "finetune.metrics_dir": Path(ft.metrics_dir) / f"{variant}.json"}
+    return None
+
+
+def read_elsewhere(p: schema.Params, beta: float) -> tuple[Path, Path]:
+    """The checkpoint and metrics file of the run at ``beta`` that another stage trained
+    (:func:`trained_by`), existing files.
+
+    Raises:
+        ConfigError: one is missing (names its setting, the file and the stage to run first).
+    """
+    stage, files = trained_by(p, beta)
+    hint = f"the sweep's run at beta = {beta:g} is {stage}'s model: run that stage first (dvc repro {stage})"
+    checkpoint, metrics_file = (C.require_file(key, str(path), hint=hint) for key, path in files.items())
+    return checkpoint, metrics_file
+
+
+def _run(p: schema.Params, beta: float) -> tuple[dict, Path]:
+    """The sweep's run at ``beta``: its metrics (``epochs``, ``best_epoch``) and its best checkpoint,
+    trained here or read from the stage that trained it (:func:`trained_by`)."""
+    sb, ft, variant = p.sweep_beta, p.finetune, p.sweep_beta.variant
+    init, name = Path(ft.init_dir) / variant / "best.ckpt", f"beta{beta:g}"
+    elsewhere = trained_by(p, beta)
+    if elsewhere:
+        stage, _ = elsewhere
+        checkpoint, metrics_file = read_elsewhere(p, beta)
+        metrics = json.loads(metrics_file.read_text(encoding="utf-8"))
+        print(f"sweep_beta: beta = {beta:g}: {stage}'s model ({checkpoint})", flush=True)
+        return metrics, checkpoint
+    out_dir = Path(sb.out_dir) / name
+    print(f"sweep_beta: beta = {beta:g}: fine-tuning {variant} from {init}", flush=True)
+    metrics, _ = train(p, variant, out_dir=str(out_dir), epochs=ft.epochs, lr=ft.lr, beta=beta,
+                       init_from=init, metrics_file=out_dir / "metrics.json",
+                       job_type="sweep_beta", run_name=f"{variant}-{name}")
+    return metrics, out_dir / variant / "best.ckpt"
+
+
 def _point(job: tuple[dict, float]) -> tuple[dict, dict]:
     """One β of the sweep (run by :func:`flexatt.parallel.run_each`, in a worker process or here):
-    fine-tune, then decode dev at τ = ∞, at ``sweep_beta.tau`` and along the τ search.
+    its run (:func:`_run`), then dev decoded at τ = ∞, at ``sweep_beta.tau`` and along the τ search.
     ``(params as a dict, β)`` -> ``(point, decoded_by)``."""
     run_cfg, beta = job
     p = schema.validate(run_cfg)
-    sb, ft, st = p.sweep_beta, p.finetune, p.sweep_tau
-    variant = p.flexible_variant("sweep_beta.variant")
-    init, out_dir, name = Path(ft.init_dir) / variant / "best.ckpt", Path(sb.out_dir), f"beta{beta:g}"
-    print(f"sweep_beta: beta = {beta:g}: fine-tuning {variant} from {init}", flush=True)
-    metrics, _ = train(p, variant, out_dir=str(out_dir / name), epochs=ft.epochs, lr=ft.lr, beta=beta,
-                       init_from=init, metrics_file=out_dir / name / "metrics.json",
-                       job_type="sweep_beta", run_name=f"{variant}-{name}")
+    sb, st = p.sweep_beta, p.sweep_tau
+    name = f"beta{beta:g}"
+    metrics, checkpoint = _run(p, beta)
     dev = EvalSet.load(p.train.data_dir, "dev")
     decoder = Decoder(p, {"dev": dev})
     with intra_op_threads(p.train.threads):  # as the worker beside it: one training's cores
-        model = load_model(out_dir / name / variant / "best.ckpt")
+        model = load_model(checkpoint)
         decoder.use(name, model)
         full, fixed = decoder.point(name, "dev", INF), decoder.point(name, "dev", sb.tau)
         grid = dev_grid(st.grid, dev.mean_src_len, st.add_log_mean_len)
@@ -121,10 +177,17 @@ def run(cfg: DictConfig | schema.Params) -> dict:
     p = schema.params(cfg)
     sb = p.sweep_beta
     variant = p.flexible_variant("sweep_beta.variant")
+    if variant not in p.finetune.variants:
+        raise ConfigError("sweep_beta.variant", f"must be one of finetune.variants ({', '.join(p.finetune.variants)}): "
+                          f"the sweep's β = 0 run is that variant's control@ stage (got {variant!r})")
     out_dir = Path(sb.out_dir)
+    betas = [0.0, *sb.grid]  # the β = 0 reference first, then upward
+    for beta in betas:
+        if trained_by(p, beta):  # read from its stage (checked here, before any run starts): no folder here
+            read_elsewhere(p, beta)
+            shutil.rmtree(out_dir / f"beta{beta:g}", ignore_errors=True)
     run_cfg = schema.as_dict(p)
     run_cfg.setdefault("logger", {})["group"] = p.logger.group or default_group(p)
-    betas = [0.0, *sb.grid]  # the β = 0 reference first, then upward
     decoded_by: dict = {}
     reference: dict = {}
     points: list[dict] = []
