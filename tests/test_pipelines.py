@@ -151,6 +151,17 @@ def test_the_report_refuses_references_the_units_did_not_decode(tmp_path):
         read_references({"test": tmp_path / "missing.ref"}, done)
 
 
+def test_freezing_without_the_tokenized_data_names_the_file_and_what_makes_it(tmp_path):
+    from flexatt.errors import DataError
+    from flexatt.products import done_units
+
+    manifests = dict(list(done_units(ROOT / "results" / "grc" / "units").items())[:1])
+    assert manifests
+    with pytest.raises(DataError, match=r"tok/train\.npz: not found: the units of grc are checked against the "
+                                        r"tokenized data they read; make it first \(`dvc repro` of the tokenize stage"):
+        freeze.check_data("grc", tmp_path / "tok", manifests)
+
+
 @pytest.mark.slow
 def test_a_fresh_clone_rebuilds_the_greek_report_byte_for_byte(tmp_path):
     """``dvc repro -f`` of the report stage in a clone of the committed files (no checkpoint, no

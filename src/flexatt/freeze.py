@@ -91,11 +91,17 @@ def composed_params(commit: str, profile: str, overrides: list[str], variant: st
 
 
 def check_data(profile: str, tok: Path, manifests: dict[str, dict]) -> None:
-    """Refuse tokenized data whose files differ from any unit's record (names unit and file)."""
+    """Refuse tokenized data whose files differ from any unit's record (names unit and file), or
+    that is not there (names the file and the stage that writes it)."""
     from flexatt.errors import DataError
-    from flexatt.products import data_difference, data_digests
+    from flexatt.products import DATA_KEYS, data_difference, data_digests
 
-    if manifests and (differ := data_difference(data_digests(tok), manifests)):
+    if not manifests:
+        return
+    if missing := [name for name in DATA_KEYS if not (tok / name).is_file()]:
+        raise DataError(tok / missing[0], f"not found: the units of {profile} are checked against the tokenized "
+                        f"data they read; make it first (`dvc repro` of the tokenize stage that writes {tok})")
+    if differ := data_difference(data_digests(tok), manifests):
         raise DataError(tok / differ[1], f"not the file unit {profile}/{differ[0]} read")
 
 
