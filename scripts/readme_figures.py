@@ -363,7 +363,8 @@ def units_section(runs: dict[str, Path]) -> str:
 
 def transformer_section(runs: dict[str, Path]) -> str:
     """The README's lines on the Transformer profiles: units done of each plan, the claims their
-    reports decide (verdict, seed count) and a link to ``docs/transformer.md``
+    reports decide (per corpus, those of one verdict and seed count together) and a link to
+    ``docs/transformer.md``
     (:func:`transformer_units`). Empty before the first unit."""
     from flexatt.products import done_units, plan, read_plan
     from flexatt.unit_claims import Units
@@ -379,8 +380,11 @@ def transformer_section(runs: dict[str, Path]) -> str:
         counts.append(f"{corpus} {len(units.manifests)} of "
                       f"{len({u.name for u in plan(spec, units.manifests)} | set(units.manifests))}")
         report = current_report(run)
-        claims += [f"{corpus} {c['id']} **{c['verdict']}** ({_count(c['seeds'])})" for c in (report or {}).get("claims", [])
-                   if c.get("verdict", NOT_MEASURED) != NOT_MEASURED and "seeds" in c]
+        verdicts: dict[tuple[str, str], list[str]] = {}  # (verdict, seed count) -> the claims that have it
+        for c in (report or {}).get("claims", []):
+            if c.get("verdict", NOT_MEASURED) != NOT_MEASURED and "seeds" in c:
+                verdicts.setdefault((c["verdict"], _count(c["seeds"])), []).append(c["id"])
+        claims += [f"{corpus} {', '.join(ids)} **{verdict}** ({count})" for (verdict, count), ids in verdicts.items()]
     text = (f"**Transformer** (flexible cross-attention in every decoder layer; `make grc_tf`, `make bible_tf`): "
             f"units done {', '.join(counts)}; claims: {', '.join(claims) or 'none measured yet'}; its models "
             f"against the RNN's, also at equal training minutes: [Transformer results](docs/transformer.md).")
