@@ -430,7 +430,9 @@ def transformer_units(runs: dict[str, Path]) -> str:
             corpus = UNITS_CORPUS[TRANSFORMER_PROFILES[profile]][0]
             centres += (f"\n\n**The window's centre on the {corpus}** (flexible with the query's centre and with "
                         f"the layer below's, per training seed; dev chooses):\n\n" + render_centres(rows).rstrip())
-    return units_section(done).replace("](#configuration)", "](../README.md#configuration)") + against + centres
+    # the README's links, from docs/
+    section = units_section(done).replace("](#configuration)", "](../README.md#configuration)").replace("](docs/", "](")
+    return section + against + centres
 
 
 def resumed_at_end(manifest: dict) -> bool:
