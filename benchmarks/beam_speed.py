@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -67,7 +68,7 @@ PATHS = {"eager": (decoding.greedy, decoding.beam_search, {"backend": "eager"}),
          "compiled": (decoding.greedy, decoding.beam_search, {"backend": "kernel"})}
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--params", default="params.yaml")
     parser.add_argument("--level", default="subword", choices=["subword", "char"])
@@ -82,8 +83,11 @@ def main() -> None:
     parser.add_argument("--split", action="store_true",
                         help="also one pass of the compiled path timing the kernel's calls (time per row by part)")
     parser.add_argument("--out", default="benchmarks/results/beam_speed.json")
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+def main() -> None:
+    args = parse_args()
     torch.set_num_threads(args.threads)
     B.warn_if_busy(args.threads)
     cfg = load_params(args.params)
@@ -96,7 +100,7 @@ def main() -> None:
         sweep = Path(args.sweep or setting.sweep_file)
     B.check_files(*ckpts.values(), tok_dir / "test.npz")
     tau = args.tau if args.tau is not None else B.read_selected_tau(sweep)
-    taus = {"global": None, "flexible_ft": tau}
+    taus = {"global": math.inf, "flexible_ft": tau}
     models = {name: load_model(ckpts[name]) for name in MODELS}
     split = EncodedSplit.load(tok_dir / "test.npz")
     n = min(args.sentences, len(split))
@@ -117,82 +121,112 @@ def main() -> None:
             return greedy_fn(models[name], b.src, b.src_len, max_len, taus[name], **kw)
         return beam_fn(models[name], b.src, b.src_len, max_len, k, tau=taus[name], alpha=alpha, **kw)
 
-    runs = [(name, path) for name in MODELS for path in args.paths]
     results: dict = {"level": args.level, "tau": tau, "sentences": n, "batch_size": batch_size,
                      "threads": args.threads, "rounds": args.rounds, "paths": args.paths,
                      "machine": B.machine(), "beams": {}}
     for k in args.beams:
-        stats: dict = {}
-        outputs: dict = {}
-        for name, path in runs:  # warm-up, and the outputs for window, length, BLEU and agreement
-            hyps: dict[int, list[int]] = {}
-            wsum = steps = out_len = 0
-            per_sentence = {}
-            for b in batches:
-                res = decode(name, path, b, k)
-                wsum += int(res.window_sum.sum())
-                steps += int(res.steps.sum())
-                out_len += int(res.lengths.sum())
-                for row, i in enumerate(b.index.tolist()):
-                    hyps[i] = res.tokens[row, : int(res.lengths[row])].tolist()
-                    per_sentence[i] = (float(res.scores[row, 0]), int(res.window_sum[row]), int(res.steps[row]), b, row)
-            bleu, _ = corpus_bleu(vocab.decode([hyps[i] for i in range(n)]), [refs])
-            stats[f"{name}/{path}"] = {"window": wsum / max(steps, 1), "out_len": out_len / n, "bleu": bleu,
-                                       "rows": steps}
-            outputs[(name, path)] = (hyps, per_sentence)
+        outputs, stats = decode_once(decode, k, args.paths, batches, n,
+                                     lambda hyps: corpus_bleu(vocab.decode(hyps), [refs])[0])
         fast_paths = [p for p in args.paths if p != "eager"] if "eager" in args.paths else []
         agreement = {f"{name} {path}": compare(models[name], taus[name], k, outputs[(name, "eager")],
                                                outputs[(name, path)], ratio, alpha)
                      for name in MODELS for path in fast_paths}
-        rates: dict[str, list[float]] = {f"{name}/{path}": [] for name, path in runs}
-        for r in range(args.rounds):
-            secs = dict.fromkeys(rates, 0.0)
-            for i, b in enumerate(batches):
-                for name, path in B.rotated(runs, i + r):
-                    t0 = time.perf_counter()
-                    decode(name, path, b, k)
-                    secs[f"{name}/{path}"] += time.perf_counter() - t0
-            for key in rates:
-                rates[key].append(n / secs[key])
-        ratios = {}
-        for path in args.paths:
-            ratios[f"flexible/global {path}"] = [f / g for f, g in zip(rates[f"flexible_ft/{path}"], rates[f"global/{path}"])]
-        for path in fast_paths:
-            for name in MODELS:
-                ratios[f"{name} {path}/eager"] = [f / e for f, e in zip(rates[f"{name}/{path}"], rates[f"{name}/eager"])]
-            ratios[f"flexible {path}/global eager"] = [f / e for f, e in zip(rates[f"flexible_ft/{path}"],
-                                                                             rates["global/eager"])]
+        rates = time_rounds(decode, k, args.paths, batches, n, args.rounds)
+        ratios = path_ratios(rates, args.paths, fast_paths)
         results["beams"][k] = {"sentences_per_second": rates, "ratios_per_round": ratios,
                                "ratio_medians": {key: B.med(v) for key, v in ratios.items()},
                                "stats": stats, "agreement": agreement}
         if args.split and "compiled" in args.paths:
             results["beams"][k]["split_us_per_row"] = {name: time_parts(lambda b: decode(name, "compiled", b, k), batches)
                                                        for name in MODELS}
-        print(f"\n{'greedy' if k == 1 else f'beam {k}'}:")
-        print(f"  {'model':12s} {'path':8s} {'tau':>6s} {'window':>7s} {'out len':>7s} {'BLEU':>6s} "
-              f"{'sent/s':>8s} {'spread':>15s} {'us/row':>7s}")
-        for name, path in runs:
-            s = stats[f"{name}/{path}"]
-            s["us_per_row"] = 1e6 * n / B.med(rates[f"{name}/{path}"]) / max(s["rows"], 1)
-            print(f"  {name:12s} {path:8s} {B.fmt_tau(taus[name]):>6s} {s['window']:7.2f} {s['out_len']:7.1f} "
-                  f"{s['bleu']:6.2f} {B.med(rates[f'{name}/{path}']):8.2f} {B.spread(rates[f'{name}/{path}']):>15s} "
-                  f"{s['us_per_row']:7.2f}")
-        for key, values in ratios.items():
-            print(f"  {key}: {B.med(values):.2f}x (rounds {B.spread(values)})")
-        for name, parts in results["beams"][k].get("split_us_per_row", {}).items():
-            print(f"  {name} compiled, us per row by part (one pass, the kernel's calls timed): "
-                  + ", ".join(f"{part} {us:.2f}" for part, us in parts.items()))
-        for key, a in agreement.items():
-            print(f"  {key}: hypotheses equal to eager {a['same']}/{n}, windows equal {a['same_windows']}/{n}"
-                  + "".join(f"\n    sentence {d['sentence']}: search scores eager {d['eager_score']:.7f}, fast "
-                            f"{d['fast_score']:.7f}; eager reference of the two hypotheses "
-                            f"{d['reference_eager_hyp']:.7f} vs {d['reference_fast_hyp']:.7f} (gap {d['gap']:.1e})"
-                            for d in a["differing"]),
-                  flush=True)
+        print_beam(k, results["beams"][k], taus, args.paths, n)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nwritten {out}")
+
+
+def decode_once(decode, k: int, paths: list[str], batches, n: int, bleu) -> tuple[dict, dict]:
+    """The warm-up pass at beam ``k``: every (model, path) decodes every batch once. Returns the
+    outputs ``{(model, path): (hypotheses by sentence, per-sentence (score, window sum, steps,
+    batch, row))}`` for :func:`compare`, and the stats ``{"model/path": {window, out_len, bleu,
+    rows}}`` (``bleu``: the BLEU of a list of hypotheses in sentence order)."""
+    stats: dict = {}
+    outputs: dict = {}
+    for name, path in [(name, path) for name in MODELS for path in paths]:
+        hyps: dict[int, list[int]] = {}
+        wsum = steps = out_len = 0
+        per_sentence = {}
+        for b in batches:
+            res = decode(name, path, b, k)
+            wsum += int(res.window_sum.sum())
+            steps += int(res.steps.sum())
+            out_len += int(res.lengths.sum())
+            for row, i in enumerate(b.index.tolist()):
+                hyps[i] = res.tokens[row, : int(res.lengths[row])].tolist()
+                per_sentence[i] = (float(res.scores[row, 0]), int(res.window_sum[row]), int(res.steps[row]), b, row)
+        stats[f"{name}/{path}"] = {"window": wsum / max(steps, 1), "out_len": out_len / n,
+                                   "bleu": bleu([hyps[i] for i in range(n)]), "rows": steps}
+        outputs[(name, path)] = (hyps, per_sentence)
+    return outputs, stats
+
+
+def time_rounds(decode, k: int, paths: list[str], batches, n: int, rounds: int) -> dict[str, list[float]]:
+    """Sentences per second of every (model, path) at beam ``k`` in each of ``rounds`` rounds:
+    each batch is decoded by every (model, path) back to back, the order rotating from batch to
+    batch and from round to round."""
+    runs = [(name, path) for name in MODELS for path in paths]
+    rates: dict[str, list[float]] = {f"{name}/{path}": [] for name, path in runs}
+    for r in range(rounds):
+        secs = dict.fromkeys(rates, 0.0)
+        for i, b in enumerate(batches):
+            for name, path in B.rotated(runs, i + r):
+                t0 = time.perf_counter()
+                decode(name, path, b, k)
+                secs[f"{name}/{path}"] += time.perf_counter() - t0
+        for key in rates:
+            rates[key].append(n / secs[key])
+    return rates
+
+
+def path_ratios(rates: dict[str, list[float]], paths: list[str], fast_paths: list[str]) -> dict[str, list[float]]:
+    """Per-round ratios: flexible/global per path; each fast path over eager per model; the fast
+    flexible over the eager global."""
+    def ratio(a: str, b: str) -> list[float]:
+        return [x / y for x, y in zip(rates[a], rates[b])]
+
+    ratios = {f"flexible/global {path}": ratio(f"flexible_ft/{path}", f"global/{path}") for path in paths}
+    for path in fast_paths:
+        for name in MODELS:
+            ratios[f"{name} {path}/eager"] = ratio(f"{name}/{path}", f"{name}/eager")
+        ratios[f"flexible {path}/global eager"] = ratio(f"flexible_ft/{path}", "global/eager")
+    return ratios
+
+
+def print_beam(k: int, result: dict, taus: dict, paths: list[str], n: int) -> None:
+    """The table of one beam size (and its ``us_per_row``, added to ``result["stats"]``), its
+    ratios, the split by part and the two paths' agreement."""
+    rates, ratios, stats = result["sentences_per_second"], result["ratios_per_round"], result["stats"]
+    print(f"\n{'greedy' if k == 1 else f'beam {k}'}:")
+    print(f"  {'model':12s} {'path':8s} {'tau':>6s} {'window':>7s} {'out len':>7s} {'BLEU':>6s} "
+          f"{'sent/s':>8s} {'spread':>15s} {'us/row':>7s}")
+    for name, path in [(name, path) for name in MODELS for path in paths]:
+        s, r = stats[f"{name}/{path}"], rates[f"{name}/{path}"]
+        s["us_per_row"] = 1e6 * n / B.med(r) / max(s["rows"], 1)
+        print(f"  {name:12s} {path:8s} {B.fmt_tau(taus[name]):>6s} {s['window']:7.2f} {s['out_len']:7.1f} "
+              f"{s['bleu']:6.2f} {B.med(r):8.2f} {B.spread(r):>15s} {s['us_per_row']:7.2f}")
+    for key, values in ratios.items():
+        print(f"  {key}: {B.med(values):.2f}x (rounds {B.spread(values)})")
+    for name, parts in result.get("split_us_per_row", {}).items():
+        print(f"  {name} compiled, us per row by part (one pass, the kernel's calls timed): "
+              + ", ".join(f"{part} {us:.2f}" for part, us in parts.items()))
+    for key, a in result["agreement"].items():
+        print(f"  {key}: hypotheses equal to eager {a['same']}/{n}, windows equal {a['same_windows']}/{n}"
+              + "".join(f"\n    sentence {d['sentence']}: search scores eager {d['eager_score']:.7f}, fast "
+                        f"{d['fast_score']:.7f}; eager reference of the two hypotheses "
+                        f"{d['reference_eager_hyp']:.7f} vs {d['reference_fast_hyp']:.7f} (gap {d['gap']:.1e})"
+                        for d in a["differing"]),
+              flush=True)
 
 
 def time_parts(decode_batch, batches) -> dict[str, float]:

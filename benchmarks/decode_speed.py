@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -183,7 +184,7 @@ def run_level(level: str, args, cfg) -> dict:
                 f"{setting.test_bleu.get('global')} and {setting.test_bleu.get('flexible_ft_tau')} (at tau)")
     split = EncodedSplit.load(tok_dir / "test.npz")
     models = {name: load_model(ckpts[name]) for name in MODELS}
-    taus = {"global": None, "flexible_ft": tau}
+    taus = {"global": math.inf, "flexible_ft": tau}
     n = min(args.sentences, len(split))
     src_mean = float(split.src_lengths[:n].mean()) + 1
     tgt_mean = float(split.tgt_lengths[:n].mean()) + 1
@@ -218,6 +219,16 @@ def run_level(level: str, args, cfg) -> dict:
         for name in MODELS:
             out["attention"][name].update(profile(name, models[name], taus[name], single[: args.profile], 15))
 
+    out["arithmetic"] = step_arithmetic(models, {k: v["window"] for k, v in shares.items()})
+    print_level(out, taus, args)
+    return out
+
+
+def print_level(out: dict, taus: dict, args) -> None:
+    """The table of one level's figures (:func:`run_level`'s ``out``): times, windows and
+    attention shares per model, the speed-ups, the time split, the eager path and the
+    arithmetic per step."""
+    shares = out["attention"]
     g_win = shares["global"]["window"]
     print(f"  {'model':12s} {'tau':>6s} {'window':>7s} {'reduct.':>7s}  " +
           "  ".join(f"{'ms/sent bs=' + str(bs):>13s} {'spread':>13s}" for bs in args.batch_sizes) +
@@ -247,7 +258,7 @@ def run_level(level: str, args, cfg) -> dict:
                   f"{e['ms_median']['flexible_ft']:.2f} ms/sent, speed-up {e['ratio_median']:.2f}x "
                   f"(rounds {B.spread(e['ratio_per_round'])}); the kernel is {gain['global']:.1f}x / "
                   f"{gain['flexible_ft']:.1f}x as fast")
-    arith = out["arithmetic"] = step_arithmetic(models, {k: v["window"] for k, v in shares.items()})
+    arith = out["arithmetic"]
     print("  arithmetic per step and sentence (multiply-adds, concat score):")
     for name in MODELS:
         a = arith[name]
@@ -256,7 +267,6 @@ def run_level(level: str, args, cfg) -> dict:
     g, f = arith["global"], arith["flexible_ft"]
     print(f"    flexible's attention: {f['attention_macs'] / g['attention_macs']:.2f}x global's multiply-adds "
           f"(g_t included), {f['attention_tanh'] / g['attention_tanh']:.2f}x its tanh")
-    return out
 
 
 def main() -> None:

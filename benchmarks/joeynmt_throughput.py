@@ -183,7 +183,8 @@ def worker(args: argparse.Namespace) -> None:
 # ======================================================================================
 def joey_config(cfg, work_dir: Path, model_dir: Path, vocab_file: Path, *, updates: int,
                 logging_freq: int) -> dict:
-    """Joey NMT 2.3 config for its recurrent model with flexatt's sizes (see the module doc)."""
+    """Joey NMT 2.3 config for its recurrent model with flexatt's sizes (see the module doc). (One
+    long function: Joey's config file as one literal, section by section, each choice commented.)"""
     tok_dir = ROOT / str(cfg.train.data_dir)
     filter_dir = ROOT / str(cfg.tokenize.in_dir)
     m = cfg.model
@@ -333,7 +334,7 @@ def spread(xs: list[float]) -> str:
     return f"{min(xs):8.0f}–{max(xs):<8.0f}"
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     peer_arguments(parser, python_flag="joey", venv=".venv-joeynmt", work_dir="artifacts/bench/joeynmt",
                    work_help="Joey's config, vocabulary, model dir and logs", rounds=7)
@@ -343,81 +344,53 @@ def main() -> None:
                         help="also run `joeynmt train` for this many updates (0: skip)")
     parser.add_argument("--profile", action="store_true",
                         help="also time the phases of a step and print the top operators of both")
-    args = parser.parse_args()
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = parse_args()
     if args.worker:
         worker(args)
         return
 
-    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)  # before torch is imported
     import torch
 
     torch.set_num_threads(args.threads)
     from flexatt.config import load_params
-    from flexatt.data.batching import LengthGroupedBatches, ParallelData, collate
-    from flexatt.data.subwords import PAD_ID, UNK_ID, EncodedSplit, Vocab
-    from flexatt.model import build_model, count_parameters, sequence_nll
-    from flexatt.trainer import model_config
+    from flexatt.data.subwords import PAD_ID, UNK_ID
+    from flexatt.runtime import GLIBC_ENV
 
-    from _common import ALLOCATOR_TUNED, FP32, precision_context, training_round
+    from _common import training_round  # (its import tunes the allocator, as the stages do)
 
     joey_python = peer_python(PEER, args.peer_python)
     cfg = load_params(args.params)
-    tok_dir = ROOT / str(cfg.train.data_dir)
     work = (ROOT / args.work_dir).resolve()
     work.mkdir(parents=True, exist_ok=True)
+    data = flexatt_batches(cfg, args.batches)
 
-    # ---- the batches (benchmarks/train_throughput.py's) -----------------------------------
-    split = EncodedSplit.load(tok_dir / "train.npz")
-    src_vocab, tgt_vocab = Vocab(tok_dir / "src.model"), Vocab(tok_dir / "tgt.model")
-    sampler = LengthGroupedBatches(split.src_lengths, split.tgt_lengths, cfg.train.batch_size, seed=0)
-    data = ParallelData(split)
-    index_lists = list(sampler)[:args.batches]
-    batches = [collate([data[i] for i in idx]) for idx in index_lists]
-    batch_tokens = [b.n_tgt_tokens for b in batches]
-    tokens = sum(batch_tokens)
-
-    # ---- the Joey side: vocabulary, config --------------------------------------------------
+    # the Joey side: vocabulary and config, then its two workers on the same pairs
     vocab_file = work / "vocab.txt"
-
-    def write_vocab() -> None:  # (again before the CLI run: the work dir may have been cleaned)
-        write_joey_vocab(src_vocab, tgt_vocab, vocab_file)
-
-    write_vocab()
-    bench_cfg = joey_config(cfg, work, work / "model", vocab_file, updates=10**9, logging_freq=100)
-    write_yaml(work / "bench.yaml", bench_cfg)
-
-    from flexatt.runtime import GLIBC_ENV, resolve_precision
-
+    write_joey_vocab(data["src_vocab"], data["tgt_vocab"], vocab_file)
+    write_yaml(work / "bench.yaml", joey_config(cfg, work, work / "model", vocab_file, updates=10**9,
+                                                logging_freq=100))
     workers = {"joeynmt": ToolkitWorker(joey_python, work / "bench.yaml", args.threads, work / "worker.log",
                                         script=PEER.script),
                "joeynmt_tuned": ToolkitWorker(joey_python, work / "bench.yaml", args.threads,
                                               work / "worker_tuned.log", script=PEER.script, extra_env=GLIBC_ENV)}
-    worker_proc = workers["joeynmt"]
     try:
         for w in workers.values():
-            info = w.ask("setup", batches=index_lists)
-            if info["tokens"] != batch_tokens:
-                sys.exit(f"joeynmt_throughput: target token counts differ: flexatt {batch_tokens}, "
+            info = w.ask("setup", batches=data["index_lists"])
+            if info["tokens"] != data["batch_tokens"]:
+                sys.exit(f"joeynmt_throughput: target token counts differ: flexatt {data['batch_tokens']}, "
                          f"Joey {info['tokens']}")
-            check_same_data(batches, info, PAD_ID, UNK_ID)
-
-        precision, reason = resolve_precision(cfg.trainer.precision, str(cfg.trainer.accelerator))
-        precision = str(precision)
-        print(f"flexatt precision {precision} ({reason})")
-        own = {"flexatt": precision}
-        if precision not in FP32:
-            own["flexatt_fp32"] = "32-true"
-        models = {}
-        for name in own:
-            torch.manual_seed(0)
-            model = build_model(model_config(cfg, args.variant), len(src_vocab), len(tgt_vocab), PAD_ID).train()
-            models[name] = model, torch.optim.Adam(model.parameters(), lr=float(cfg.train.lr))
-        model, opt = models["flexatt"]
+            check_same_data(data["batches"], info, PAD_ID, UNK_ID)
+        own, models = flexatt_models(cfg, args.variant, data)
         clip = float(cfg.trainer.gradient_clip_val)
 
         def run(name: str) -> float:
             if name in own:
-                return training_round(*models[name], batches, clip, own[name])
+                return training_round(*models[name], data["batches"], clip, own[name])
             return float(workers[name].ask("run")["seconds"])
 
         names = [*own, *workers]
@@ -428,92 +401,168 @@ def main() -> None:
         for r in range(args.rounds):
             for name in names[r % len(names):] + names[:r % len(names)]:
                 seconds[name].append(run(name))
-        timed_minutes = (time.perf_counter() - started) / 60
-
-        rates = {k: [tokens / s for s in v] for k, v in seconds.items()}
-        med = {k: statistics.median(v) for k, v in rates.items()}
-
-        m = cfg.model
-        print(f"joeynmt_throughput: {len(batches)} batches of {cfg.train.batch_size} pairs "
-              f"({tokens} target tokens incl. EOS), {args.rounds} rounds after a warm-up, "
-              f"{args.threads} threads, torch {torch.__version__}")
-        print(f"  sizes: emb {m.emb_size}, hidden {m.hidden_size} (encoder: per direction), "
-              f"att {m.att_size}, readout {m.readout_size}, vocab {len(tgt_vocab)}, dropout {m.dropout}")
-        print(f"  flexatt {args.variant}: {count_parameters(model):,} parameters; "
-              f"Joey NMT {info['joeynmt']} recurrent (torch {info['torch']}, {info['threads']} threads): "
-              f"{info['parameters']:,} parameters")
-        print(f"  same pairs, same token ids in both (checked batch by batch); Joey config "
-              f"{work / 'bench.yaml'}")
-        tuned = "tuned" if ALLOCATOR_TUNED else "C library defaults"
-        print(f"{'model':50s} {'tokens/s':>10s} {'spread':>17s} {'min/epoch':>10s}")
-        epoch_tokens = int(split.tgt_lengths.sum()) + len(split)
-        labels = {"flexatt": f"flexatt ({args.variant}; {precision}; allocator {tuned})",
-                  "flexatt_fp32": f"flexatt ({args.variant}; 32-true; allocator {tuned})",
-                  "joeynmt": "Joey NMT 2.3 (rnn; out of the box)",
-                  "joeynmt_tuned": "Joey NMT 2.3 (rnn; flexatt's allocator settings)"}
-        for name in names:
-            print(f"{labels[name]:50s} {med[name]:10.0f} {spread(rates[name])} {epoch_tokens / med[name] / 60:10.2f}")
-        for ours in own:
-            for name, what in (("joeynmt", "Joey NMT out of the box"),
-                               ("joeynmt_tuned", "Joey NMT with the same allocator settings")):
-                paired = [f / j for f, j in zip(rates[ours], rates[name])]
-                r = med[ours] / med[name]
-                target = ours == "flexatt" and name == "joeynmt"
-                verdict = ("meets" if r >= TARGET_RATIO else "is BELOW") + f" the {TARGET_RATIO}x target"
-                print(f"ratio flexatt {own[ours]} / {what}{' (the target)' if target else ''}: {r:.2f}x "
-                      f"(median of per-round ratios {statistics.median(paired):.2f}x, range "
-                      f"{min(paired):.2f}–{max(paired):.2f})" + (f"; {verdict}" if target else ""))
-        print(f"side by side (warm-up and rounds): {timed_minutes:.1f} min")
-
+        print_figures(args, cfg, data, info, own, models["flexatt"][0], seconds, work,
+                      (time.perf_counter() - started) / 60)
         if args.profile:
-            print("\n== phases of one round (seconds; forward incl. loss) ==")
-            t = {"forward": 0.0, "backward": 0.0, "clip+adam+zero": 0.0}
-            for b in batches:
-                t0 = time.perf_counter()
-                with precision_context(precision):
-                    logits, _ = model(b.src, b.src_len, b.tgt_in)
-                    loss = sequence_nll(logits, b.tgt_out, b.tgt_out != PAD_ID)
-                t1 = time.perf_counter()
-                opt.zero_grad()
-                loss.backward()
-                t2 = time.perf_counter()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-                opt.step()
-                t3 = time.perf_counter()
-                t["forward"] += t1 - t0
-                t["backward"] += t2 - t1
-                t["clip+adam+zero"] += t3 - t2
-            tj = worker_proc.ask("phases")["phases"]
-            for k in t:
-                print(f"  {k:16s} flexatt {t[k]:7.3f}   Joey {tj[k]:7.3f}")
-            from torch.profiler import ProfilerActivity, profile
-
-            with profile(activities=[ProfilerActivity.CPU]) as prof:
-                run("flexatt")
-            print("\n== flexatt: top operators of one round (self CPU time) ==")
-            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
-            print("== Joey NMT: top operators of one round (self CPU time) ==")
-            print(worker_proc.ask("profile", rows=25)["table"])
+            profile_phases(*models["flexatt"], data["batches"], own["flexatt"], clip, workers["joeynmt"], run)
     finally:
         for w in workers.values():
             w.close()
 
     if args.joey_cli_steps > 0:
-        logging_freq = max(1, args.joey_cli_steps // 3)
-        cli_cfg = joey_config(cfg, work, work / "model_cli", vocab_file,
-                              updates=args.joey_cli_steps, logging_freq=logging_freq)
-        write_vocab()
-        write_yaml(work / "cli.yaml", cli_cfg)
-        started = time.perf_counter()
-        figures = run_joey_cli(joey_python, work / "cli.yaml", work / "model_cli", args.threads,
-                               work / "cli.log")
-        shown = ", ".join(f"{x:.0f}" for x in figures)
-        later = figures[1:] or figures
-        print(f"cross-check, `joeynmt train` for {args.joey_cli_steps} updates on its own shuffled "
-              f"batches (log every {logging_freq}; the first interval includes start-up): Tokens per Sec "
-              f"{shown}; median after the first {statistics.median(later):.0f}; "
-              f"{(time.perf_counter() - started) / 60:.1f} min; log {work / 'cli.log'}")
+        cli_cross_check(args, cfg, work, vocab_file, joey_python,
+                        lambda: write_joey_vocab(data["src_vocab"], data["tgt_vocab"], vocab_file))
 
+
+def flexatt_batches(cfg, count: int) -> dict:
+    """The first ``count`` batches of flexatt's length-grouped order of the training split
+    (``benchmarks/train_throughput.py``'s): ``batches``, their ``index_lists`` (for Joey's
+    worker) and ``batch_tokens``, with the ``split`` and both vocabularies."""
+    from flexatt.data.batching import LengthGroupedBatches, ParallelData, collate
+    from flexatt.data.subwords import EncodedSplit, Vocab
+
+    tok_dir = ROOT / str(cfg.train.data_dir)
+    split = EncodedSplit.load(tok_dir / "train.npz")
+    sampler = LengthGroupedBatches(split.src_lengths, split.tgt_lengths, cfg.train.batch_size, seed=0)
+    pairs = ParallelData(split)
+    index_lists = list(sampler)[:count]
+    batches = [collate([pairs[i] for i in idx]) for idx in index_lists]
+    return {"split": split, "src_vocab": Vocab(tok_dir / "src.model"), "tgt_vocab": Vocab(tok_dir / "tgt.model"),
+            "index_lists": index_lists, "batches": batches, "batch_tokens": [b.n_tgt_tokens for b in batches]}
+
+
+def flexatt_models(cfg, variant: str, data: dict) -> tuple[dict[str, str], dict]:
+    """flexatt's copies to time: ``own`` = {name: precision} (``flexatt`` at
+    ``trainer.precision`` as training resolves it, and ``flexatt_fp32`` where that is not
+    32-true) and ``models`` = {name: (model, Adam)}, each built from seed 0."""
+    import torch
+
+    from flexatt.data.subwords import PAD_ID
+    from flexatt.model import build_model
+    from flexatt.runtime import resolve_precision
+    from flexatt.trainer import model_config
+
+    from _common import FP32
+
+    precision, reason = resolve_precision(cfg.trainer.precision, str(cfg.trainer.accelerator))
+    precision = str(precision)
+    print(f"flexatt precision {precision} ({reason})")
+    own = {"flexatt": precision}
+    if precision not in FP32:
+        own["flexatt_fp32"] = "32-true"
+    models = {}
+    for name in own:
+        torch.manual_seed(0)
+        model = build_model(model_config(cfg, variant), len(data["src_vocab"]), len(data["tgt_vocab"]),
+                            PAD_ID).train()
+        models[name] = model, torch.optim.Adam(model.parameters(), lr=float(cfg.train.lr))
+    return own, models
+
+
+def print_figures(args, cfg, data: dict, info: dict, own: dict[str, str], model, seconds: dict[str, list[float]],
+                  work: Path, timed_minutes: float) -> None:
+    """The setting, the table of tokens per second (median, spread, minutes per epoch) and the
+    ratios of each flexatt copy to Joey out of the box and with the same allocator settings."""
+    import torch
+
+    from flexatt.model import count_parameters
+
+    from _common import ALLOCATOR_TUNED
+
+    tokens = sum(data["batch_tokens"])
+    rates = {k: [tokens / s for s in v] for k, v in seconds.items()}
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    m, split = cfg.model, data["split"]
+    print(f"joeynmt_throughput: {len(data['batches'])} batches of {cfg.train.batch_size} pairs "
+          f"({tokens} target tokens incl. EOS), {args.rounds} rounds after a warm-up, "
+          f"{args.threads} threads, torch {torch.__version__}")
+    print(f"  sizes: emb {m.emb_size}, hidden {m.hidden_size} (encoder: per direction), "
+          f"att {m.att_size}, readout {m.readout_size}, vocab {len(data['tgt_vocab'])}, dropout {m.dropout}")
+    print(f"  flexatt {args.variant}: {count_parameters(model):,} parameters; "
+          f"Joey NMT {info['joeynmt']} recurrent (torch {info['torch']}, {info['threads']} threads): "
+          f"{info['parameters']:,} parameters")
+    print(f"  same pairs, same token ids in both (checked batch by batch); Joey config "
+          f"{work / 'bench.yaml'}")
+    tuned = "tuned" if ALLOCATOR_TUNED else "C library defaults"
+    print(f"{'model':50s} {'tokens/s':>10s} {'spread':>17s} {'min/epoch':>10s}")
+    epoch_tokens = int(split.tgt_lengths.sum()) + len(split)
+    labels = {"flexatt": f"flexatt ({args.variant}; {own['flexatt']}; allocator {tuned})",
+              "flexatt_fp32": f"flexatt ({args.variant}; 32-true; allocator {tuned})",
+              "joeynmt": "Joey NMT 2.3 (rnn; out of the box)",
+              "joeynmt_tuned": "Joey NMT 2.3 (rnn; flexatt's allocator settings)"}
+    for name in seconds:
+        print(f"{labels[name]:50s} {med[name]:10.0f} {spread(rates[name])} {epoch_tokens / med[name] / 60:10.2f}")
+    for ours in own:
+        for name, what in (("joeynmt", "Joey NMT out of the box"),
+                           ("joeynmt_tuned", "Joey NMT with the same allocator settings")):
+            paired = [f / j for f, j in zip(rates[ours], rates[name])]
+            r = med[ours] / med[name]
+            target = ours == "flexatt" and name == "joeynmt"
+            verdict = ("meets" if r >= TARGET_RATIO else "is BELOW") + f" the {TARGET_RATIO}x target"
+            print(f"ratio flexatt {own[ours]} / {what}{' (the target)' if target else ''}: {r:.2f}x "
+                  f"(median of per-round ratios {statistics.median(paired):.2f}x, range "
+                  f"{min(paired):.2f}–{max(paired):.2f})" + (f"; {verdict}" if target else ""))
+    print(f"side by side (warm-up and rounds): {timed_minutes:.1f} min")
+
+
+def profile_phases(model, opt, batches, precision: str, clip: float, joey: ToolkitWorker, run) -> None:
+    """``--profile``: seconds per phase of one round (forward incl. loss, backward, clipping +
+    Adam + zero_grad) of flexatt and of Joey's worker, then the top operators of one round of
+    each (``run("flexatt")``: one timed round)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from flexatt.data.subwords import PAD_ID
+    from flexatt.model import sequence_nll
+
+    from _common import precision_context
+
+    print("\n== phases of one round (seconds; forward incl. loss) ==")
+    t = {"forward": 0.0, "backward": 0.0, "clip+adam+zero": 0.0}
+    for b in batches:
+        t0 = time.perf_counter()
+        with precision_context(precision):
+            logits, _ = model(b.src, b.src_len, b.tgt_in)
+            loss = sequence_nll(logits, b.tgt_out, b.tgt_out != PAD_ID)
+        t1 = time.perf_counter()
+        opt.zero_grad()
+        loss.backward()
+        t2 = time.perf_counter()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        t3 = time.perf_counter()
+        t["forward"] += t1 - t0
+        t["backward"] += t2 - t1
+        t["clip+adam+zero"] += t3 - t2
+    tj = joey.ask("phases")["phases"]
+    for k in t:
+        print(f"  {k:16s} flexatt {t[k]:7.3f}   Joey {tj[k]:7.3f}")
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        run("flexatt")
+    print("\n== flexatt: top operators of one round (self CPU time) ==")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=25))
+    print("== Joey NMT: top operators of one round (self CPU time) ==")
+    print(joey.ask("profile", rows=25)["table"])
+
+
+def cli_cross_check(args, cfg, work: Path, vocab_file: Path, joey_python: Path, write_vocab) -> None:
+    """``joeynmt train`` itself for ``--joey-cli-steps`` updates on the same config: the "Tokens
+    per Sec" its log reports (``write_vocab`` writes the vocabulary again: the work dir may have
+    been cleaned)."""
+    logging_freq = max(1, args.joey_cli_steps // 3)
+    cli_cfg = joey_config(cfg, work, work / "model_cli", vocab_file,
+                          updates=args.joey_cli_steps, logging_freq=logging_freq)
+    write_vocab()
+    write_yaml(work / "cli.yaml", cli_cfg)
+    started = time.perf_counter()
+    figures = run_joey_cli(joey_python, work / "cli.yaml", work / "model_cli", args.threads,
+                           work / "cli.log")
+    shown = ", ".join(f"{x:.0f}" for x in figures)
+    later = figures[1:] or figures
+    print(f"cross-check, `joeynmt train` for {args.joey_cli_steps} updates on its own shuffled "
+          f"batches (log every {logging_freq}; the first interval includes start-up): Tokens per Sec "
+          f"{shown}; median after the first {statistics.median(later):.0f}; "
+          f"{(time.perf_counter() - started) / 60:.1f} min; log {work / 'cli.log'}")
 
 if __name__ == "__main__":
     main()

@@ -103,33 +103,8 @@ def main() -> None:
         with torch.no_grad():
             return beam_search(model, b.src, b.src_len, max_len, args.beam, tau=tau, alpha=alpha, backend="eager")
 
-    stats = {}
-    for kind in rows:  # warm-up; the window, lengths and BLEU of the outputs
-        hyps, wsum, steps, out_len, layers = {}, 0.0, 0, 0, None
-        for b in batches:
-            res = decode(kind, b)
-            wsum += float(res.window_sum.sum())
-            steps += int(res.steps.sum())
-            out_len += int(res.lengths.sum())
-            if res.layer_window_sum is not None:
-                layer_sum = res.layer_window_sum.sum(0)
-                layers = layer_sum if layers is None else layers + layer_sum
-            for row, i in enumerate(b.index.tolist()):
-                hyps[i] = res.tokens[row, : int(res.lengths[row])].tolist()
-        bleu, _ = corpus_bleu(vocab.decode([hyps[i] for i in range(n)]), [refs])
-        stats[kind] = {"unit": rows[kind][0], "tau": rows[kind][2], "window": wsum / max(steps, 1),
-                       "layer_windows": None if layers is None else [round(float(x) / max(steps, 1), 2) for x in layers],
-                       "out_len": out_len / n, "bleu": round(bleu, 2), "rows": steps}
-    rates: dict[str, list[float]] = {kind: [] for kind in rows}
-    for r in range(args.rounds):
-        secs = dict.fromkeys(rates, 0.0)
-        for i, b in enumerate(batches):
-            for kind in B.rotated(list(rows), i + r):
-                started = time.perf_counter()
-                decode(kind, b)
-                secs[kind] += time.perf_counter() - started
-        for kind in rates:
-            rates[kind].append(n / secs[kind])
+    stats = decode_stats(decode, rows, batches, n, lambda hyps: corpus_bleu(vocab.decode(hyps), [refs])[0])
+    rates = time_rows(decode, list(rows), batches, n, args.rounds)
     # per round: flexible at its τ against each other row
     ratios = {other: [f / g for f, g in zip(rates["flexible"], rates[other])] for other in rates if other != "flexible"}
     lines = [f"transformer_decode: {args.profile}, units of seed {args.seed}, first {n} test sentences, batches of "
@@ -152,6 +127,45 @@ def main() -> None:
          "batch_size": batch_size, "rounds": args.rounds, "threads": args.threads, "models": stats,
          "rates": rates, "ratio_per_round": ratios,
          "ratio_median": {k: B.med(v) for k, v in ratios.items()}}, indent=1) + "\n", encoding="utf-8")
+
+
+def decode_stats(decode, rows: dict, batches, n: int, bleu) -> dict:
+    """The warm-up pass: every row decodes every batch once. Returns per row its unit, τ, mean
+    window (and per layer), output length, BLEU (``bleu`` of the hypotheses in sentence order)
+    and decoding rows (steps × live hypotheses)."""
+    stats = {}
+    for kind in rows:
+        hyps, wsum, steps, out_len, layers = {}, 0.0, 0, 0, None
+        for b in batches:
+            res = decode(kind, b)
+            wsum += float(res.window_sum.sum())
+            steps += int(res.steps.sum())
+            out_len += int(res.lengths.sum())
+            if res.layer_window_sum is not None:
+                layer_sum = res.layer_window_sum.sum(0)
+                layers = layer_sum if layers is None else layers + layer_sum
+            for row, i in enumerate(b.index.tolist()):
+                hyps[i] = res.tokens[row, : int(res.lengths[row])].tolist()
+        stats[kind] = {"unit": rows[kind][0], "tau": rows[kind][2], "window": wsum / max(steps, 1),
+                       "layer_windows": None if layers is None else [round(float(x) / max(steps, 1), 2) for x in layers],
+                       "out_len": out_len / n, "bleu": round(bleu([hyps[i] for i in range(n)]), 2), "rows": steps}
+    return stats
+
+
+def time_rows(decode, kinds: list[str], batches, n: int, rounds: int) -> dict[str, list[float]]:
+    """Sentences per second of each row in each round: every batch decoded by every row back to
+    back, the order rotating from batch to batch and from round to round."""
+    rates: dict[str, list[float]] = {kind: [] for kind in kinds}
+    for r in range(rounds):
+        secs = dict.fromkeys(rates, 0.0)
+        for i, b in enumerate(batches):
+            for kind in B.rotated(kinds, i + r):
+                started = time.perf_counter()
+                decode(kind, b)
+                secs[kind] += time.perf_counter() - started
+        for kind in rates:
+            rates[kind].append(n / secs[kind])
+    return rates
 
 
 if __name__ == "__main__":
