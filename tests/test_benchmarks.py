@@ -1,18 +1,21 @@
-"""The decoding benchmarks run end to end on a real (one-epoch smoke) model:
+"""The benchmarks run end to end on real (smoke-sized) models and pipelines:
 ``benchmarks/beam_speed.py`` decodes Global at τ = ∞ and the fine-tuned flexible model at the τ
-its sweep selected, and records what it measured."""
+its sweep selected; ``benchmarks/pipeline.py --baseline`` times a commit's pipeline from scratch
+beside this tree's."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, copy_of, stage_env
+from conftest import ROOT, copy_of, repo_copy, stage_env
 
 
 @pytest.fixture
@@ -44,3 +47,26 @@ def test_beam_speed_decodes_global_at_tau_inf_and_flexible_at_its_selected_tau(b
         assert all(len(v) == 1 and v[0] > 0 for v in at["sentences_per_second"].values())
         assert math.isfinite(at["ratio_medians"]["flexible/global eager"])
     assert "greedy:" in result.stdout and "beam 3:" in result.stdout
+
+
+@pytest.mark.slow  # two runs of filter and tokenize, each in a repository of its own: about a minute
+def test_the_pipeline_benchmark_times_a_baseline_commit_and_this_tree_from_scratch(tmp_path):
+    repo = repo_copy(tmp_path / "repo", "profile=smoke")
+    out = tmp_path / "pipeline.json"
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**stage_env(), "PATH": bin_dir + os.pathsep + os.environ.get("PATH", ""),
+           "PYTHONPATH": str(repo / "src")}
+    result = subprocess.run([sys.executable, "benchmarks/pipeline.py", "--from-scratch", "--baseline", "HEAD",
+                             "--noop-runs", "1", "--out", str(out), "tokenize"], cwd=repo, env=env, text=True,
+                            capture_output=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    figures = json.loads(out.read_text())
+    base = figures["baseline"]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True).stdout.strip()
+    assert base["commit"] == head
+    assert list(base["stages"]) == list(figures["stages"]) == ["filter", "tokenize"]  # the target and its upstream
+    assert figures["ratio_to_baseline"] == pytest.approx(figures["total_minutes"] / base["total_minutes"], abs=1e-3)
+    assert not (repo / "artifacts" / "bench" / "pipeline-HEAD").exists()  # the worktree is removed
+    worktrees = subprocess.run(["git", "worktree", "list"], cwd=repo, capture_output=True, text=True).stdout
+    assert len(worktrees.strip().splitlines()) == 1
+    assert "this tree / baseline" in result.stdout
